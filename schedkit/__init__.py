@@ -1,0 +1,42 @@
+"""schedkit: pluggable scheduling policies for LLM serving engines."""
+
+from __future__ import annotations
+
+from schedkit._markers import hookimpl
+from schedkit.config import SchedkitConfig, load_config
+from schedkit.decisions import Admission, BatchBudget, StepReport
+from schedkit.errors import SchedkitError
+from schedkit.facade import PolicyFacade
+from schedkit.plugins import PolicyRegistry
+from schedkit.policy import Policy, PolicyOptions
+from schedkit.views import (
+    BlockState,
+    BlockView,
+    EngineState,
+    EngineView,
+    RequestState,
+    RequestView,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Admission",
+    "BatchBudget",
+    "BlockState",
+    "BlockView",
+    "EngineState",
+    "EngineView",
+    "Policy",
+    "PolicyFacade",
+    "PolicyOptions",
+    "PolicyRegistry",
+    "RequestState",
+    "RequestView",
+    "SchedkitConfig",
+    "SchedkitError",
+    "StepReport",
+    "__version__",
+    "hookimpl",
+    "load_config",
+]

@@ -1,0 +1,7 @@
+from __future__ import annotations
+
+import pluggy
+
+from schedkit.hookspecs import PROJECT
+
+hookimpl = pluggy.HookimplMarker(PROJECT)

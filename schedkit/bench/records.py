@@ -1,0 +1,68 @@
+"""What one arm of a benchmark produces: per-request records plus engine counters.
+
+Every engine (simulated, twin, real) fills a ``RunResult``; metrics and reports are
+computed from it alone, so they mean the same on every engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """One request's life. Times are seconds on the engine clock."""
+
+    request_id: str
+    tenant: str
+    priority: int
+    arrival_s: float
+    prompt_tokens: int
+    max_tokens: int
+    slo_ttft_ms: float | None = None
+    slo_tpot_ms: float | None = None
+    output_tokens: int = 0
+    finish_reason: str = ""  # "length", "stop", "rejected", "aborted"; "" = unfinished
+    reject_reason: str = ""
+    scheduled_s: float | None = None  # first time any of its tokens was scheduled
+    first_token_s: float | None = None
+    finish_s: float | None = None
+    cached_tokens: int = 0  # prompt tokens served from the prefix cache at first admission
+    preemptions: int = 0
+
+    @property
+    def rejected(self) -> bool:
+        return self.finish_reason == "rejected"
+
+
+@dataclass(slots=True)
+class TimelinePoint:
+    """Engine state sampled after a step."""
+
+    t: float
+    waiting: int
+    running: int
+    kv_usage: float  # fraction of KV blocks referenced by requests
+
+
+@dataclass
+class RunResult:
+    """Everything one arm produced."""
+
+    policy: str
+    records: list[RequestRecord]
+    duration_s: float  # engine clock when the last request finished
+    steps: int = 0
+    preemptions: int = 0
+    recomputed_tokens: int = 0
+    prefix_query_tokens: int = 0
+    prefix_hit_tokens: int = 0
+    policy_errors: int = 0
+    policy_errors_by_hook: dict[str, int] = field(default_factory=dict)
+    rejections: dict[str, int] = field(default_factory=dict)  # reason -> count
+    # (gap seconds, tokens): inter-token gaps; a run of identical decode steps adds its
+    # mean gap once, weighted by the tokens it produced.
+    itl: list[tuple[float, int]] = field(default_factory=list)
+    timeline: list[TimelinePoint] = field(default_factory=list)
+    kv_usage_mean: float = 0.0  # time-weighted over the run
+    wall_s: float = 0.0  # host seconds the run took

@@ -1,0 +1,111 @@
+"""The schedkit config: which policies, in which order, with which options.
+
+``{"policy": ["slo", "vtc"], "options": {"vtc": {...}}}``, from a dict, a JSON string,
+or a TOML/JSON file. ``"a+b"`` is shorthand for ``["a", "b"]``.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from schedkit.errors import PolicyConfigError
+
+DEFAULT_POLICY = "fcfs"
+
+
+class SchedkitConfig(BaseModel):
+    """Policies consulted in order (first wins), and options per policy name."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    policy: list[str] = Field(default_factory=lambda: [DEFAULT_POLICY], min_length=1)
+    options: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @field_validator("policy", mode="before")
+    @classmethod
+    def _split(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split("+")]
+        return value
+
+    @model_validator(mode="after")
+    def _check(self) -> SchedkitConfig:
+        if any(not name for name in self.policy):
+            raise ValueError("policy names must be non-empty, e.g. 'fcfs' or 'slo+vtc'")
+        dupes = sorted({n for n in self.policy if self.policy.count(n) > 1})
+        if dupes:
+            raise ValueError(f"policy {dupes[0]!r} is selected twice; name each policy once")
+        stray = sorted(set(self.options) - set(self.policy))
+        if stray:
+            raise ValueError(
+                f"options given for {stray[0]!r}, which is not selected; selected: {self.policy}"
+            )
+        return self
+
+    @property
+    def label(self) -> str:
+        return "+".join(self.policy)
+
+
+def load_config(source: SchedkitConfig | Mapping[str, Any] | str | Path | None) -> SchedkitConfig:
+    """Build a config from a dict, a JSON string, a policy name, or a .toml/.json file.
+
+    A mapping with a single ``schedkit`` key (as in vLLM's ``--additional-config``) is
+    unwrapped. ``None`` gives the default (``fcfs``).
+    """
+    if source is None:
+        return SchedkitConfig()
+    if isinstance(source, SchedkitConfig):
+        return source
+    where = "config"
+    data: object
+    if isinstance(source, Mapping):
+        data = source
+    elif isinstance(source, Path) or _looks_like_file(source):
+        path = Path(source)
+        where = str(path)
+        data = _read_file(path)
+    elif source.lstrip().startswith("{"):
+        try:
+            data = json.loads(source)
+        except json.JSONDecodeError as exc:
+            raise PolicyConfigError(f"config is not valid JSON: {exc}") from exc
+    else:
+        data = {"policy": source}
+    if isinstance(data, Mapping) and set(data) == {"schedkit"}:
+        data = data["schedkit"]
+    try:
+        return SchedkitConfig.model_validate(data)
+    except ValidationError as exc:
+        raise PolicyConfigError(f"invalid schedkit {where}: {_describe(exc)}") from exc
+
+
+def _looks_like_file(text: str) -> bool:
+    return text.endswith((".toml", ".json")) or Path(text).is_file()
+
+
+def _read_file(path: Path) -> object:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise PolicyConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
+    try:
+        if path.suffix == ".toml":
+            return tomllib.loads(text)
+        return json.loads(text)
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
+        raise PolicyConfigError(f"config file {path} is not valid {path.suffix[1:]}: {exc}") from exc
+
+
+def _describe(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        parts.append(f"{loc}: {err['msg']}")
+    return "; ".join(parts)

@@ -1,0 +1,190 @@
+"""Hook specifications: the scheduling decisions a serving engine makes.
+
+A policy implements any subset of these as methods marked with ``schedkit.hookimpl``.
+Engines never call them directly: ``schedkit.facade.PolicyFacade`` does, consulting the
+selected policies in configured order, isolating faults and validating every decision.
+A hook that no selected policy implements is never called.
+
+Decision hooks return ``None`` for "no opinion": the next policy is consulted, then the
+engine's default is used. Arguments are read-only views; new arguments are only appended.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pluggy
+
+from schedkit.decisions import Admission, BatchBudget, StepReport
+from schedkit.views import BlockView, EngineView, RequestView
+
+PROJECT = "schedkit"
+hookspec = pluggy.HookspecMarker(PROJECT)
+
+# -------------------------------------------------------------------------
+# Admission
+# -------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def admit_request(request: RequestView, engine: EngineView) -> Admission | None:
+    """Decide whether a newly arrived request enters the waiting queue.
+
+    Stops at first non-None result.
+
+    Called once per request, when the engine receives it and before it is queued.
+
+    :param request: the new request; it has computed nothing yet.
+    :param engine: the engine's state at arrival (``num_waiting`` excludes ``request``).
+
+    Return ``Admission.admit()``, ``Admission.reject(reason)`` (the engine finishes the
+    request with ``reason``, which HTTP front ends map to 429), or ``None``. The default
+    admits. A rejection must carry a non-empty reason.
+
+    .. versionadded:: 0.1
+    """
+
+
+# -------------------------------------------------------------------------
+# Each scheduling step
+# -------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def order_waiting(
+    waiting: Sequence[RequestView], engine: EngineView
+) -> list[RequestView] | None:
+    """Order the whole waiting queue; the engine admits from the front.
+
+    Stops at first non-None result.
+
+    Called at most once per scheduling step, before the engine admits waiting requests,
+    and only when at least one request waits. The simulated engine may skip calls
+    during a run of identical decode steps in which no waiting request could be admitted
+    in any order.
+
+    :param waiting: the queue in the engine's current order (preempted requests first,
+        then by arrival under FCFS). Never empty.
+    :param engine: the engine's state before the step.
+
+    Return a permutation of ``waiting`` (every request exactly once) or ``None`` to keep
+    the engine's order.
+
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec(firstresult=True)
+def plan_batch(engine: EngineView, default: BatchBudget) -> BatchBudget | None:
+    """Set the limits of the next scheduling step.
+
+    Stops at first non-None result.
+
+    Called once per scheduling step before any request is scheduled (the simulated
+    engine calls it once for a run of identical decode steps).
+
+    :param engine: the engine's state before the step.
+    :param default: the engine's configured limits.
+
+    Return a ``BatchBudget`` that may tighten the defaults, never loosen them: every field
+    must be at least 1 (``prefill_chunk`` may be 0 for "no cap") and at most the default.
+
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec(firstresult=True)
+def select_victims(
+    running: Sequence[RequestView], needing: RequestView, engine: EngineView
+) -> list[RequestView] | None:
+    """Choose which running requests to preempt when KV blocks run out.
+
+    Stops at first non-None result.
+
+    Called when ``needing`` cannot get the KV blocks it needs this step. The engine
+    preempts the returned requests in order (recompute: their blocks are freed and they
+    go back to the front of the waiting queue) until ``needing`` fits; if the list runs
+    out first, the engine's default victim order continues.
+
+    :param running: the running requests in the engine's order; includes ``needing``.
+    :param needing: the request that needs blocks. Returning it preempts it, which ends
+        the search: it is not scheduled this step.
+    :param engine: the engine's state at that moment.
+
+    Return distinct members of ``running`` or ``None`` for the default (FCFS: the last
+    admitted request first).
+
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec(firstresult=True)
+def select_evictions(
+    candidates: Sequence[BlockView], num_blocks: int, engine: EngineView
+) -> list[BlockView] | None:
+    """Choose which cached, unreferenced prefix blocks to evict.
+
+    Stops at first non-None result.
+
+    Called when the engine must reuse ``num_blocks`` cached blocks for new data, i.e.
+    when no never-cached free block is left. Only blocks no request references are
+    candidates.
+
+    :param candidates: every evictable cached block, least recently used first.
+    :param num_blocks: how many blocks the engine needs now, at least 1 and at most
+        ``len(candidates)``.
+    :param engine: the engine's state at that moment.
+
+    Return at least ``num_blocks`` distinct candidates in eviction order, or ``None`` for
+    the default (least recently used first).
+
+    .. versionadded:: 0.1
+    """
+
+
+# -------------------------------------------------------------------------
+# Observation
+# -------------------------------------------------------------------------
+
+
+@hookspec
+def on_step_finished(report: StepReport, engine: EngineView) -> None:
+    """Observe a finished scheduling step.
+
+    All implementations are called; results are ignored.
+
+    Called after every engine step, or once for a run of ``report.num_steps`` identical
+    decode steps that the simulated engine advanced in one go.
+
+    :param report: what the step(s) computed and preempted.
+    :param engine: the engine's state after the step(s).
+
+    .. versionadded:: 0.1
+    """
+
+
+@hookspec
+def on_request_finished(request: RequestView, reason: str, engine: EngineView) -> None:
+    """Observe a request leaving the engine.
+
+    All implementations are called; results are ignored.
+
+    Called exactly once per request the engine received, rejected ones included.
+
+    :param request: the request in its final state.
+    :param reason: ``"stop"``, ``"length"``, ``"rejected"`` or ``"aborted"``.
+    :param engine: the engine's state at that moment.
+
+    .. versionadded:: 0.1
+    """
+
+
+DECISION_HOOKS = (
+    "admit_request",
+    "order_waiting",
+    "plan_batch",
+    "select_victims",
+    "select_evictions",
+)
+OBSERVATION_HOOKS = ("on_step_finished", "on_request_finished")
+HOOK_NAMES = DECISION_HOOKS + OBSERVATION_HOOKS

@@ -1,0 +1,1 @@
+"""Policies that ship with schedkit."""

@@ -1,0 +1,26 @@
+"""Base class for policies and their options."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+
+class PolicyOptions(BaseModel):
+    """Options of a policy. Subclass it; unknown fields are rejected."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Policy:
+    """A scheduling policy: some ``@hookimpl`` methods plus an ``Options`` model.
+
+    The entry point in group ``schedkit.policies`` names the class; schedkit instantiates
+    it once per engine with validated options. Keep per-engine state on the instance.
+    """
+
+    Options: ClassVar[type[PolicyOptions]] = PolicyOptions
+
+    def __init__(self, options: PolicyOptions | None = None, **kwargs: Any) -> None:
+        self.options = options if options is not None else self.Options(**kwargs)

@@ -1,0 +1,1 @@
+"""Conformance kit for policy authors (placeholder, being written)."""

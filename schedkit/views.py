@@ -1,0 +1,177 @@
+"""Engine-neutral, read-only views that hooks receive.
+
+The protocols are what policies see: read-only to the type checker. Engines keep one
+``RequestState`` per request and one ``EngineState`` for the whole run and update their
+fields in place as the request progresses, so nothing is rebuilt per step. An adapter may
+instead implement a protocol with properties over the engine's own objects.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class RequestView(Protocol):
+    """One request, as a policy sees it."""
+
+    @property
+    def request_id(self) -> str: ...
+    @property
+    def tenant(self) -> str: ...
+    @property
+    def priority(self) -> int:
+        """Lower value is served first (vLLM's convention)."""
+        ...
+    @property
+    def arrival_time(self) -> float:
+        """Seconds on the engine's clock."""
+        ...
+    @property
+    def num_prompt_tokens(self) -> int: ...
+    @property
+    def num_cached_tokens(self) -> int:
+        """Prompt tokens found in the prefix cache when the request was last admitted."""
+        ...
+    @property
+    def num_computed_tokens(self) -> int: ...
+    @property
+    def num_output_tokens(self) -> int: ...
+    @property
+    def max_tokens(self) -> int: ...
+    @property
+    def slo_ttft_ms(self) -> float | None: ...
+    @property
+    def slo_tpot_ms(self) -> float | None: ...
+    @property
+    def num_preemptions(self) -> int: ...
+
+
+class EngineView(Protocol):
+    """The engine as a policy sees it; the same object for the whole run."""
+
+    @property
+    def clock(self) -> float:
+        """Seconds since the engine started (simulated time in the simulator)."""
+        ...
+    @property
+    def kv_blocks_total(self) -> int: ...
+    @property
+    def kv_blocks_free(self) -> int:
+        """Blocks that can be allocated now, cached-but-unreferenced ones included."""
+        ...
+    @property
+    def block_size(self) -> int: ...
+    @property
+    def num_running(self) -> int: ...
+    @property
+    def num_waiting(self) -> int: ...
+    @property
+    def step_index(self) -> int: ...
+
+
+class BlockView(Protocol):
+    """A cached, unreferenced KV block that may be evicted."""
+
+    @property
+    def block_hash(self) -> int: ...
+    @property
+    def last_access(self) -> float:
+        """Engine clock when the block was last freed or hit."""
+        ...
+    @property
+    def num_hits(self) -> int:
+        """How many times a request found this block in the prefix cache."""
+        ...
+    @property
+    def depth(self) -> int:
+        """Index of the block in its prompt (0 = first block of a prefix)."""
+        ...
+
+
+class RequestState:
+    """Concrete, mutable request record that engines update in place."""
+
+    __slots__ = (
+        "arrival_time",
+        "max_tokens",
+        "num_cached_tokens",
+        "num_computed_tokens",
+        "num_output_tokens",
+        "num_preemptions",
+        "num_prompt_tokens",
+        "priority",
+        "request_id",
+        "slo_tpot_ms",
+        "slo_ttft_ms",
+        "tenant",
+    )
+
+    def __init__(
+        self,
+        request_id: str,
+        num_prompt_tokens: int,
+        max_tokens: int,
+        *,
+        arrival_time: float = 0.0,
+        tenant: str = "default",
+        priority: int = 0,
+        slo_ttft_ms: float | None = None,
+        slo_tpot_ms: float | None = None,
+    ) -> None:
+        self.request_id = request_id
+        self.tenant = tenant
+        self.priority = priority
+        self.arrival_time = arrival_time
+        self.num_prompt_tokens = num_prompt_tokens
+        self.num_cached_tokens = 0
+        self.num_computed_tokens = 0
+        self.num_output_tokens = 0
+        self.max_tokens = max_tokens
+        self.slo_ttft_ms = slo_ttft_ms
+        self.slo_tpot_ms = slo_tpot_ms
+        self.num_preemptions = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"RequestState({self.request_id!r}, tenant={self.tenant!r}, priority={self.priority},"
+            f" prompt={self.num_prompt_tokens}, computed={self.num_computed_tokens},"
+            f" output={self.num_output_tokens}/{self.max_tokens})"
+        )
+
+
+class EngineState:
+    """Concrete, mutable engine record that engines update in place."""
+
+    __slots__ = (
+        "block_size",
+        "clock",
+        "kv_blocks_free",
+        "kv_blocks_total",
+        "num_running",
+        "num_waiting",
+        "step_index",
+    )
+
+    def __init__(self, kv_blocks_total: int, block_size: int) -> None:
+        self.clock = 0.0
+        self.kv_blocks_total = kv_blocks_total
+        self.kv_blocks_free = kv_blocks_total
+        self.block_size = block_size
+        self.num_running = 0
+        self.num_waiting = 0
+        self.step_index = 0
+
+
+class BlockState:
+    """Concrete cached-block record."""
+
+    __slots__ = ("block_hash", "depth", "last_access", "num_hits")
+
+    def __init__(self, block_hash: int, depth: int, last_access: float = 0.0) -> None:
+        self.block_hash = block_hash
+        self.depth = depth
+        self.last_access = last_access
+        self.num_hits = 0
+
+    def __repr__(self) -> str:
+        return f"BlockState({self.block_hash}, depth={self.depth}, hits={self.num_hits})"
