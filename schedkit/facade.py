@@ -51,12 +51,12 @@ class PolicyFacade:
         for name, policy in reversed(self.policies):
             try:
                 self._pm.register(policy, name=name)
+                self._pm.check_pending()
             except pluggy.PluginValidationError as exc:
-                raise PluginLoadError(f"policy {name!r} has an invalid hook: {exc}") from exc
-        try:
-            self._pm.check_pending()
-        except pluggy.PluginValidationError as exc:
-            raise PluginLoadError(f"{exc}; hooks are: {', '.join(hookspecs.HOOK_NAMES)}") from exc
+                raise PluginLoadError(
+                    f"policy {name!r} has an invalid hook: {exc}."
+                    f" Hooks are: {', '.join(hookspecs.HOOK_NAMES)}"
+                ) from exc
         self._impls = {name: self._collect(name) for name in hookspecs.HOOK_NAMES}
         self.implemented = frozenset(n for n, impls in self._impls.items() if impls)
         self.has_admit = "admit_request" in self.implemented
@@ -105,6 +105,11 @@ class PolicyFacade:
         spec_args = list(caller.spec.argnames)
         impls: list[Impl] = []
         for impl in reversed(caller.get_hookimpls()):  # pluggy's call order
+            if impl.hookwrapper or impl.wrapper:
+                raise PluginLoadError(
+                    f"policy {impl.plugin_name!r}: hook {hook} is marked as a wrapper;"
+                    " schedkit calls each policy's hooks directly, drop wrapper=True"
+                )
             fn = impl.function
             if list(impl.argnames) != spec_args:
                 fn = _reorder(fn, [spec_args.index(a) for a in impl.argnames])
@@ -136,7 +141,10 @@ class PolicyFacade:
                 continue
             if result is None:
                 continue
-            problem = check(result)
+            try:
+                problem = check(result)
+            except Exception as exc:  # a malformed answer that breaks validation itself
+                problem = f"returned an invalid {type(result).__name__}: {exc}"
             if problem is None:
                 return result
             self._fault(policy, hook, problem)
@@ -227,6 +235,8 @@ def _reorder(fn: Callable[..., Any], indices: list[int]) -> Callable[..., Any]:
 def _check_admission(result: Any) -> str | None:
     if not isinstance(result, Admission):
         return f"returned {type(result).__name__}, expected Admission or None"
+    if not isinstance(result.admitted, bool):
+        return f"returned {result!r}; Admission.admitted must be a bool"
     if not result.admitted and not (isinstance(result.reason, str) and result.reason):
         return "rejected without a reason; use Admission.reject('why')"
     return None
@@ -258,6 +268,9 @@ def _check_subset(result: Any, pool: Sequence[Any], what: str, at_least: int) ->
 def _check_budget(result: Any, default: BatchBudget) -> str | None:
     if not isinstance(result, BatchBudget):
         return f"returned {type(result).__name__}, expected BatchBudget or None"
+    fields = (result.token_budget, result.max_running, result.prefill_chunk)
+    if any(type(v) is not int for v in fields):
+        return f"returned {result!r}; BatchBudget fields must be ints"
     if not 1 <= result.token_budget <= default.token_budget:
         return f"token_budget {result.token_budget} outside 1..{default.token_budget}"
     if not 1 <= result.max_running <= default.max_running:

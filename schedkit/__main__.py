@@ -1,0 +1,3 @@
+from schedkit.cli import main
+
+main()

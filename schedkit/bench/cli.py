@@ -1,0 +1,152 @@
+"""``schedkit bench`` and ``schedkit calibrate``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from schedkit.errors import SchedkitError
+
+
+def bench(
+    workload: Annotated[
+        str,
+        typer.Option(help="Trace name (azure-conv, azure-code, mooncake-conv, ...), spec or file."),
+    ],
+    policy: Annotated[
+        list[str], typer.Option(help="Policy, composition 'a+b', or config file; repeat per arm.")
+    ],
+    out: Annotated[Path, typer.Option(help="Directory for results.json, report.md, report.html.")],
+    engine: Annotated[str, typer.Option(help="Engine: sim.")] = "sim",
+    model: Annotated[str, typer.Option(help="Model profile.")] = "Llama-3-8B",
+    gpu: Annotated[str, typer.Option(help="GPU profile.")] = "H100-SXM",
+    tp: Annotated[int, typer.Option(help="Tensor-parallel degree.")] = 1,
+    profile: Annotated[
+        str | None,
+        typer.Option(help="GPU/model profile file, or a cost profile from `schedkit calibrate`."),
+    ] = None,
+    rate_scale: Annotated[float, typer.Option(help="Multiply the arrival rate.")] = 1.0,
+    max_requests: Annotated[
+        int | None, typer.Option(help="Replay only the first N requests.")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed for synthetic workloads and bootstrap.")] = 0,
+    slo_ttft_ms: Annotated[float | None, typer.Option(help="TTFT SLO in ms.")] = None,
+    slo_tpot_ms: Annotated[float | None, typer.Option(help="TPOT SLO in ms.")] = None,
+    goodput: Annotated[
+        bool, typer.Option(help="Search the highest rate meeting SLOs for 90% of requests.")
+    ] = False,
+    max_num_seqs: Annotated[int, typer.Option(help="vLLM --max-num-seqs.")] = 256,
+    max_num_batched_tokens: Annotated[
+        int, typer.Option(help="vLLM --max-num-batched-tokens.")
+    ] = 8192,
+    gpu_memory_utilization: Annotated[
+        float, typer.Option(help="vLLM --gpu-memory-utilization.")
+    ] = 0.9,
+    block_size: Annotated[int, typer.Option(help="vLLM --block-size.")] = 16,
+    no_prefix_caching: Annotated[
+        bool, typer.Option("--no-prefix-caching", help="vLLM --no-enable-prefix-caching.")
+    ] = False,
+    kv_blocks: Annotated[
+        int | None, typer.Option(help="Set the KV capacity in blocks directly.")
+    ] = None,
+) -> None:
+    """A/B benchmark: replay one workload through several policies, side by side."""
+    from schedkit.bench.runner import BenchSpec, run_bench
+
+    try:
+        spec = BenchSpec(
+            workload=workload, policies=policy, engine=engine, model=model, gpu=gpu, tp=tp,
+            profile=profile, rate_scale=rate_scale, max_requests=max_requests, seed=seed,
+            slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, goodput=goodput,
+            max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+            gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
+            prefix_caching=not no_prefix_caching, kv_blocks=kv_blocks,
+        )  # fmt: skip
+    except ValidationError as exc:
+        fields = "; ".join(
+            f"--{'-'.join(map(str, e['loc'])).replace('_', '-')}: {e['msg']}" for e in exc.errors()
+        )
+        raise SchedkitError(f"bad bench arguments: {fields}") from exc
+    console = Console(stderr=True)
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} arms"),
+        TimeElapsedColumn(), console=console, transient=True,
+    ) as bar:  # fmt: skip
+        task = bar.add_task("bench", total=len(policy))
+
+        def progress(label: str, done: int, total: int) -> None:
+            bar.update(task, completed=done, description=f"running {label}")
+
+        results = run_bench(spec, out, progress)
+    _print_summary(results, out)
+
+
+def _print_summary(results: dict[str, Any], out: Path) -> None:
+    table = Table(
+        title=f"{results['workload']['name']} on {results['engine']['model']}/{results['engine']['gpu']}"
+    )
+    table.add_column("metric")
+    for arm in results["arms"]:
+        table.add_column(arm["policy"], justify="right")
+    rows: list[tuple[str, Any]] = [
+        ("completed", lambda m: m["completed"]),
+        ("rejected", lambda m: m["rejected"]),
+        ("TTFT p50 ms", lambda m: m["ttft_ms"]["p50"]),
+        ("TTFT p90 ms", lambda m: m["ttft_ms"]["p90"]),
+        ("TPOT p50 ms", lambda m: m["tpot_ms"]["p50"]),
+        ("TPOT p90 ms", lambda m: m["tpot_ms"]["p90"]),
+        ("queue p90 ms", lambda m: m["queue_ms"]["p90"]),
+        ("throughput tok/s", lambda m: m["throughput_tok_s"]),
+        ("preemptions", lambda m: m["preemptions"]),
+        ("prefix hit rate", lambda m: m["prefix_hit_rate"]),
+        ("SLO attainment", lambda m: m["slo_attainment"]),
+        ("goodput req/s", lambda m: m.get("goodput_rps")),
+        ("policy errors", lambda m: m["policy_errors"]),
+    ]
+    for label, get in rows:
+        values = [get(arm["metrics"]) for arm in results["arms"]]
+        if all(v is None for v in values):
+            continue
+        table.add_row(label, *[_fmt(v) for v in values])
+    console = Console()
+    console.print(table)
+    for comparison in results.get("comparisons", []):
+        for verdict in comparison.get("verdicts", []):
+            console.print(f"  {verdict}", highlight=False)
+    console.print(f"wrote {out / 'results.json'}, {out / 'report.md'}, {out / 'report.html'}")
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.3f}" if abs(value) < 10 else f"{value:,.1f}"
+    return str(value)
+
+
+def calibrate(
+    timings: Annotated[
+        Path, typer.Argument(help="CSV: prefill_tokens,decode_tokens,kv_tokens,seconds")
+    ],
+    out: Annotated[Path, typer.Option(help="Where to write the cost profile (JSON).")],
+) -> None:
+    """Fit step-time coefficients from measured step timings; `bench --profile` accepts the result."""
+    from schedkit.sim.costmodel import fit_linear, read_timings_csv, save_cost_profile
+
+    rows = read_timings_csv(timings)
+    model, mape = fit_linear(rows)
+    save_cost_profile(model, out, mape, source=timings.name)
+    typer.echo(f"fitted {len(rows)} steps from {timings.name}: MAPE {mape:.2%}")
+    typer.echo(f"coefficients: {model.describe()}")
+    typer.echo(f"wrote {out}; use it with: schedkit bench --profile {out} ...")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("bench")(bench)
+    app.command("calibrate")(calibrate)

@@ -1,0 +1,313 @@
+"""Serving metrics of one arm, and paired comparisons between arms.
+
+Units and definitions follow guidellm, in milliseconds:
+
+- TTFT = first_token_s - arrival_s
+- TPOT = (finish_s - first_token_s) / (output_tokens - 1), for requests with >= 2 output
+  tokens: the mean gap between output tokens after the first
+- E2E = finish_s - arrival_s; queue = scheduled_s - arrival_s
+- ITL from the run's weighted ``(gap, tokens)`` pairs: weighted mean and percentiles
+
+Only completed requests (finish reason ``length`` or ``stop``) give latency samples.
+A request meets its SLO when it completed, its TTFT is within its TTFT target and its
+TPOT within its TPOT target. A request's own ``slo_ttft_ms``/``slo_tpot_ms`` override the
+run-wide targets; a missing target is not checked, and a request with fewer than two
+output tokens has no TPOT, so it passes the TPOT check. Rejected and unfinished requests
+miss. Attainment is met / requests, and null when no target applies to any request.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from schedkit.bench.records import RequestRecord, RunResult
+from schedkit.bench.stats import (
+    DEFAULT_N_BOOT,
+    BootstrapDiff,
+    Mean,
+    Quantile,
+    Statistic,
+    jain,
+    paired_bootstrap,
+    summary,
+    weighted_summary,
+)
+
+COMPLETED_REASONS = frozenset({"length", "stop"})
+LATENCIES = ("ttft_ms", "tpot_ms", "e2e_ms", "queue_ms")
+
+
+def is_completed(record: RequestRecord) -> bool:
+    """Whether the request ran to a normal end (``length`` or ``stop``)."""
+    return record.finish_reason in COMPLETED_REASONS
+
+
+def latencies_ms(record: RequestRecord) -> dict[str, float | None]:
+    """TTFT, TPOT, E2E and queue time of one request in ms; None where undefined."""
+    out: dict[str, float | None] = dict.fromkeys(LATENCIES)
+    if not is_completed(record):
+        return out
+    arrival, first, finish = record.arrival_s, record.first_token_s, record.finish_s
+    if first is not None:
+        out["ttft_ms"] = (first - arrival) * 1000.0
+        if finish is not None and record.output_tokens >= 2:
+            out["tpot_ms"] = (finish - first) * 1000.0 / (record.output_tokens - 1)
+    if finish is not None:
+        out["e2e_ms"] = (finish - arrival) * 1000.0
+    if record.scheduled_s is not None:
+        out["queue_ms"] = (record.scheduled_s - arrival) * 1000.0
+    return out
+
+
+def _targets(
+    record: RequestRecord, slo_ttft_ms: float | None, slo_tpot_ms: float | None
+) -> tuple[float | None, float | None]:
+    ttft = record.slo_ttft_ms if record.slo_ttft_ms is not None else slo_ttft_ms
+    tpot = record.slo_tpot_ms if record.slo_tpot_ms is not None else slo_tpot_ms
+    return ttft, tpot
+
+
+def slo_applies(
+    records: Iterable[RequestRecord], slo_ttft_ms: float | None, slo_tpot_ms: float | None
+) -> bool:
+    """Whether any request has a TTFT or TPOT target, its own or the run-wide one."""
+    return any(_targets(r, slo_ttft_ms, slo_tpot_ms) != (None, None) for r in records)
+
+
+def meets_slo(record: RequestRecord, slo_ttft_ms: float | None, slo_tpot_ms: float | None) -> bool:
+    """Whether the request completed within its (possibly overridden) targets."""
+    if not is_completed(record):
+        return False
+    ttft_target, tpot_target = _targets(record, slo_ttft_ms, slo_tpot_ms)
+    lat = latencies_ms(record)
+    if ttft_target is not None and (lat["ttft_ms"] is None or lat["ttft_ms"] > ttft_target):
+        return False
+    return tpot_target is None or lat["tpot_ms"] is None or lat["tpot_ms"] <= tpot_target
+
+
+def per_request_samples(
+    run: RunResult, *, slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None
+) -> dict[str, list[float | None]]:
+    """Per-request samples aligned with ``run.records``, for paired bootstraps.
+
+    Keys: ``ttft_ms``, ``tpot_ms``, ``e2e_ms``, ``queue_ms`` (None where undefined or the
+    request did not complete) and ``met_slo`` (1.0/0.0; all None when no target applies).
+    """
+    out: dict[str, list[float | None]] = {key: [] for key in (*LATENCIES, "met_slo")}
+    applies = slo_applies(run.records, slo_ttft_ms, slo_tpot_ms)
+    for record in run.records:
+        for key, value in latencies_ms(record).items():
+            out[key].append(value)
+        met = float(meets_slo(record, slo_ttft_ms, slo_tpot_ms)) if applies else None
+        out["met_slo"].append(met)
+    return out
+
+
+def _group(
+    records: Sequence[RequestRecord], slo_ttft_ms: float | None, slo_tpot_ms: float | None
+) -> dict[str, Any]:
+    """Counts, latency summaries and attainment of a subset of requests."""
+    lats = [latencies_ms(r) for r in records]
+    queue = [q for lat in lats if (q := lat["queue_ms"]) is not None]
+    met = sum(meets_slo(r, slo_ttft_ms, slo_tpot_ms) for r in records)
+    applies = slo_applies(records, slo_ttft_ms, slo_tpot_ms)
+    return {
+        "requests": len(records),
+        "completed": sum(is_completed(r) for r in records),
+        "rejected": sum(r.rejected for r in records),
+        "output_tokens": sum(r.output_tokens for r in records if is_completed(r)),
+        "ttft_ms": summary(v for lat in lats if (v := lat["ttft_ms"]) is not None),
+        "tpot_ms": summary(v for lat in lats if (v := lat["tpot_ms"]) is not None),
+        "queue_ms": summary(queue),
+        "queue_ms_max": max(queue, default=None),
+        "slo_attainment": met / len(records) if applies and records else None,
+        "slo_met": met if applies else None,
+    }
+
+
+def _breakdown(
+    groups: Mapping[str, list[RequestRecord]], slo_ttft_ms: float | None, slo_tpot_ms: float | None
+) -> dict[str, dict[str, Any]]:
+    return {key: _group(recs, slo_ttft_ms, slo_tpot_ms) for key, recs in groups.items()}
+
+
+def compute_metrics(
+    run: RunResult, *, slo_ttft_ms: float | None, slo_tpot_ms: float | None
+) -> dict[str, Any]:
+    """Every metric of one arm as a JSON-serialisable dict (see the module docstring).
+
+    Latency entries are ``{"mean", "p50", "p90", "p99"}`` in ms, null without samples.
+    With more than one tenant, adds ``tenants`` and ``jain_fairness``: Jain's index over
+    the tenants' mean TTFT (tenants without a TTFT sample left out), 1.0 when every
+    tenant waits the same on average and 1/n when one tenant does all the waiting. With
+    more than one priority value, adds ``priorities`` keyed by the value as a string.
+    """
+    records = run.records
+    overall = _group(records, slo_ttft_ms, slo_tpot_ms)
+    lats = [latencies_ms(r) for r in records]
+    rejections = dict(run.rejections) or dict(
+        Counter(r.reject_reason or "unspecified" for r in records if r.rejected)
+    )
+    duration = run.duration_s
+    metrics: dict[str, Any] = {
+        "policy": run.policy,
+        "requests": overall["requests"],
+        "completed": overall["completed"],
+        "rejected": overall["rejected"],
+        "unfinished": sum(r.finish_reason == "" for r in records),
+        "rejections": rejections,
+        "ttft_ms": overall["ttft_ms"],
+        "tpot_ms": overall["tpot_ms"],
+        "itl_ms": weighted_summary((gap * 1000.0, weight) for gap, weight in run.itl),
+        "e2e_ms": summary(v for lat in lats if (v := lat["e2e_ms"]) is not None),
+        "queue_ms": overall["queue_ms"],
+        "queue_ms_max": overall["queue_ms_max"],
+        "output_tokens": overall["output_tokens"],
+        "throughput_tok_s": overall["output_tokens"] / duration if duration > 0 else 0.0,
+        "preemptions": run.preemptions,
+        "recomputed_tokens": run.recomputed_tokens,
+        "prefix_hit_rate": (
+            run.prefix_hit_tokens / run.prefix_query_tokens if run.prefix_query_tokens else 0.0
+        ),
+        "kv_usage_mean": run.kv_usage_mean,
+        "slo_attainment": overall["slo_attainment"],
+        "slo_met": overall["slo_met"],
+        "policy_errors": run.policy_errors,
+        "policy_errors_by_hook": dict(run.policy_errors_by_hook),
+        "duration_s": duration,
+        "steps": run.steps,
+        "wall_s": run.wall_s,
+    }
+    tenants: dict[str, list[RequestRecord]] = {}
+    priorities: dict[int, list[RequestRecord]] = {}
+    for r in records:
+        tenants.setdefault(r.tenant, []).append(r)
+        priorities.setdefault(r.priority, []).append(r)
+    if len(tenants) > 1:
+        metrics["tenants"] = _breakdown(dict(sorted(tenants.items())), slo_ttft_ms, slo_tpot_ms)
+        means = [m for t in metrics["tenants"].values() if (m := t["ttft_ms"]["mean"]) is not None]
+        metrics["jain_fairness"] = jain(means) if means else None
+    if len(priorities) > 1:
+        by_priority = {str(p): recs for p, recs in sorted(priorities.items())}
+        metrics["priorities"] = _breakdown(by_priority, slo_ttft_ms, slo_tpot_ms)
+    return metrics
+
+
+# ---------------------------------------------------------------------------
+# comparisons between arms
+# ---------------------------------------------------------------------------
+
+# (key, label, per-request sample, statistic); latencies: lower is better.
+_COMPARED: tuple[tuple[str, str, str, Statistic], ...] = (
+    ("ttft_p50_ms", "p50 TTFT", "ttft_ms", Quantile(50)),
+    ("ttft_p90_ms", "p90 TTFT", "ttft_ms", Quantile(90)),
+    ("slo_attainment", "SLO attainment", "met_slo", Mean()),
+)
+
+
+def _aligned(
+    base: RunResult, other: RunResult, a: list[float | None], b: list[float | None]
+) -> tuple[list[float | None], list[float | None]]:
+    """Pair samples by request id (records may be ordered differently per arm)."""
+    ids_a = [r.request_id for r in base.records]
+    ids_b = [r.request_id for r in other.records]
+    if ids_a == ids_b or len(set(ids_a)) < len(ids_a) or len(set(ids_b)) < len(ids_b):
+        return a, b  # same order, or ids not unique: fall back to record order
+    pos_a = {rid: i for i, rid in enumerate(ids_a)}
+    pos_b = {rid: i for i, rid in enumerate(ids_b)}
+    keys = ids_a + [rid for rid in ids_b if rid not in pos_a]
+    return (
+        [a[pos_a[k]] if k in pos_a else None for k in keys],
+        [b[pos_b[k]] if k in pos_b else None for k in keys],
+    )
+
+
+def _better(sample: str, r: BootstrapDiff) -> bool | None:
+    """Whether arm b is significantly better; None when not significant."""
+    if not r["significant"] or r["diff"] is None:
+        return None
+    return (r["diff"] > 0) == (sample == "met_slo")  # latencies: lower is better
+
+
+def _verdict(label: str, sample: str, name: str, base: str, r: BootstrapDiff) -> str:
+    diff, ci, rel, rel_ci = r["diff"], r["ci"], r["rel"], r["rel_ci"]
+    if diff is None or ci is None:
+        return f"{label}: not enough samples to compare {name} with {base}"
+    rate = sample == "met_slo"  # a rate: report percentage points
+    if rate:
+        amount, lo, hi, unit = abs(diff) * 100, ci[0] * 100, ci[1] * 100, " pp"
+        span = f"{lo:+.1f} .. {hi:+.1f} pp"
+    elif rel is not None and rel_ci is not None:
+        amount, unit = abs(rel) * 100, "%"
+        span = f"{rel_ci[0] * 100:+.1f}% .. {rel_ci[1] * 100:+.1f}%"
+    else:
+        amount, unit = abs(diff), " ms"
+        span = f"{ci[0]:+.1f} .. {ci[1]:+.1f} ms"
+    if not r["significant"]:
+        return f"{label}: no significant difference between {name} and {base} (95% CI {span})"
+    direction = "lower" if diff < 0 else "higher"
+    tone = "better" if _better(sample, r) else "worse"
+    return f"{label}: {name} is {amount:.1f}{unit} {direction} than {base} (95% CI {span}): {tone}"
+
+
+def compare_arms(
+    runs: Sequence[RunResult],
+    metrics: Sequence[Mapping[str, Any]],
+    *,
+    slo_ttft_ms: float | None,
+    slo_tpot_ms: float | None,
+    seed: int,
+    n_boot: int = DEFAULT_N_BOOT,
+) -> list[dict[str, Any]]:
+    """Compare every arm after the first with the first (the baseline).
+
+    For each, a paired bootstrap 95% CI of the change in p50 TTFT, p90 TTFT and, when a
+    target applies, SLO attainment, each with a one-line verdict. ``metrics`` are the
+    arms' :func:`compute_metrics` results, in the order of ``runs``. Each comparison has
+    ``baseline``, ``policy``, ``n_requests``, ``metrics`` (one row per compared metric:
+    the :class:`BootstrapDiff` fields plus ``metric``, ``label``, ``better`` and
+    ``verdict``) and ``verdicts`` (the verdict lines).
+    """
+    if len(runs) != len(metrics):
+        raise ValueError(f"{len(runs)} runs but {len(metrics)} metrics; pass one per run")
+    if len(runs) < 2:
+        return []
+    samples = [
+        per_request_samples(r, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms) for r in runs
+    ]
+    with_slo = any(m.get("slo_attainment") is not None for m in metrics)
+    base_run, base_samples = runs[0], samples[0]
+    out: list[dict[str, Any]] = []
+    for run, other in zip(runs[1:], samples[1:], strict=True):
+        series: dict[str, tuple[list[float | None], list[float | None], Statistic]] = {}
+        pairs = {
+            key: _aligned(base_run, run, base_samples[key], other[key])
+            for key in ("ttft_ms", "met_slo")
+        }
+        for key, _, sample, stat in _COMPARED:
+            if sample != "met_slo" or with_slo:
+                series[key] = (*pairs[sample], stat)
+        boot = paired_bootstrap(series, n_boot=n_boot, seed=seed)
+        rows = [
+            {
+                "metric": key,
+                "label": label,
+                **boot[key],
+                "better": _better(sample, boot[key]),
+                "verdict": _verdict(label, sample, run.policy, base_run.policy, boot[key]),
+            }
+            for key, label, sample, _ in _COMPARED
+            if key in boot
+        ]
+        out.append(
+            {
+                "baseline": base_run.policy,
+                "policy": run.policy,
+                "n_requests": len(pairs["ttft_ms"][0]),
+                "metrics": rows,
+                "verdicts": [row["verdict"] for row in rows],
+            }
+        )
+    return out

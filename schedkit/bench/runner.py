@@ -1,0 +1,173 @@
+"""The A/B runner: one request stream, several policies, side-by-side results."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from schedkit.bench.metrics import compute_metrics
+from schedkit.bench.records import RunResult
+from schedkit.bench.report import compare_arms, write_report
+from schedkit.config import load_config
+from schedkit.errors import SchedkitError
+from schedkit.facade import PolicyFacade
+from schedkit.sim.costmodel import RooflineCostModel, make_cost_model
+from schedkit.sim.engine import SimConfig, SimEngine
+from schedkit.sim.workloads import Workload, load_workload
+
+ENGINES = ("sim",)
+GOODPUT_TARGET = 0.9  # DistServe: the rate at which 90% of requests meet both SLOs
+
+
+class BenchSpec(BaseModel):
+    """Everything ``schedkit bench`` was asked to do."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    workload: str
+    policies: list[str] = Field(min_length=1)
+    engine: str = "sim"
+    model: str = "Llama-3-8B"
+    gpu: str = "H100-SXM"
+    tp: int = Field(1, ge=1)
+    profile: str | None = None
+    rate_scale: float = Field(1.0, gt=0)
+    max_requests: int | None = Field(None, gt=0)
+    seed: int = 0
+    slo_ttft_ms: float | None = Field(None, gt=0)
+    slo_tpot_ms: float | None = Field(None, gt=0)
+    goodput: bool = False
+    max_num_seqs: int = Field(256, gt=0)
+    max_num_batched_tokens: int = Field(8192, gt=0)
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
+    block_size: int = Field(16, gt=0)
+    prefix_caching: bool = True
+    kv_blocks: int | None = Field(None, gt=0)
+
+
+Progress = Callable[[str, int, int], None]  # (arm label, requests done, total)
+
+
+class Bench:
+    """Prepared workload, cost model and engine config shared by every arm."""
+
+    def __init__(self, spec: BenchSpec) -> None:
+        if spec.engine not in ENGINES:
+            raise SchedkitError(
+                f"unknown engine {spec.engine!r}; this install provides: {', '.join(ENGINES)}."
+                " vllm-twin, vllm and sglang come with the schedkit-vllm / schedkit-sglang adapters."
+            )
+        self.spec = spec
+        base = load_workload(spec.workload, seed=spec.seed)
+        if spec.max_requests:
+            base = base.truncated(spec.max_requests)
+        if not base.requests:
+            raise SchedkitError(f"workload {spec.workload!r} has no requests")
+        self.base = base
+        self.cost, model, gpu = make_cost_model(spec.model, spec.gpu, spec.tp, spec.profile)
+        blocks = spec.kv_blocks or RooflineCostModel(model, gpu, spec.tp).kv_capacity_blocks(
+            spec.block_size, spec.gpu_memory_utilization
+        )
+        self.sim_config = SimConfig(
+            num_blocks=blocks,
+            block_size=spec.block_size,
+            max_num_seqs=spec.max_num_seqs,
+            max_num_batched_tokens=spec.max_num_batched_tokens,
+            enable_prefix_caching=spec.prefix_caching,
+            hash_block_tokens=base.hash_block_tokens,
+        )
+        self.configs = [load_config(p) for p in spec.policies]
+        for cfg in self.configs:  # fail on unknown policies or bad options before running
+            PolicyFacade.from_config(cfg)
+        self.engine_info: dict[str, Any] = {
+            "engine": spec.engine,
+            "model": model.name,
+            "gpu": gpu.name,
+            "tp": spec.tp,
+            "cost_model": self.cost.describe(),
+            **self.sim_config.model_dump(exclude={"timeline_interval_s"}),
+        }
+
+    def run_arm(self, index: int, rate_scale: float, progress: Progress | None = None) -> RunResult:
+        workload = self.base.scaled(rate_scale) if rate_scale != 1.0 else self.base
+        facade = PolicyFacade.from_config(self.configs[index])
+        engine = SimEngine(workload.requests, self.cost, self.sim_config, facade)
+        return engine.run()
+
+    def metrics(self, run: RunResult) -> dict[str, Any]:
+        return compute_metrics(run, slo_ttft_ms=self.spec.slo_ttft_ms, slo_tpot_ms=self.spec.slo_tpot_ms)
+
+    def goodput(self, index: int) -> dict[str, Any]:
+        """Highest request rate at which >= 90% of requests meet both SLOs (bisection)."""
+        base_rate = _rate(self.base)
+
+        def attainment(scale: float) -> float:
+            value = self.metrics(self.run_arm(index, scale))["slo_attainment"]
+            return float(value) if value is not None else 0.0
+
+        lo, hi = 0.0, self.spec.rate_scale
+        while attainment(hi) >= GOODPUT_TARGET and hi < 1024:
+            lo, hi = hi, hi * 2
+        if lo == 0.0:
+            lo = hi
+            while lo > 1e-3 and attainment(lo) < GOODPUT_TARGET:
+                hi, lo = lo, lo / 2
+            if lo <= 1e-3:
+                return {"goodput_rps": 0.0, "goodput_rate_scale": 0.0}
+        for _ in range(6):
+            mid = (lo + hi) / 2
+            if attainment(mid) >= GOODPUT_TARGET:
+                lo = mid
+            else:
+                hi = mid
+        return {"goodput_rps": lo * base_rate, "goodput_rate_scale": lo}
+
+
+def _rate(workload: Workload) -> float:
+    reqs = workload.requests
+    span = reqs[-1].arrival_s - reqs[0].arrival_s
+    return len(reqs) / span if span > 0 else float(len(reqs))
+
+
+def run_bench(spec: BenchSpec, out_dir: Path, progress: Progress | None = None) -> dict[str, Any]:
+    """Run every arm on the identical request stream; write results.json and reports."""
+    bench = Bench(spec)
+    if spec.goodput and spec.slo_ttft_ms is None and spec.slo_tpot_ms is None:
+        if not any(r.slo_ttft_ms or r.slo_tpot_ms for r in bench.base.requests):
+            raise SchedkitError("--goodput needs SLOs: pass --slo-ttft-ms and/or --slo-tpot-ms")
+    runs: list[RunResult] = []
+    arms: list[dict[str, Any]] = []
+    for i, cfg in enumerate(bench.configs):
+        if progress:
+            progress(cfg.label, i, len(bench.configs))
+        run = bench.run_arm(i, spec.rate_scale)
+        run.policy = cfg.label
+        metrics = bench.metrics(run)
+        if spec.goodput:
+            metrics.update(bench.goodput(i))
+        runs.append(run)
+        arms.append({"policy": cfg.label, "config": cfg.model_dump(), "metrics": metrics})
+    if progress:
+        progress("done", len(bench.configs), len(bench.configs))
+    workload = bench.base.scaled(spec.rate_scale) if spec.rate_scale != 1.0 else bench.base
+    results: dict[str, Any] = {
+        "workload": {**workload.summary(), "rate_scale": spec.rate_scale, "seed": spec.seed},
+        "engine": bench.engine_info,
+        "slo": {"ttft_ms": spec.slo_ttft_ms, "tpot_ms": spec.slo_tpot_ms},
+        "arms": arms,
+    }
+    results["comparisons"] = compare_arms(
+        runs,
+        [a["metrics"] for a in arms],
+        slo_ttft_ms=spec.slo_ttft_ms,
+        slo_tpot_ms=spec.slo_tpot_ms,
+        seed=spec.seed,
+    )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "results.json").write_text(json.dumps(results, indent=2, default=str))
+    write_report(out_dir, results, runs)
+    return results

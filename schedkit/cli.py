@@ -1,0 +1,84 @@
+"""The ``schedkit`` command: list policies, run A/B benchmarks, calibrate cost models."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from schedkit.errors import SchedkitError
+from schedkit.plugins import PolicyRegistry, implemented_hooks
+
+app = typer.Typer(
+    help="Pluggable scheduling policies for LLM serving engines.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+err = Console(stderr=True)
+
+
+def describe_policies(registry: PolicyRegistry) -> list[dict[str, Any]]:
+    """Each installed policy: distribution, version, hooks, options schema (or its error)."""
+    rows: list[dict[str, Any]] = []
+    for entry in registry.entries():
+        row: dict[str, Any] = {
+            "name": entry.name,
+            "distribution": entry.distribution,
+            "version": entry.version,
+            "target": entry.target,
+        }
+        try:
+            cls = entry.load()
+        except SchedkitError as exc:
+            row["error"] = str(exc)
+        else:
+            row["hooks"] = implemented_hooks(cls)
+            row["options_schema"] = cls.Options.model_json_schema()
+            row["summary"] = (cls.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
+        rows.append(row)
+    return rows
+
+
+@app.command()
+def policies(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """List installed policies with their distribution, hooks and options."""
+    rows = describe_policies(PolicyRegistry.discover())
+    for row in rows:
+        if "error" in row:
+            err.print(f"[red]error:[/red] {row['error']}", highlight=False)
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    table = Table("policy", "distribution", "hooks", "options", "summary")
+    for row in rows:
+        options = ", ".join(row.get("options_schema", {}).get("properties", {})) or "-"
+        hooks = ", ".join(row.get("hooks", [])) or ("(import failed)" if "error" in row else "-")
+        table.add_row(
+            row["name"], f"{row['distribution']} {row['version']}", hooks, options, row.get("summary", "")
+        )
+    Console().print(table)
+
+
+def main() -> None:
+    from schedkit.bench import cli as bench_cli  # registers bench and calibrate
+
+    bench_cli.register(app)
+    try:
+        app()
+    except SchedkitError as exc:
+        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()
+
+
+__all__ = ["app", "describe_policies", "main"]

@@ -1,0 +1,394 @@
+"""How long one engine step takes: a roofline model, a fitted linear model, and the fit.
+
+A step is described by ``prefill_tokens`` (prompt tokens computed), ``decode_tokens`` (one
+per decoding request), ``kv_tokens`` (KV-cache tokens attention reads: the scheduled
+requests' context lengths after this step) and ``attn_pairs`` (query-key pairs: a decode
+token adds its context length, a prefill chunk of n tokens after c cached ones adds
+n*c + n*(n+1)/2). ``decode_run_time`` / ``decode_steps_before`` answer questions about a
+run of identical pure-decode steps in closed form, so the simulator can skip over it.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from schedkit.errors import SchedkitError
+from schedkit.sim.profiles import (
+    GPUProfile,
+    ModelProfile,
+    get_gpu,
+    get_model,
+    kv_capacity_tokens,
+    load_profile_file,
+)
+
+TimingRow = tuple[int, int, int, float]
+TIMINGS_HEADER = ("prefill_tokens", "decode_tokens", "kv_tokens", "seconds")
+LINEAR_COEFFICIENTS = ("c0", "c_prefill", "c_decode", "c_kv", "c_attn")
+
+
+class CostModel(Protocol):
+    def step_time(
+        self, prefill_tokens: int, decode_tokens: int, kv_tokens: int, attn_pairs: int
+    ) -> float:
+        """Seconds one step takes; 0 for a step with no tokens."""
+        ...
+
+    def decode_run_time(self, n: int, kv0: int, k: int) -> float:
+        """Sum over j < k of ``step_time(0, n, kv0 + n*j, kv0 + n*j)``."""
+        ...
+
+    def decode_steps_before(self, n: int, kv0: int, budget_s: float, k_max: int) -> int:
+        """How many of the run's first ``k_max`` steps start strictly before ``budget_s``."""
+        ...
+
+
+class RooflineCostModel:
+    """Step time = overhead + max(compute time, memory time), split evenly over ``tp`` GPUs.
+
+    Each step reads the weights once plus the KV cache it attends over; it computes
+    2 FLOPs per parameter per token plus 4 per (query, key) pair per head dimension.
+    """
+
+    def __init__(
+        self,
+        model: ModelProfile,
+        gpu: GPUProfile,
+        tp: int = 1,
+        compute_efficiency: float = 0.7,
+        bandwidth_efficiency: float = 0.85,
+        step_overhead_s: float = 0.0005,
+    ) -> None:
+        if tp < 1:
+            raise SchedkitError(f"tp must be >= 1, got {tp}")
+        if not (0.0 < compute_efficiency <= 1.0 and 0.0 < bandwidth_efficiency <= 1.0):
+            raise SchedkitError(
+                "compute_efficiency and bandwidth_efficiency must be in (0, 1], got"
+                f" {compute_efficiency} and {bandwidth_efficiency}"
+            )
+        if not (math.isfinite(step_overhead_s) and step_overhead_s >= 0.0):
+            raise SchedkitError(f"step_overhead_s must be >= 0 seconds, got {step_overhead_s}")
+        if min(gpu.tflops, gpu.mem_bw_gbs) <= 0:
+            raise SchedkitError(f"GPU {gpu.name!r} needs positive tflops and mem_bw_gbs")
+        self.model, self.gpu, self.tp = model, gpu, tp
+        self.compute_efficiency = compute_efficiency
+        self.bandwidth_efficiency = bandwidth_efficiency
+        self.step_overhead_s = step_overhead_s
+        self._flops_per_s = tp * gpu.tflops * 1e12 * compute_efficiency
+        self._bytes_per_s = tp * gpu.mem_bw_gbs * 1e9 * bandwidth_efficiency
+        self._flops_per_token = 2.0 * model.num_params
+        self._flops_per_pair = 4.0 * model.num_layers * model.num_heads * model.head_dim
+        self._weight_bytes = float(model.weight_bytes)
+        self._kv_bytes = float(model.kv_bytes_per_token)
+
+    def roofline_times(
+        self, prefill_tokens: int, decode_tokens: int, kv_tokens: int, attn_pairs: int
+    ) -> tuple[float, float]:
+        """(compute seconds, memory seconds) of a step, before overhead and the max."""
+        tokens = prefill_tokens + decode_tokens
+        flops = self._flops_per_token * tokens + self._flops_per_pair * attn_pairs
+        memory_bytes = self._weight_bytes + self._kv_bytes * kv_tokens
+        return flops / self._flops_per_s, memory_bytes / self._bytes_per_s
+
+    def step_time(
+        self, prefill_tokens: int, decode_tokens: int, kv_tokens: int, attn_pairs: int
+    ) -> float:
+        _check_step(prefill_tokens, decode_tokens, kv_tokens, attn_pairs)
+        if prefill_tokens + decode_tokens == 0:
+            return 0.0
+        compute, memory = self.roofline_times(prefill_tokens, decode_tokens, kv_tokens, attn_pairs)
+        return self.step_overhead_s + max(compute, memory)
+
+    def decode_run_time(self, n: int, kv0: int, k: int) -> float:
+        _check_run(n, kv0, k)
+        if n == 0 or k == 0:
+            return 0.0
+        # Compute and memory time are each linear in j; their max is summed piecewise.
+        fc, fm = self._flops_per_s, self._bytes_per_s
+        compute_a = (self._flops_per_token * n + self._flops_per_pair * kv0) / fc
+        compute_b = self._flops_per_pair * n / fc
+        memory_a = (self._weight_bytes + self._kv_bytes * kv0) / fm
+        memory_b = self._kv_bytes * n / fm
+        return k * self.step_overhead_s + _sum_max_of_lines(
+            compute_a, compute_b, memory_a, memory_b, k
+        )
+
+    def decode_steps_before(self, n: int, kv0: int, budget_s: float, k_max: int) -> int:
+        return _steps_before(lambda j: self.decode_run_time(n, kv0, j), budget_s, k_max)
+
+    def kv_capacity_tokens(self, gpu_memory_utilization: float = 0.9) -> int:
+        """KV-cache tokens left once weights and a 1 GB/GPU activation reserve are placed."""
+        return kv_capacity_tokens(self.model, self.gpu, self.tp, gpu_memory_utilization)
+
+    def kv_capacity_blocks(self, block_size: int = 16, gpu_memory_utilization: float = 0.9) -> int:
+        if block_size < 1:
+            raise SchedkitError(f"block_size must be >= 1 token, got {block_size}")
+        return self.kv_capacity_tokens(gpu_memory_utilization) // block_size
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "kind": "roofline",
+            "model": self.model.name,
+            "gpu": self.gpu.name,
+            "tp": self.tp,
+            "compute_efficiency": self.compute_efficiency,
+            "bandwidth_efficiency": self.bandwidth_efficiency,
+            "step_overhead_s": self.step_overhead_s,
+        }
+
+
+class LinearCostModel:
+    """Step time = c0 + c_prefill*prefill + c_decode*decode + c_kv*kv + c_attn*pairs."""
+
+    def __init__(
+        self, c0: float, c_prefill: float, c_decode: float, c_kv: float, c_attn: float = 0.0
+    ) -> None:
+        values = (c0, c_prefill, c_decode, c_kv, c_attn)
+        for label, value in zip(LINEAR_COEFFICIENTS, values, strict=True):
+            if not (math.isfinite(value) and value >= 0.0):
+                raise SchedkitError(f"{label} must be a finite number >= 0, got {value}")
+        self.c0, self.c_prefill, self.c_decode, self.c_kv, self.c_attn = values
+
+    def step_time(
+        self, prefill_tokens: int, decode_tokens: int, kv_tokens: int, attn_pairs: int
+    ) -> float:
+        _check_step(prefill_tokens, decode_tokens, kv_tokens, attn_pairs)
+        if prefill_tokens + decode_tokens == 0:
+            return 0.0
+        return (
+            self.c0
+            + self.c_prefill * prefill_tokens
+            + self.c_decode * decode_tokens
+            + self.c_kv * kv_tokens
+            + self.c_attn * attn_pairs
+        )
+
+    def decode_run_time(self, n: int, kv0: int, k: int) -> float:
+        _check_run(n, kv0, k)
+        if n == 0 or k == 0:
+            return 0.0
+        per_kv = self.c_kv + self.c_attn
+        return _sum_linear(self.c0 + self.c_decode * n + per_kv * kv0, per_kv * n, 0, k)
+
+    def decode_steps_before(self, n: int, kv0: int, budget_s: float, k_max: int) -> int:
+        return _steps_before(lambda j: self.decode_run_time(n, kv0, j), budget_s, k_max)
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "linear", **{name: getattr(self, name) for name in LINEAR_COEFFICIENTS}}
+
+
+def _check_step(prefill_tokens: int, decode_tokens: int, kv_tokens: int, attn_pairs: int) -> None:
+    if min(prefill_tokens, decode_tokens, kv_tokens, attn_pairs) < 0:
+        raise SchedkitError(
+            "step_time arguments must be >= 0, got"
+            f" prefill_tokens={prefill_tokens}, decode_tokens={decode_tokens},"
+            f" kv_tokens={kv_tokens}, attn_pairs={attn_pairs}"
+        )
+
+
+def _check_run(n: int, kv0: int, k: int) -> None:
+    if min(n, kv0, k) < 0:
+        raise SchedkitError(f"decode run arguments must be >= 0, got n={n}, kv0={kv0}, k={k}")
+
+
+def _sum_linear(a: float, b: float, lo: int, hi: int) -> float:
+    """Sum of a + b*j for lo <= j < hi."""
+    count = hi - lo
+    return count * a + b * (lo + hi - 1) * count / 2 if count > 0 else 0.0
+
+
+def _sum_max_of_lines(a1: float, b1: float, a2: float, b2: float, k: int) -> float:
+    """Sum over j < k of max(a1 + b1*j, a2 + b2*j); the max switches line at most once."""
+    if b1 == b2:
+        return _sum_linear(max(a1, a2), b1, 0, k)
+    if b1 < b2:
+        a1, b1, a2, b2 = a2, b2, a1, b1
+    # Line 1 is steeper, so it is the max from j >= cross onwards.
+    cross = (a2 - a1) / (b1 - b2)
+    split = math.ceil(min(max(cross, 0.0), float(k)))
+    return _sum_linear(a2, b2, 0, split) + _sum_linear(a1, b1, split, k)
+
+
+def _steps_before(run_time: Callable[[int], float], budget_s: float, k_max: int) -> int:
+    """Smallest j in [0, k_max] with run_time(j) >= budget_s, else k_max (run_time rises)."""
+    if k_max < 0 or math.isnan(budget_s):
+        raise SchedkitError(f"need k_max >= 0 and a budget_s number, got {k_max}, {budget_s}")
+    lo, hi = 0, k_max
+    if run_time(hi) < budget_s:
+        return k_max
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if run_time(mid) >= budget_s:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def fit_linear(rows: Sequence[TimingRow]) -> tuple[LinearCostModel, float]:
+    """Least-squares fit of c0, c_prefill, c_decode, c_kv (all >= 0); returns (model, MAPE)."""
+    if len(rows) < 4:
+        raise SchedkitError(
+            f"fit_linear needs at least 4 timing rows (one per coefficient), got {len(rows)}"
+        )
+    for i, (prefill, decode, kv, seconds) in enumerate(rows):
+        if min(prefill, decode, kv) < 0 or prefill + decode == 0:
+            raise SchedkitError(f"timing row {i} needs token counts >= 0 and at least one token")
+        if not (math.isfinite(seconds) and seconds > 0):
+            raise SchedkitError(f"timing row {i} needs seconds > 0, got {seconds}")
+    features = [[1.0, float(p), float(d), float(kv)] for p, d, kv, _ in rows]
+    targets = [seconds for *_, seconds in rows]
+    # Scale columns to max 1 so the normal equations stay well conditioned.
+    scale = [max(abs(x[c]) for x in features) for c in range(4)]
+    free = [c for c in range(4) if scale[c] > 0]
+    scaled = [[x[c] / scale[c] if scale[c] else 0.0 for c in range(4)] for x in features]
+    coef = [0.0] * 4
+    while free:
+        solution = _least_squares([[x[c] for c in free] for x in scaled], targets)
+        coef = [0.0] * 4
+        for c, value in zip(free, solution, strict=True):
+            coef[c] = value
+        worst = min(free, key=lambda c: coef[c])
+        if coef[worst] >= 0:
+            break
+        free.remove(worst)  # clamp the most negative coefficient to 0 and refit the rest
+    c0, c_prefill, c_decode, c_kv = (
+        max(coef[c], 0.0) / scale[c] if scale[c] else 0.0 for c in range(4)
+    )
+    model = LinearCostModel(c0, c_prefill, c_decode, c_kv)
+    mape = sum(abs(model.step_time(p, d, kv, 0) - s) / s for p, d, kv, s in rows) / len(rows)
+    return model, mape
+
+
+def _least_squares(x: list[list[float]], y: list[float]) -> list[float]:
+    """Solve the normal equations (with a tiny ridge) by Gaussian elimination."""
+    k = len(x[0])
+    a = [[sum(r[i] * r[j] for r in x) for j in range(k)] for i in range(k)]
+    b = [sum(r[i] * t for r, t in zip(x, y, strict=True)) for i in range(k)]
+    ridge = 1e-12 * max(a[i][i] for i in range(k))  # keeps collinear columns solvable
+    for i in range(k):
+        a[i][i] += ridge
+    for col in range(k):
+        pivot = max(range(col, k), key=lambda r: abs(a[r][col]))
+        a[col], a[pivot], b[col], b[pivot] = a[pivot], a[col], b[pivot], b[col]
+        for r in range(col + 1, k):
+            factor = a[r][col] / a[col][col]
+            for c in range(col, k):
+                a[r][c] -= factor * a[col][c]
+            b[r] -= factor * b[col]
+    solution = [0.0] * k
+    for i in reversed(range(k)):
+        rest = sum(a[i][c] * solution[c] for c in range(i + 1, k))
+        solution[i] = (b[i] - rest) / a[i][i]
+    return solution
+
+
+def read_timings_csv(path: str | Path) -> list[TimingRow]:
+    """Rows of a ``prefill_tokens,decode_tokens,kv_tokens,seconds`` CSV; blank lines skipped."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SchedkitError(f"cannot read timings file {path}: {exc.strerror}") from exc
+    reader = csv.reader(text.splitlines())
+    rows: list[TimingRow] = []
+    header_seen = False
+    for fields in reader:
+        cells = [cell.strip() for cell in fields]
+        if not any(cells):
+            continue
+        where = f"{path}, line {reader.line_num}"
+        if not header_seen:
+            if tuple(cells) != TIMINGS_HEADER:
+                raise SchedkitError(f"{where}: header must be {','.join(TIMINGS_HEADER)}")
+            header_seen = True
+        else:
+            rows.append(_parse_timing_row(cells, where))
+    if not header_seen:
+        raise SchedkitError(f"timings file {path} is empty; expected a header and rows")
+    return rows
+
+
+def _parse_timing_row(cells: list[str], where: str) -> TimingRow:
+    if len(cells) != 4:
+        raise SchedkitError(f"{where}: expected 4 fields, got {len(cells)}")
+    counts = [int(c) if c.isdigit() else -1 for c in cells[:3]]
+    for label, cell, count in zip(TIMINGS_HEADER, cells, counts, strict=False):
+        if count < 0:
+            raise SchedkitError(f"{where}: {label} must be an integer >= 0, got {cell!r}")
+    try:
+        seconds = float(cells[3])
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise SchedkitError(f"{where}: seconds must be a number > 0, got {cells[3]!r}")
+    return counts[0], counts[1], counts[2], seconds
+
+
+class _LinearProfile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["linear"]
+    c0: float = Field(ge=0, allow_inf_nan=False)
+    c_prefill: float = Field(ge=0, allow_inf_nan=False)
+    c_decode: float = Field(ge=0, allow_inf_nan=False)
+    c_kv: float = Field(ge=0, allow_inf_nan=False)
+    c_attn: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    mape: float | None = Field(default=None, ge=0)
+    source: str = ""
+
+
+def save_cost_profile(model: LinearCostModel, path: str | Path, mape: float, source: str) -> None:
+    """Write a fitted model as JSON: ``{"kind": "linear", "c0": ..., "mape": ..., ...}``."""
+    Path(path).write_text(json.dumps({**model.describe(), "mape": mape, "source": source}) + "\n")
+
+
+def load_cost_profile(path: str | Path) -> LinearCostModel:
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise SchedkitError(f"cannot read cost profile {path}: {exc.strerror}") from exc
+    except json.JSONDecodeError as exc:
+        raise SchedkitError(f"cost profile {path} is not valid JSON: {exc}") from exc
+    try:
+        p = _LinearProfile.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise SchedkitError(f"invalid cost profile {path}: {problems}; refit it") from exc
+    return LinearCostModel(p.c0, p.c_prefill, p.c_decode, p.c_kv, p.c_attn)
+
+
+def make_cost_model(
+    model_name: str, gpu_name: str, tp: int, profile_path: str | Path | None
+) -> tuple[RooflineCostModel | LinearCostModel, ModelProfile, GPUProfile]:
+    """The bench's cost model and the profiles it sizes the KV cache from.
+
+    ``profile_path`` may be a fitted cost profile (JSON with ``"kind": "linear"``), whose
+    model then times steps; or a GPU/model profile file, registered before the lookup.
+    """
+    timing: LinearCostModel | None = None
+    if profile_path is not None:
+        if _is_cost_profile(Path(profile_path)):
+            timing = load_cost_profile(profile_path)
+        else:
+            load_profile_file(profile_path)
+    model, gpu = get_model(model_name), get_gpu(gpu_name)
+    return timing if timing is not None else RooflineCostModel(model, gpu, tp), model, gpu
+
+
+def _is_cost_profile(path: Path) -> bool:
+    if path.suffix != ".json":
+        return False
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return False  # let the profile loader report it
+    return isinstance(data, dict) and "kind" in data

@@ -1,0 +1,268 @@
+"""Hardware and model profiles the simulator's cost model is built from.
+
+Built-in GPUs and Llama-style models, looked up by name (case-insensitive), plus
+user profiles loaded from a TOML/JSON file with ``[[gpu]]`` / ``[[model]]`` tables.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from schedkit.errors import SchedkitError
+
+
+@dataclass(frozen=True)
+class GPUProfile:
+    """One accelerator: dense bf16 compute, memory bandwidth and memory size."""
+
+    name: str
+    tflops: float
+    mem_bw_gbs: float
+    mem_gb: float
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    """A Llama-style decoder (GQA attention, gated MLP, untied embeddings)."""
+
+    name: str
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    intermediate_size: int
+    dtype_bytes: int = 2
+
+    @property
+    def num_params(self) -> int:
+        """Parameter count: embeddings + lm_head + per-layer attention, MLP and norms."""
+        h = self.hidden_size
+        q_out = self.num_heads * self.head_dim
+        kv_out = self.num_kv_heads * self.head_dim
+        attention = h * q_out + 2 * h * kv_out + q_out * h
+        mlp = 3 * h * self.intermediate_size
+        per_layer = attention + mlp + 2 * h  # two RMSNorm weight vectors
+        return 2 * self.vocab_size * h + self.num_layers * per_layer + h  # + final norm
+
+    @property
+    def weight_bytes(self) -> int:
+        return self.num_params * self.dtype_bytes
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """K and V for every layer and KV head."""
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes
+
+
+# Memory each GPU keeps for activations and the CUDA context, outside the KV cache.
+ACTIVATION_RESERVE_BYTES_PER_GPU = 1e9
+
+
+def kv_capacity_tokens(
+    model: ModelProfile, gpu: GPUProfile, tp: int = 1, gpu_memory_utilization: float = 0.9
+) -> int:
+    """KV-cache tokens that fit once weights and the activation reserve are placed."""
+    if tp < 1:
+        raise SchedkitError(f"tp must be >= 1, got {tp}")
+    if not 0.0 < gpu_memory_utilization <= 1.0:
+        raise SchedkitError(
+            f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}"
+        )
+    per_gpu = gpu.mem_gb * 1e9 * gpu_memory_utilization - ACTIVATION_RESERVE_BYTES_PER_GPU
+    free = tp * per_gpu - model.weight_bytes
+    tokens = int(free // model.kv_bytes_per_token) if free > 0 else 0
+    if tokens > 0:
+        return tokens
+    usable = f"{tp * gpu.mem_gb * gpu_memory_utilization:.0f} GB"
+    if per_gpu <= 0:
+        fix = "raise gpu_memory_utilization"
+    else:
+        fix = f"use --tp {int(model.weight_bytes // per_gpu) + 1} or more"
+    raise SchedkitError(
+        f"{model.name} needs ~{model.weight_bytes / 1e9:.0f} GB of weights; {gpu.name} x tp={tp}"
+        f" has {usable} at utilisation {gpu_memory_utilization}: {fix}"
+    )
+
+
+BUILTIN_GPUS = (
+    GPUProfile("A100-80GB", tflops=312.0, mem_bw_gbs=2039.0, mem_gb=80.0),
+    GPUProfile("H100-SXM", tflops=989.0, mem_bw_gbs=3350.0, mem_gb=80.0),
+    GPUProfile("H200", tflops=989.0, mem_bw_gbs=4800.0, mem_gb=141.0),
+)
+BUILTIN_MODELS = (
+    ModelProfile("Llama-3-8B", 32, 4096, 32, 8, 128, 128256, 14336),
+    ModelProfile("Llama-3-70B", 80, 8192, 64, 8, 128, 128256, 28672),
+    ModelProfile("Qwen2.5-7B", 28, 3584, 28, 4, 128, 152064, 18944),
+    ModelProfile("Qwen2.5-14B", 48, 5120, 40, 8, 128, 152064, 13824),
+)
+BUILTIN_GPU_ALIASES = {"H100": "H100-SXM", "A100": "A100-80GB"}
+
+
+class _GPUEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1)
+    tflops: float = Field(gt=0, allow_inf_nan=False)
+    mem_bw_gbs: float = Field(gt=0, allow_inf_nan=False)
+    mem_gb: float = Field(gt=0, allow_inf_nan=False)
+
+
+class _ModelEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1)
+    num_layers: int = Field(gt=0)
+    hidden_size: int = Field(gt=0)
+    num_heads: int = Field(gt=0)
+    num_kv_heads: int = Field(gt=0)
+    head_dim: int = Field(gt=0)
+    vocab_size: int = Field(gt=0)
+    intermediate_size: int = Field(gt=0)
+    dtype_bytes: int = Field(default=2, gt=0)
+
+    @model_validator(mode="after")
+    def _check_heads(self) -> _ModelEntry:
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"num_heads ({self.num_heads}) must be a multiple of"
+                f" num_kv_heads ({self.num_kv_heads})"
+            )
+        return self
+
+
+class _ProfileFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    gpu: list[_GPUEntry] = Field(default_factory=list)
+    model: list[_ModelEntry] = Field(default_factory=list)
+
+
+class ProfileRegistry:
+    """GPU and model profiles by case-insensitive name; aliases map to GPU names."""
+
+    def __init__(self) -> None:
+        self._gpus: dict[str, GPUProfile] = {}
+        self._models: dict[str, ModelProfile] = {}
+        self._gpu_aliases: dict[str, str] = {}
+
+    @classmethod
+    def with_builtins(cls) -> ProfileRegistry:
+        registry = cls()
+        for gpu in BUILTIN_GPUS:
+            registry.register_gpu(gpu)
+        for model in BUILTIN_MODELS:
+            registry.register_model(model)
+        for alias, target in BUILTIN_GPU_ALIASES.items():
+            registry._gpu_aliases[alias.lower()] = target.lower()
+        return registry
+
+    def gpu_names(self) -> list[str]:
+        return sorted(g.name for g in self._gpus.values())
+
+    def model_names(self) -> list[str]:
+        return sorted(m.name for m in self._models.values())
+
+    def get_gpu(self, name: str) -> GPUProfile:
+        key = self._gpu_aliases.get(name.lower(), name.lower())
+        if key not in self._gpus:
+            raise SchedkitError(
+                f"unknown GPU {name!r}; known GPUs: {', '.join(self.gpu_names())}."
+                " Pick one of these or load a profile file with a [[gpu]] table."
+            )
+        return self._gpus[key]
+
+    def get_model(self, name: str) -> ModelProfile:
+        if name.lower() not in self._models:
+            raise SchedkitError(
+                f"unknown model {name!r}; known models: {', '.join(self.model_names())}."
+                " Pick one of these or load a profile file with a [[model]] table."
+            )
+        return self._models[name.lower()]
+
+    def register_gpu(self, gpu: GPUProfile) -> None:
+        """Add ``gpu``; re-registering an identical profile is a no-op."""
+        key = gpu.name.lower()
+        clash = self._gpus.get(key)
+        if key in self._gpu_aliases or (clash is not None and clash != gpu):
+            raise SchedkitError(f"GPU {gpu.name!r} is already defined differently; rename it")
+        self._gpus[key] = gpu
+
+    def register_model(self, model: ModelProfile) -> None:
+        """Add ``model``; re-registering an identical profile is a no-op."""
+        clash = self._models.get(model.name.lower())
+        if clash is not None and clash != model:
+            raise SchedkitError(f"model {model.name!r} is already defined differently; rename it")
+        self._models[model.name.lower()] = model
+
+    def load_file(self, path: str | Path) -> None:
+        """Validate every profile in a TOML/JSON file, then register them all."""
+        path = Path(path)
+        data = _read_profile_data(path)
+        try:
+            parsed = _ProfileFile.model_validate(data)
+        except ValidationError as exc:
+            raise SchedkitError(f"invalid profile file {path}: {_describe(exc)}") from exc
+        gpus = [GPUProfile(**entry.model_dump()) for entry in parsed.gpu]
+        models = [ModelProfile(**entry.model_dump()) for entry in parsed.model]
+        # Check every clash before registering anything, so a bad file changes nothing.
+        trial = ProfileRegistry()
+        trial._gpus, trial._models = dict(self._gpus), dict(self._models)
+        trial._gpu_aliases = dict(self._gpu_aliases)
+        try:
+            for gpu in gpus:
+                trial.register_gpu(gpu)
+            for model in models:
+                trial.register_model(model)
+        except SchedkitError as exc:
+            raise SchedkitError(f"profile file {path}: {exc}") from exc
+        self._gpus, self._models = trial._gpus, trial._models
+
+
+def _read_profile_data(path: Path) -> Any:
+    if path.suffix not in (".toml", ".json"):
+        raise SchedkitError(f"profile file {path} must end in .toml or .json")
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SchedkitError(f"cannot read profile file {path}: {exc.strerror}") from exc
+    try:
+        return tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
+        raise SchedkitError(f"profile file {path} is not valid {path.suffix[1:]}: {exc}") from exc
+
+
+def _describe(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"]).lstrip(".")
+        parts.append(f"{loc or '(top level)'}: {err['msg']}")
+    return "; ".join(parts)
+
+
+DEFAULT_REGISTRY = ProfileRegistry.with_builtins()
+
+
+def get_gpu(name: str) -> GPUProfile:
+    return DEFAULT_REGISTRY.get_gpu(name)
+
+
+def get_model(name: str) -> ModelProfile:
+    return DEFAULT_REGISTRY.get_model(name)
+
+
+def load_profile_file(path: str | Path) -> None:
+    """Register the ``[[gpu]]`` / ``[[model]]`` profiles in ``path`` with the default registry."""
+    DEFAULT_REGISTRY.load_file(path)
+
+
+def profile_dict(profile: GPUProfile | ModelProfile) -> dict[str, Any]:
+    """The profile's fields, for results files."""
+    return asdict(profile)

@@ -1,0 +1,372 @@
+"""Metrics of one arm, the statistics under them, and paired comparisons between arms."""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from schedkit.bench.metrics import compare_arms, compute_metrics, per_request_samples
+from schedkit.bench.records import RequestRecord, RunResult
+from schedkit.bench.stats import (
+    Mean,
+    Quantile,
+    jain,
+    paired_bootstrap,
+    paired_bootstrap_diff,
+    percentile,
+    summary,
+    weighted_percentile,
+    weighted_summary,
+)
+
+
+def rec(
+    rid: str = "r",
+    *,
+    arrival: float = 0.0,
+    scheduled: float | None = None,
+    ttft: float | None = 0.1,
+    duration: float = 1.0,
+    tokens: int = 11,
+    reason: str = "length",
+    tenant: str = "default",
+    priority: int = 0,
+    slo_ttft_ms: float | None = None,
+    slo_tpot_ms: float | None = None,
+) -> RequestRecord:
+    """A request arriving at ``arrival`` whose first token comes ``ttft`` s later and
+    whose last comes ``duration`` s after arrival (times in seconds)."""
+    done = reason in ("length", "stop")
+    return RequestRecord(
+        request_id=rid,
+        tenant=tenant,
+        priority=priority,
+        arrival_s=arrival,
+        prompt_tokens=16,
+        max_tokens=tokens,
+        slo_ttft_ms=slo_ttft_ms,
+        slo_tpot_ms=slo_tpot_ms,
+        output_tokens=tokens if done else 0,
+        finish_reason=reason,
+        reject_reason="queue_full" if reason == "rejected" else "",
+        scheduled_s=(arrival if scheduled is None else scheduled) if done else None,
+        first_token_s=arrival + ttft if done and ttft is not None else None,
+        finish_s=arrival + duration if done else None,
+    )
+
+
+def run_of(records: list[RequestRecord], **kwargs: Any) -> RunResult:
+    kwargs.setdefault("duration_s", 10.0)
+    return RunResult(policy=kwargs.pop("policy", "fcfs"), records=records, **kwargs)
+
+
+def metrics(run: RunResult, ttft: float | None = None, tpot: float | None = None) -> dict[str, Any]:
+    return compute_metrics(run, slo_ttft_ms=ttft, slo_tpot_ms=tpot)
+
+
+# ---------------------------------------------------------------------------
+# latency definitions
+# ---------------------------------------------------------------------------
+
+
+def test_latency_definitions_in_ms() -> None:
+    r = rec(arrival=1.0, scheduled=1.5, ttft=1.0, duration=3.0, tokens=5)
+    m = metrics(run_of([r]))
+    assert m["ttft_ms"] == {"mean": 1000.0, "p50": 1000.0, "p90": 1000.0, "p99": 1000.0}
+    assert m["tpot_ms"]["p50"] == pytest.approx(500.0)  # 2 s over the 4 tokens after the first
+    assert m["e2e_ms"]["p50"] == pytest.approx(3000.0)
+    assert m["queue_ms"]["p50"] == pytest.approx(500.0)
+
+
+def test_single_token_request_has_no_tpot() -> None:
+    m = metrics(run_of([rec(tokens=1)]))
+    assert m["tpot_ms"] == {"mean": None, "p50": None, "p90": None, "p99": None}
+    assert m["ttft_ms"]["p50"] == pytest.approx(100.0)
+
+
+def test_only_completed_requests_give_samples_and_count() -> None:
+    records = [
+        rec("a", ttft=0.2, tokens=10),
+        rec("b", ttft=0.4, reason="stop", tokens=4),
+        rec("c", reason="rejected"),
+        rec("d", reason=""),  # unfinished
+        rec("e", reason="aborted"),
+    ]
+    m = metrics(run_of(records, duration_s=2.0))
+    assert (m["requests"], m["completed"], m["rejected"], m["unfinished"]) == (5, 2, 1, 1)
+    assert m["rejections"] == {"queue_full": 1}  # derived from records when the run has none
+    assert m["ttft_ms"]["mean"] == pytest.approx(300.0)
+    assert m["output_tokens"] == 14
+    assert m["throughput_tok_s"] == pytest.approx(7.0)
+    json.dumps(m)  # JSON-serialisable
+
+
+def test_run_counters_are_passed_through() -> None:
+    run = run_of(
+        [rec()],
+        steps=7,
+        preemptions=3,
+        recomputed_tokens=40,
+        prefix_query_tokens=200,
+        prefix_hit_tokens=50,
+        policy_errors=2,
+        policy_errors_by_hook={"order_waiting": 2},
+        rejections={"too_long": 4},
+        kv_usage_mean=0.25,
+        wall_s=1.5,
+    )
+    m = metrics(run)
+    assert m["prefix_hit_rate"] == 0.25
+    assert m["rejections"] == {"too_long": 4}
+    assert m["policy_errors_by_hook"] == {"order_waiting": 2}
+    for key, value in [("steps", 7), ("preemptions", 3), ("recomputed_tokens", 40)]:
+        assert m[key] == value
+    assert (m["kv_usage_mean"], m["wall_s"], m["duration_s"]) == (0.25, 1.5, 10.0)
+    assert metrics(run_of([rec()]))["prefix_hit_rate"] == 0.0
+
+
+def test_itl_uses_weighted_mean_and_percentiles() -> None:
+    m = metrics(run_of([rec()], itl=[(0.01, 90), (0.1, 10)]))
+    # 100 token gaps: 90 of 10 ms and 10 of 100 ms.
+    assert m["itl_ms"]["mean"] == pytest.approx(19.0)
+    assert m["itl_ms"]["p50"] == pytest.approx(10.0)
+    assert m["itl_ms"]["p90"] == pytest.approx(19.0)  # rank 89.1: 10 ms + 0.1 * 90 ms
+    assert m["itl_ms"]["p99"] == pytest.approx(100.0)
+
+
+# ---------------------------------------------------------------------------
+# SLO attainment
+# ---------------------------------------------------------------------------
+
+
+def test_request_targets_override_global_ones() -> None:
+    records = [
+        rec("meets", ttft=0.8),
+        rec("own_looser_target", ttft=1.5, slo_ttft_ms=2000),
+        rec("own_tighter_target", ttft=0.5, slo_ttft_ms=400),
+        rec("too_slow", ttft=1.2),
+        rec("rejected", reason="rejected"),
+    ]
+    m = metrics(run_of(records), ttft=1000)
+    assert m["slo_attainment"] == pytest.approx(2 / 5)
+    assert per_request_samples(run_of(records), slo_ttft_ms=1000)["met_slo"] == [1, 1, 0, 0, 0]
+
+
+def test_missing_target_is_not_checked_and_one_token_passes_tpot() -> None:
+    slow_decode = rec("slow_decode", ttft=0.1, duration=10.0, tokens=11)  # TPOT 990 ms
+    one_token = rec("one_token", ttft=0.1, tokens=1)
+    assert metrics(run_of([slow_decode]), ttft=500)["slo_attainment"] == 1.0
+    assert metrics(run_of([slow_decode]), tpot=100)["slo_attainment"] == 0.0
+    assert metrics(run_of([one_token]), tpot=1)["slo_attainment"] == 1.0
+
+
+def test_attainment_is_null_only_when_no_target_applies() -> None:
+    assert metrics(run_of([rec(), rec()]))["slo_attainment"] is None
+    assert per_request_samples(run_of([rec()]))["met_slo"] == [None]
+    # One request's own target makes attainment defined; the other passes unchecked.
+    records = [rec("a", ttft=0.3, slo_ttft_ms=200), rec("b"), rec("c", reason="")]
+    assert metrics(run_of(records))["slo_attainment"] == pytest.approx(1 / 3)
+
+
+# ---------------------------------------------------------------------------
+# tenants and priorities
+# ---------------------------------------------------------------------------
+
+
+def test_single_tenant_has_no_breakdown() -> None:
+    m = metrics(run_of([rec("a"), rec("b")]))
+    assert "tenants" not in m and "jain_fairness" not in m and "priorities" not in m
+
+
+def test_jain_over_tenant_mean_ttft() -> None:
+    equal = [rec("a", tenant="x", ttft=0.2), rec("b", tenant="y", ttft=0.2)]
+    assert metrics(run_of(equal))["jain_fairness"] == pytest.approx(1.0)
+    unequal = [
+        rec("a", tenant="x", ttft=0.1),
+        rec("b", tenant="y", ttft=0.2),
+        rec("c", tenant="y", ttft=0.4),
+    ]
+    m = metrics(run_of(unequal), ttft=250)
+    # Means 100 and 300 ms: 400^2 / (2 * (100^2 + 300^2)) = 0.8
+    assert m["jain_fairness"] == pytest.approx(0.8)
+    x, y = m["tenants"]["x"], m["tenants"]["y"]
+    assert (y["requests"], y["completed"], y["rejected"], y["output_tokens"]) == (2, 2, 0, 22)
+    assert x["slo_attainment"] == 1.0 and y["slo_attainment"] == 0.5
+    assert y["ttft_ms"]["mean"] == pytest.approx(300.0)
+
+
+def test_priority_breakdown_includes_queue_max() -> None:
+    records = [
+        rec("a", priority=0, arrival=0.0, scheduled=0.5, ttft=0.6),
+        rec("b", priority=0, arrival=0.0, scheduled=2.0, ttft=2.1),
+        rec("c", priority=1, arrival=0.0, scheduled=0.1, ttft=0.2),
+        rec("d", priority=1, reason="rejected"),
+    ]
+    m = metrics(run_of(records))
+    assert list(m["priorities"]) == ["0", "1"]
+    assert m["priorities"]["0"]["queue_ms_max"] == pytest.approx(2000.0)
+    assert m["priorities"]["1"]["rejected"] == 1
+    assert m["queue_ms_max"] == pytest.approx(2000.0)
+
+
+# ---------------------------------------------------------------------------
+# stats
+# ---------------------------------------------------------------------------
+
+finite = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False)
+
+
+@given(st.lists(finite, min_size=2, max_size=60), st.integers(min_value=1, max_value=99))
+def test_percentile_matches_inclusive_quantiles(values: list[float], q: int) -> None:
+    reference = statistics.quantiles(values, n=100, method="inclusive")[q - 1]
+    assert percentile(sorted(values), q) == pytest.approx(reference, rel=1e-9, abs=1e-6)
+
+
+@given(st.lists(finite, min_size=1, max_size=60))
+def test_percentile_ends_are_min_and_max(values: list[float]) -> None:
+    ordered = sorted(values)
+    assert percentile(ordered, 0) == ordered[0]
+    assert percentile(ordered, 100) == ordered[-1]
+
+
+@given(
+    st.lists(st.tuples(finite, st.integers(min_value=0, max_value=5)), min_size=1, max_size=30),
+    st.floats(min_value=0, max_value=100),
+)
+def test_weighted_percentile_equals_percentile_of_repeated_values(
+    pairs: list[tuple[float, int]], q: float
+) -> None:
+    expanded = sorted(v for v, w in pairs for _ in range(w))
+    if not expanded:
+        with pytest.raises(ValueError):
+            weighted_percentile(pairs, q)
+        return
+    expected = percentile(expanded, q)
+    assert weighted_percentile(pairs, q) == pytest.approx(expected, rel=1e-9, abs=1e-6)
+
+
+def test_summaries_of_nothing_are_null() -> None:
+    assert summary([]) == {"mean": None, "p50": None, "p90": None, "p99": None}
+    assert weighted_summary([(1.0, 0)])["p50"] is None
+    with pytest.raises(ValueError, match="no values"):
+        percentile([], 50)
+    with pytest.raises(ValueError, match=r"outside 0\.\.100"):
+        percentile([1.0], 101)
+
+
+def test_jain_index() -> None:
+    assert jain([5.0, 5.0, 5.0]) == pytest.approx(1.0)
+    assert jain([1.0, 0.0, 0.0, 0.0]) == pytest.approx(0.25)
+    assert jain([0.0, 0.0]) == 1.0
+    with pytest.raises(ValueError):
+        jain([])
+
+
+def _stream(n: int, seed: int = 1) -> list[float]:
+    rng = random.Random(seed)
+    return [rng.expovariate(1 / 100) for _ in range(n)]
+
+
+def test_bootstrap_of_identical_arms_contains_zero() -> None:
+    a: list[float | None] = [*_stream(300), None, None]
+    r = paired_bootstrap_diff(a, list(a), Quantile(90), n_boot=200)
+    assert r["diff"] == 0.0 and r["ci"] == [0.0, 0.0]
+    assert not r["significant"]
+
+
+def test_bootstrap_marks_a_large_shift_significant() -> None:
+    base = _stream(400)
+    noise = random.Random(2)
+    a: list[float | None] = list(base)
+    b: list[float | None] = [x * 0.5 + noise.uniform(0, 5) for x in base]
+    r = paired_bootstrap_diff(a, b, Quantile(50), n_boot=200, seed=3)
+    assert r["significant"] and r["ci"] is not None and r["rel"] is not None
+    assert r["diff"] is not None and r["ci"][0] <= r["diff"] <= r["ci"][1] < 0
+    assert r["rel"] < -0.3
+    assert r == paired_bootstrap_diff(a, b, Quantile(50), n_boot=200, seed=3)  # deterministic
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(st.one_of(st.none(), st.floats(0, 1e4)), min_size=1, max_size=40),
+    st.floats(0, 100),
+    st.integers(0, 10),
+)
+def test_fast_quantile_path_matches_the_generic_path(
+    values: list[float | None], q: float, seed: int
+) -> None:
+    shifted = [None if v is None else v * 1.1 + 1 for v in values]
+
+    def generic(sample: list[float]) -> float:  # sees each resample's values, ascending
+        return percentile(sample, q)
+
+    fast = paired_bootstrap_diff(values, shifted, Quantile(q), n_boot=20, seed=seed)
+    slow = paired_bootstrap_diff(values, shifted, generic, n_boot=20, seed=seed)
+    assert fast["n_boot"] == slow["n_boot"]
+    assert (fast["a"], fast["b"]) == pytest.approx((slow["a"], slow["b"]))
+    assert fast["ci"] == pytest.approx(slow["ci"])
+
+
+def test_shared_resamples_and_mean() -> None:
+    met_a = [1.0] * 50 + [0.0] * 50
+    met_b = [1.0] * 90 + [0.0] * 10
+    out = paired_bootstrap(
+        {"slo": (met_a, met_b, Mean()), "same": (met_a, met_a, Mean())}, n_boot=200
+    )
+    assert out["slo"]["diff"] == pytest.approx(0.4) and out["slo"]["significant"]
+    assert out["same"]["ci"] == [0.0, 0.0]
+    with pytest.raises(ValueError, match="differ in length"):
+        paired_bootstrap({"x": ([1.0], [1.0, 2.0], Mean())})
+
+
+# ---------------------------------------------------------------------------
+# comparisons
+# ---------------------------------------------------------------------------
+
+
+def _arms(factor: float, n: int = 200) -> RunResult:
+    ttfts = _stream(n, seed=5)
+    return run_of(
+        [rec(f"r{i}", ttft=t / 1000 * factor, duration=5.0) for i, t in enumerate(ttfts)],
+        policy=f"x{factor}",
+    )
+
+
+def test_compare_arms_verdicts() -> None:
+    runs = [_arms(1.0), _arms(0.5), _arms(1.0)]
+    runs[2].records.reverse()  # same requests in another order: paired by request id
+    ms = [metrics(r, ttft=100) for r in runs]
+    out = compare_arms(runs, ms, slo_ttft_ms=100, slo_tpot_ms=None, seed=0, n_boot=200)
+    assert [c["policy"] for c in out] == ["x0.5", "x1.0"]
+    faster, same = out
+    assert [row["metric"] for row in faster["metrics"]] == [
+        "ttft_p50_ms",
+        "ttft_p90_ms",
+        "slo_attainment",
+    ]
+    p90 = faster["metrics"][1]
+    assert p90["rel"] == pytest.approx(-0.5) and p90["better"] is True
+    assert p90["verdict"].startswith("p90 TTFT: x0.5 is 50.0% lower than x1.0 (95% CI ")
+    assert p90["verdict"].endswith(": better")
+    slo = faster["metrics"][2]
+    assert slo["diff"] > 0 and slo["better"] is True
+    assert " pp higher than x1.0 (95% CI +" in slo["verdict"] and slo["verdict"].endswith("better")
+    assert faster["verdicts"] == [row["verdict"] for row in faster["metrics"]]
+    for row in same["metrics"]:
+        assert row["ci"] == [0.0, 0.0] and row["better"] is None
+        assert "no significant difference" in row["verdict"]
+    json.dumps(out)
+
+
+def test_compare_arms_without_slo_skips_attainment() -> None:
+    runs = [_arms(1.0, 50), _arms(2.0, 50)]
+    out = compare_arms(runs, [metrics(r) for r in runs], slo_ttft_ms=None, slo_tpot_ms=None, seed=0)
+    assert [row["metric"] for row in out[0]["metrics"]] == ["ttft_p50_ms", "ttft_p90_ms"]
+    assert out[0]["metrics"][0]["verdict"].endswith(": worse")
+    assert compare_arms(runs[:1], [{}], slo_ttft_ms=None, slo_tpot_ms=None, seed=0) == []

@@ -1,0 +1,272 @@
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from schedkit.errors import SchedkitError
+from schedkit.sim.costmodel import (
+    CostModel,
+    LinearCostModel,
+    RooflineCostModel,
+    fit_linear,
+    load_cost_profile,
+    make_cost_model,
+    read_timings_csv,
+    save_cost_profile,
+)
+from schedkit.sim.profiles import GPUProfile, get_gpu, get_model
+
+LLAMA_8B = get_model("Llama-3-8B")
+H100 = get_gpu("H100-SXM")
+
+
+def loop_run_time(cost: CostModel, n: int, kv0: int, k: int) -> float:
+    return sum(cost.step_time(0, n, kv0 + n * j, kv0 + n * j) for j in range(k))
+
+
+def brute_steps_before(cost: CostModel, n: int, kv0: int, budget: float, k_max: int) -> int:
+    elapsed = 0.0
+    for j in range(k_max):
+        if elapsed >= budget:
+            return j
+        elapsed += cost.step_time(0, n, kv0 + n * j, kv0 + n * j)
+    return k_max
+
+
+# GPUs from compute-starved to bandwidth-starved, so both regime orders occur.
+gpus = st.builds(
+    GPUProfile,
+    name=st.just("gpu"),
+    tflops=st.floats(0.01, 5000),
+    mem_bw_gbs=st.floats(10, 20000),
+    mem_gb=st.just(80.0),
+)
+roofline_models = st.builds(
+    RooflineCostModel,
+    model=st.sampled_from([get_model(m) for m in ("Llama-3-8B", "Llama-3-70B", "Qwen2.5-7B")]),
+    gpu=gpus,
+    tp=st.integers(1, 8),
+    compute_efficiency=st.floats(0.05, 1.0),
+    bandwidth_efficiency=st.floats(0.05, 1.0),
+    step_overhead_s=st.floats(0.0, 0.01),
+)
+coefficient = st.floats(0.0, 1e-3)
+linear_models = st.builds(LinearCostModel, coefficient, coefficient, coefficient, coefficient)
+cost_models = st.one_of(roofline_models, linear_models)
+
+
+def test_empty_step_costs_nothing() -> None:
+    assert RooflineCostModel(LLAMA_8B, H100).step_time(0, 0, 500, 0) == 0.0
+    assert LinearCostModel(0.01, 1e-5, 1e-4, 1e-7).step_time(0, 0, 0, 0) == 0.0
+
+
+def test_small_decode_step_is_weight_bandwidth_bound() -> None:
+    cost = RooflineCostModel(LLAMA_8B, H100, step_overhead_s=0.0)
+    compute, memory = cost.roofline_times(0, 1, 1024, 1024)
+    assert memory > 100 * compute
+    bytes_read = LLAMA_8B.weight_bytes + 1024 * LLAMA_8B.kv_bytes_per_token
+    assert cost.step_time(0, 1, 1024, 1024) == pytest.approx(bytes_read / (3350e9 * 0.85))
+
+
+def test_long_prefill_is_compute_bound_and_tp_divides_time() -> None:
+    pairs = 8192 * 8193 // 2
+    one = RooflineCostModel(LLAMA_8B, H100, step_overhead_s=0.0)
+    compute, memory = one.roofline_times(8192, 0, 8192, pairs)
+    assert compute > 5 * memory
+    two = RooflineCostModel(LLAMA_8B, H100, tp=2, step_overhead_s=0.0)
+    assert two.step_time(8192, 0, 8192, pairs) == pytest.approx(compute / 2)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    cost=cost_models,
+    n=st.integers(0, 600),
+    kv0=st.integers(0, 200_000),
+    k=st.integers(0, 400),
+)
+def test_decode_run_time_matches_loop(cost: CostModel, n: int, kv0: int, k: int) -> None:
+    assert cost.decode_run_time(n, kv0, k) == pytest.approx(
+        loop_run_time(cost, n, kv0, k), rel=1e-9, abs=1e-300
+    )
+
+
+def regime(cost: RooflineCostModel, n: int, kv: int) -> str:
+    compute, memory = cost.roofline_times(0, n, kv, kv)
+    return "compute" if compute > memory else "memory"
+
+
+# Memory overtakes compute as contexts grow; on a compute-starved GPU, the reverse.
+@pytest.mark.parametrize(
+    ("tflops", "n", "kv0", "k"), [(989.0, 400, 0, 3000), (10.0, 1, 100_000, 30_000)]
+)
+def test_decode_run_time_across_a_regime_switch(tflops: float, n: int, kv0: int, k: int) -> None:
+    gpu = GPUProfile("test", tflops=tflops, mem_bw_gbs=3350.0, mem_gb=80.0)
+    cost = RooflineCostModel(LLAMA_8B, gpu)
+    assert regime(cost, n, kv0) != regime(cost, n, kv0 + n * (k - 1))
+    assert cost.decode_run_time(n, kv0, k) == pytest.approx(
+        loop_run_time(cost, n, kv0, k), rel=1e-9
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    cost=cost_models,
+    n=st.integers(0, 300),
+    kv0=st.integers(0, 100_000),
+    k_max=st.integers(0, 300),
+    fraction=st.floats(-0.1, 1.2),
+)
+def test_decode_steps_before_matches_brute_force(
+    cost: CostModel, n: int, kv0: int, k_max: int, fraction: float
+) -> None:
+    budget = fraction * loop_run_time(cost, n, kv0, k_max)
+    got = cost.decode_steps_before(n, kv0, budget, k_max)
+    expected = brute_steps_before(cost, n, kv0, budget, k_max)
+    if got != expected:  # only a float tie at a step boundary may differ
+        boundary = loop_run_time(cost, n, kv0, min(got, expected))
+        assert abs(got - expected) == 1
+        assert boundary == pytest.approx(budget, rel=1e-9)
+
+
+def test_decode_steps_before_edges() -> None:
+    cost = RooflineCostModel(LLAMA_8B, H100)
+    one_step = cost.step_time(0, 4, 4000, 4000)
+    assert cost.decode_steps_before(4, 4000, 0.0, 10) == 0
+    assert cost.decode_steps_before(4, 4000, 1e-12, 10) == 1
+    assert cost.decode_steps_before(4, 4000, one_step, 10) == 1
+    assert cost.decode_steps_before(4, 4000, one_step * 1.0001, 10) == 2
+    assert cost.decode_steps_before(4, 4000, 1e9, 10) == 10
+    assert cost.decode_steps_before(4, 4000, 1.0, 0) == 0
+    with pytest.raises(SchedkitError, match="k_max"):
+        cost.decode_steps_before(4, 4000, 1.0, -1)
+
+
+def test_bad_arguments_raise() -> None:
+    with pytest.raises(SchedkitError, match="tp must be >= 1"):
+        RooflineCostModel(LLAMA_8B, H100, tp=0)
+    with pytest.raises(SchedkitError, match=r"in \(0, 1\]"):
+        RooflineCostModel(LLAMA_8B, H100, compute_efficiency=1.5)
+    with pytest.raises(SchedkitError, match="c_kv"):
+        LinearCostModel(0.0, 0.0, 0.0, -1.0)
+    with pytest.raises(SchedkitError, match="kv_tokens=-1"):
+        LinearCostModel(0.0, 0.0, 0.0, 0.0).step_time(1, 0, -1, 0)
+
+
+def test_kv_capacity_and_70b_error() -> None:
+    cost = RooflineCostModel(LLAMA_8B, H100)
+    assert cost.kv_capacity_blocks(16, 0.9) == cost.kv_capacity_tokens(0.9) // 16
+    assert 400_000 < cost.kv_capacity_tokens(0.9) < 440_000
+    big = RooflineCostModel(get_model("Llama-3-70B"), H100)
+    with pytest.raises(SchedkitError, match=r"H100-SXM x tp=1 has 72 GB.*--tp 2"):
+        big.kv_capacity_tokens(0.9)
+
+
+def synthetic_rows(
+    coef: tuple[float, float, float, float], count: int, noise: float, seed: int
+) -> list[tuple[int, int, int, float]]:
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(count):
+        prefill = rng.choice([0, rng.randint(1, 8192)])
+        decode = rng.randint(0 if prefill else 1, 256)
+        kv = rng.randint(0, 400_000)
+        seconds = coef[0] + coef[1] * prefill + coef[2] * decode + coef[3] * kv
+        rows.append((prefill, decode, kv, seconds * (1 + rng.gauss(0, noise))))
+    return rows
+
+
+def test_fit_linear_recovers_noiseless_coefficients() -> None:
+    truth = (0.004, 6e-5, 2e-5, 4e-8)
+    model, mape = fit_linear(synthetic_rows(truth, 200, 0.0, seed=1))
+    assert mape < 1e-6
+    fitted = (model.c0, model.c_prefill, model.c_decode, model.c_kv)
+    assert fitted == pytest.approx(truth, rel=1e-6)
+
+
+def test_fit_linear_with_noise_reports_its_error() -> None:
+    model, mape = fit_linear(synthetic_rows((0.004, 6e-5, 2e-5, 4e-8), 500, 0.05, seed=2))
+    assert 0.02 < mape < 0.08
+    assert model.c_prefill == pytest.approx(6e-5, rel=0.1)
+
+
+def test_fit_linear_clamps_negative_coefficients() -> None:
+    # Time falls slightly with kv_tokens, which a cost model cannot express: c_kv -> 0.
+    rows = [(p, d, kv, 0.01 + 1e-5 * p + 1e-4 * d - 1e-9 * kv) for p, d, kv, _ in
+            synthetic_rows((1, 1, 1, 1), 50, 0.0, seed=3)]  # fmt: skip
+    model, _ = fit_linear(rows)
+    assert model.c_kv == 0.0
+    assert min(model.c0, model.c_prefill, model.c_decode) > 0
+
+
+def test_fit_linear_needs_four_good_rows() -> None:
+    with pytest.raises(SchedkitError, match="at least 4"):
+        fit_linear([(1, 0, 1, 0.1)] * 3)
+    with pytest.raises(SchedkitError, match="row 2 needs seconds > 0"):
+        fit_linear([(1, 0, 1, 0.1), (1, 0, 1, 0.1), (1, 1, 1, 0.0), (1, 0, 1, 0.1)])
+
+
+def test_read_timings_csv(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text(
+        "prefill_tokens,decode_tokens,kv_tokens,seconds\n512,0,512,0.03\n\n0,8,9000,0.01\n"
+    )
+    assert read_timings_csv(path) == [(512, 0, 512, 0.03), (0, 8, 9000, 0.01)]
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        ("1,2,3,0.1\n1,2,x,0.1\n", r"line 3: kv_tokens must be an integer >= 0, got 'x'"),
+        ("1,2,3\n", r"line 2: expected 4 fields, got 3"),
+        ("1,2,3,-0.5\n", r"line 2: seconds must be a number > 0"),
+        ("-1,2,3,0.1\n", r"line 2: prefill_tokens must be"),
+    ],
+)
+def test_bad_timings_csv_names_file_and_line(tmp_path: Path, body: str, problem: str) -> None:
+    path = tmp_path / "bad.csv"
+    path.write_text("prefill_tokens,decode_tokens,kv_tokens,seconds\n" + body)
+    with pytest.raises(SchedkitError, match=problem) as info:
+        read_timings_csv(path)
+    assert str(path) in str(info.value)
+
+
+def test_timings_csv_header_is_checked(tmp_path: Path) -> None:
+    path = tmp_path / "h.csv"
+    path.write_text("prefill,decode,kv,s\n1,2,3,0.1\n")
+    with pytest.raises(SchedkitError, match="line 1: header must be"):
+        read_timings_csv(path)
+
+
+def test_cost_profile_round_trip(tmp_path: Path) -> None:
+    path = tmp_path / "cost.json"
+    model = LinearCostModel(0.004, 6e-5, 2e-5, 4e-8, 1e-12)
+    save_cost_profile(model, path, mape=0.03, source="h100.csv")
+    data = json.loads(path.read_text())
+    assert data["kind"] == "linear" and data["mape"] == 0.03 and data["source"] == "h100.csv"
+    assert load_cost_profile(path).describe() == model.describe()
+
+
+def test_bad_cost_profile_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "cost.json"
+    path.write_text(json.dumps({"kind": "linear", "c0": 0.1}))
+    with pytest.raises(SchedkitError, match="c_prefill") as info:
+        load_cost_profile(path)
+    assert str(path) in str(info.value)
+    path.write_text("{nope")
+    with pytest.raises(SchedkitError, match="not valid JSON"):
+        load_cost_profile(path)
+
+
+def test_make_cost_model(tmp_path: Path) -> None:
+    cost, model, gpu = make_cost_model("llama-3-8b", "h100", 2, None)
+    assert isinstance(cost, RooflineCostModel)
+    assert cost.describe()["tp"] == 2 and model is LLAMA_8B and gpu is H100
+    path = tmp_path / "cost.json"
+    save_cost_profile(LinearCostModel(0.01, 0, 0, 0), path, 0.0, "test")
+    cost, model, _ = make_cost_model("Llama-3-8B", "H100", 1, str(path))
+    assert isinstance(cost, LinearCostModel) and cost.step_time(0, 1, 1, 1) == 0.01

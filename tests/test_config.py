@@ -1,0 +1,196 @@
+"""load_config and PolicyFacade.from_config: every source, every error named."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from schedkit import PolicyFacade, SchedkitConfig, load_config
+from schedkit.errors import PolicyConfigError
+from schedkit.plugins import PolicyEntry, PolicyRegistry
+
+SLO_VTC = SchedkitConfig(policy=["slo", "vtc"], options={"vtc": {"weight": 2}})
+
+
+# -- sources ----------------------------------------------------------------------------
+
+
+def test_none_is_fcfs() -> None:
+    assert load_config(None) == SchedkitConfig(policy=["fcfs"], options={})
+
+
+def test_from_dict() -> None:
+    assert load_config({"policy": ["slo", "vtc"], "options": {"vtc": {"weight": 2}}}) == SLO_VTC
+
+
+def test_config_object_is_returned_as_is() -> None:
+    assert load_config(SLO_VTC) is SLO_VTC
+
+
+def test_from_json_string() -> None:
+    text = '  {"policy": ["slo", "vtc"], "options": {"vtc": {"weight": 2}}}'
+    assert load_config(text) == SLO_VTC
+
+
+def test_schedkit_wrapper_is_unwrapped() -> None:
+    assert (
+        load_config({"schedkit": {"policy": "slo+vtc", "options": {"vtc": {"weight": 2}}}})
+        == SLO_VTC
+    )
+    assert load_config('{"schedkit": {"policy": "priority"}}').policy == ["priority"]
+
+
+def test_from_toml_file(tmp_path: Path) -> None:
+    path = tmp_path / "sched.toml"
+    path.write_text('policy = ["slo", "vtc"]\n\n[options.vtc]\nweight = 2\n')
+    assert load_config(path) == SLO_VTC
+    assert load_config(str(path)) == SLO_VTC
+
+
+def test_from_wrapped_toml_file(tmp_path: Path) -> None:
+    path = tmp_path / "sched.toml"
+    path.write_text('[schedkit]\npolicy = "slo+vtc"\n\n[schedkit.options.vtc]\nweight = 2\n')
+    assert load_config(path) == SLO_VTC
+
+
+def test_from_json_file(tmp_path: Path) -> None:
+    path = tmp_path / "sched.json"
+    path.write_text(json.dumps({"policy": ["slo", "vtc"], "options": {"vtc": {"weight": 2}}}))
+    assert load_config(path) == SLO_VTC
+    assert load_config(str(path)) == SLO_VTC
+
+
+def test_bare_policy_name() -> None:
+    assert load_config("priority") == SchedkitConfig(policy=["priority"])
+
+
+def test_plus_composition_keeps_order_and_strips_spaces() -> None:
+    assert load_config("slo+vtc").policy == ["slo", "vtc"]
+    assert load_config(" vtc + slo ").policy == ["vtc", "slo"]
+    assert load_config({"policy": "vtc+slo"}).label == "vtc+slo"
+
+
+def test_config_is_frozen() -> None:
+    with pytest.raises(ValueError, match="frozen"):
+        SLO_VTC.policy = ["fcfs"]
+
+
+# -- errors -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("source", "problem"),
+    [
+        ({"policy": "fcfs", "polcy_options": {}}, r"polcy_options: Extra inputs are not permitted"),
+        (
+            {"policy": "fcfs", "options": {"vtc": {}}},
+            r"options given for 'vtc', which is not selected",
+        ),
+        ("slo+slo", r"policy 'slo' is selected twice"),
+        ({"policy": ["a", "b", "a"]}, r"policy 'a' is selected twice"),
+        ("slo+", r"policy names must be non-empty"),
+        ({"policy": [""]}, r"policy names must be non-empty"),
+        ({"policy": []}, r"policy: List should have at least 1 item"),
+        ({"policy": 3}, r"policy: Input should be a valid list"),
+        ({"options": {"fcfs": 1}}, r"options\.fcfs: Input should be a valid dictionary"),
+        ('{"policy": "slo",}', r"config is not valid JSON"),
+    ],
+    ids=[
+        "unknown-key",
+        "options-unselected",
+        "duplicate-plus",
+        "duplicate-list",
+        "empty-name",
+        "empty-string",
+        "no-policy",
+        "policy-not-list",
+        "options-not-dict",
+        "invalid-json",
+    ],
+)
+def test_invalid_config_is_named(source: object, problem: str) -> None:
+    with pytest.raises(PolicyConfigError, match=problem):
+        load_config(source)  # type: ignore[arg-type]
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.toml"
+    with pytest.raises(PolicyConfigError, match=r"cannot read config file .*nope\.toml"):
+        load_config(str(missing))
+
+
+def test_bad_toml_file(tmp_path: Path) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text("policy = [\n")
+    with pytest.raises(PolicyConfigError, match=r"bad\.toml is not valid toml"):
+        load_config(path)
+
+
+def test_bad_json_file(tmp_path: Path) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text("{policy: fcfs}")
+    with pytest.raises(PolicyConfigError, match=r"bad\.json is not valid json"):
+        load_config(path)
+
+
+def test_invalid_file_content_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "sched.toml"
+    path.write_text('policy = "fcfs"\nunknown = 1\n')
+    with pytest.raises(PolicyConfigError, match=r"invalid schedkit .*sched\.toml: unknown: Extra"):
+        load_config(path)
+
+
+# -- options of a policy ----------------------------------------------------------------
+
+
+@pytest.fixture
+def registry() -> PolicyRegistry:
+    return PolicyRegistry(
+        [
+            PolicyEntry("bounded", "schedkit-tests", "0", "_policies:Bounded"),
+            PolicyEntry("fcfs", "schedkit", "0", "schedkit.policies.builtin:FCFS"),
+        ]
+    )
+
+
+def test_options_reach_the_policy(registry: PolicyRegistry) -> None:
+    facade = PolicyFacade.from_config(
+        {"policy": "fcfs+bounded", "options": {"bounded": {"max_waiting": 12}}}, registry=registry
+    )
+    assert facade.label == "fcfs+bounded"
+    [(_, _), (name, policy)] = facade.policies
+    assert name == "bounded"
+    assert policy.options.max_waiting == 12  # type: ignore[attr-defined]
+    assert policy.options.label == "x"  # type: ignore[attr-defined]
+
+
+def test_policy_without_options_gets_defaults(registry: PolicyRegistry) -> None:
+    [(_, policy)] = PolicyFacade.from_config("bounded", registry=registry).policies
+    assert policy.options.max_waiting == 8  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("options", "problem"),
+    [
+        ({"max_waiting": 0}, r"max_waiting: Input should be greater than or equal to 1"),
+        ({"max_waiting": 5000}, r"max_waiting: Input should be less than or equal to 1000"),
+        ({"max_waiting": "many"}, r"max_waiting: Input should be a valid integer"),
+        ({"max_wait": 3}, r"max_wait: Extra inputs are not permitted"),
+    ],
+    ids=["below", "above", "type", "unknown-field"],
+)
+def test_bad_options_name_the_policy_and_field(
+    registry: PolicyRegistry, options: dict[str, object], problem: str
+) -> None:
+    config = {"policy": ["fcfs", "bounded"], "options": {"bounded": options}}
+    with pytest.raises(PolicyConfigError, match=rf"bad options for policy 'bounded': {problem}"):
+        PolicyFacade.from_config(config, registry=registry)
+
+
+def test_from_config_rejects_a_bad_config_before_loading_anything() -> None:
+    unloadable = PolicyRegistry([PolicyEntry("ghost", "schedkit-tests", "0", "no_such_module:X")])
+    # Loading "ghost" would raise PluginLoadError; the config is checked first.
+    with pytest.raises(PolicyConfigError, match="selected twice"):
+        PolicyFacade.from_config("ghost+ghost", registry=unloadable)
