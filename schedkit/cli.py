@@ -39,7 +39,7 @@ def describe_policies(registry: PolicyRegistry) -> list[dict[str, Any]]:
         else:
             row["hooks"] = implemented_hooks(cls)
             row["options_schema"] = cls.Options.model_json_schema()
-            row["summary"] = (cls.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
+            row["summary"] = " ".join((cls.__doc__ or "").strip().split("\n\n")[0].split())
         rows.append(row)
     return rows
 
@@ -56,13 +56,11 @@ def policies(
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
-    table = Table("policy", "distribution", "hooks", "options", "summary")
+    table = Table("policy", "distribution", "hooks", "options")
     for row in rows:
         options = ", ".join(row.get("options_schema", {}).get("properties", {})) or "-"
-        hooks = ", ".join(row.get("hooks", [])) or ("(import failed)" if "error" in row else "-")
-        table.add_row(
-            row["name"], f"{row['distribution']} {row['version']}", hooks, options, row.get("summary", "")
-        )
+        hooks = "\n".join(row.get("hooks", [])) or ("(import failed)" if "error" in row else "-")
+        table.add_row(row["name"], f"{row['distribution']} {row['version']}", hooks, options)
     Console().print(table)
 
 

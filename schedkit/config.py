@@ -100,7 +100,9 @@ def _read_file(path: Path) -> object:
             return tomllib.loads(text)
         return json.loads(text)
     except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
-        raise PolicyConfigError(f"config file {path} is not valid {path.suffix[1:]}: {exc}") from exc
+        raise PolicyConfigError(
+            f"config file {path} is not valid {path.suffix[1:]}: {exc}"
+        ) from exc
 
 
 def _describe(exc: ValidationError) -> str:

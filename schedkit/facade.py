@@ -130,9 +130,7 @@ class PolicyFacade:
                 problem,
             )
 
-    def _decide(
-        self, hook: str, args: tuple[Any, ...], check: Callable[[Any], str | None]
-    ) -> Any:
+    def _decide(self, hook: str, args: tuple[Any, ...], check: Callable[[Any], str | None]) -> Any:
         for policy, fn in self._impls[hook]:
             try:
                 result = fn(*args)

@@ -51,9 +51,7 @@ def admit_request(request: RequestView, engine: EngineView) -> Admission | None:
 
 
 @hookspec(firstresult=True)
-def order_waiting(
-    waiting: Sequence[RequestView], engine: EngineView
-) -> list[RequestView] | None:
+def order_waiting(waiting: Sequence[RequestView], engine: EngineView) -> list[RequestView] | None:
     """Order the whole waiting queue; the engine admits from the front.
 
     Stops at first non-None result.

@@ -59,9 +59,7 @@ def _import_policy(entry: PolicyEntry) -> type[Policy]:
         raise PluginLoadError(f"cannot import {where}: {type(exc).__name__}: {exc}") from exc
     options = getattr(obj, "Options", None)
     if not (
-        inspect.isclass(obj)
-        and inspect.isclass(options)
-        and issubclass(options, PolicyOptions)
+        inspect.isclass(obj) and inspect.isclass(options) and issubclass(options, PolicyOptions)
     ):
         raise PluginLoadError(
             f"{where} is not a policy: it must be a class with an `Options` attribute that"

@@ -23,4 +23,11 @@ class Policy:
     Options: ClassVar[type[PolicyOptions]] = PolicyOptions
 
     def __init__(self, options: PolicyOptions | None = None, **kwargs: Any) -> None:
-        self.options = options if options is not None else self.Options(**kwargs)
+        if options is None:
+            options = self.Options(**kwargs)
+        elif kwargs or not isinstance(options, self.Options):
+            raise TypeError(
+                f"{type(self).__name__} takes an instance of {type(self).__name__}.Options"
+                " or keyword options, not both"
+            )
+        self.options = options

@@ -22,16 +22,19 @@ class RequestView(Protocol):
     def priority(self) -> int:
         """Lower value is served first (vLLM's convention)."""
         ...
+
     @property
     def arrival_time(self) -> float:
         """Seconds on the engine's clock."""
         ...
+
     @property
     def num_prompt_tokens(self) -> int: ...
     @property
     def num_cached_tokens(self) -> int:
         """Prompt tokens found in the prefix cache when the request was last admitted."""
         ...
+
     @property
     def num_computed_tokens(self) -> int: ...
     @property
@@ -53,12 +56,14 @@ class EngineView(Protocol):
     def clock(self) -> float:
         """Seconds since the engine started (simulated time in the simulator)."""
         ...
+
     @property
     def kv_blocks_total(self) -> int: ...
     @property
     def kv_blocks_free(self) -> int:
         """Blocks that can be allocated now, cached-but-unreferenced ones included."""
         ...
+
     @property
     def block_size(self) -> int: ...
     @property
@@ -78,10 +83,12 @@ class BlockView(Protocol):
     def last_access(self) -> float:
         """Engine clock when the block was last freed or hit."""
         ...
+
     @property
     def num_hits(self) -> int:
         """How many times a request found this block in the prefix cache."""
         ...
+
     @property
     def depth(self) -> int:
         """Index of the block in its prompt (0 = first block of a prefix)."""
@@ -132,11 +139,7 @@ class RequestState:
         self.num_preemptions = 0
 
     def __repr__(self) -> str:
-        return (
-            f"RequestState({self.request_id!r}, tenant={self.tenant!r}, priority={self.priority},"
-            f" prompt={self.num_prompt_tokens}, computed={self.num_computed_tokens},"
-            f" output={self.num_output_tokens}/{self.max_tokens})"
-        )
+        return _repr(self)
 
 
 class EngineState:
@@ -161,6 +164,9 @@ class EngineState:
         self.num_waiting = 0
         self.step_index = 0
 
+    def __repr__(self) -> str:
+        return _repr(self)
+
 
 class BlockState:
     """Concrete cached-block record."""
@@ -174,4 +180,9 @@ class BlockState:
         self.num_hits = 0
 
     def __repr__(self) -> str:
-        return f"BlockState({self.block_hash}, depth={self.depth}, hits={self.num_hits})"
+        return _repr(self)
+
+
+def _repr(obj: RequestState | EngineState | BlockState) -> str:
+    fields = ", ".join(f"{name}={getattr(obj, name)!r}" for name in type(obj).__slots__)
+    return f"{type(obj).__name__}({fields})"

@@ -33,20 +33,20 @@ class BenchSpec(BaseModel):
     engine: str = "sim"
     model: str = "Llama-3-8B"
     gpu: str = "H100-SXM"
-    tp: int = Field(1, ge=1)
+    tp: int = Field(default=1, ge=1)
     profile: str | None = None
-    rate_scale: float = Field(1.0, gt=0)
-    max_requests: int | None = Field(None, gt=0)
+    rate_scale: float = Field(default=1.0, gt=0)
+    max_requests: int | None = Field(default=None, gt=0)
     seed: int = 0
-    slo_ttft_ms: float | None = Field(None, gt=0)
-    slo_tpot_ms: float | None = Field(None, gt=0)
+    slo_ttft_ms: float | None = Field(default=None, gt=0)
+    slo_tpot_ms: float | None = Field(default=None, gt=0)
     goodput: bool = False
-    max_num_seqs: int = Field(256, gt=0)
-    max_num_batched_tokens: int = Field(8192, gt=0)
-    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
-    block_size: int = Field(16, gt=0)
+    max_num_seqs: int = Field(default=256, gt=0)
+    max_num_batched_tokens: int = Field(default=8192, gt=0)
+    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
+    block_size: int = Field(default=16, gt=0)
     prefix_caching: bool = True
-    kv_blocks: int | None = Field(None, gt=0)
+    kv_blocks: int | None = Field(default=None, gt=0)
 
 
 Progress = Callable[[str, int, int], None]  # (arm label, requests done, total)
@@ -99,7 +99,9 @@ class Bench:
         return engine.run()
 
     def metrics(self, run: RunResult) -> dict[str, Any]:
-        return compute_metrics(run, slo_ttft_ms=self.spec.slo_ttft_ms, slo_tpot_ms=self.spec.slo_tpot_ms)
+        return compute_metrics(
+            run, slo_ttft_ms=self.spec.slo_ttft_ms, slo_tpot_ms=self.spec.slo_tpot_ms
+        )
 
     def goodput(self, index: int) -> dict[str, Any]:
         """Highest request rate at which >= 90% of requests meet both SLOs (bisection)."""
@@ -136,9 +138,13 @@ def _rate(workload: Workload) -> float:
 def run_bench(spec: BenchSpec, out_dir: Path, progress: Progress | None = None) -> dict[str, Any]:
     """Run every arm on the identical request stream; write results.json and reports."""
     bench = Bench(spec)
-    if spec.goodput and spec.slo_ttft_ms is None and spec.slo_tpot_ms is None:
-        if not any(r.slo_ttft_ms or r.slo_tpot_ms for r in bench.base.requests):
-            raise SchedkitError("--goodput needs SLOs: pass --slo-ttft-ms and/or --slo-tpot-ms")
+    no_slo = spec.slo_ttft_ms is None and spec.slo_tpot_ms is None
+    if (
+        spec.goodput
+        and no_slo
+        and not any(r.slo_ttft_ms or r.slo_tpot_ms for r in bench.base.requests)
+    ):
+        raise SchedkitError("--goodput needs SLOs: pass --slo-ttft-ms and/or --slo-tpot-ms")
     runs: list[RunResult] = []
     arms: list[dict[str, Any]] = []
     for i, cfg in enumerate(bench.configs):

@@ -14,7 +14,7 @@ import operator
 import random
 import sys
 from array import array
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import accumulate, repeat
 from typing import Protocol, TypedDict, runtime_checkable
@@ -158,7 +158,10 @@ class Resample:
     def count(self) -> int:
         """How many drawn requests have a value in this arm (repeats counted)."""
         if self._count is None:
-            self._count = sum(map(self._arm.present.__getitem__, self._idx))
+            if self._ranks is not None:  # missing values sort last: a binary search suffices
+                self._count = bisect_left(self._ranks, len(self._arm.sorted_values))
+            else:
+                self._count = sum(map(self._arm.present.__getitem__, self._idx))
         return self._count
 
     @property
@@ -187,13 +190,13 @@ class Resample:
 class ResampledStatistic(Protocol):
     """A statistic that can also be computed from a :class:`Resample` view.
 
-    The bootstrap calls ``from_resample`` (only when ``sample.count > 0``) instead of
-    building each resample's value list.
+    The bootstrap calls ``from_resample`` instead of building each resample's value list;
+    it returns None when the resample holds no value of this arm.
     """
 
     def __call__(self, values: list[float]) -> float: ...
 
-    def from_resample(self, sample: Resample) -> float: ...
+    def from_resample(self, sample: Resample) -> float | None: ...
 
 
 class Quantile:
@@ -206,11 +209,13 @@ class Quantile:
     def __call__(self, values: list[float]) -> float:
         return percentile(sorted(values), self.q)
 
-    def from_resample(self, sample: Resample) -> float:
-        values, ranks = sample.sorted_values, sample.sorted_ranks
-        pos = (sample.count - 1) * (self.q / 100.0)
+    def from_resample(self, sample: Resample) -> float | None:
+        values, ranks, count = sample.sorted_values, sample.sorted_ranks, sample.count
+        if not count:
+            return None
+        pos = (count - 1) * (self.q / 100.0)
         lo = math.floor(pos)
-        hi = min(lo + 1, sample.count - 1)
+        hi = min(lo + 1, count - 1)
         return _lerp(values[ranks[lo]], values[ranks[hi]], pos - lo)
 
     def __repr__(self) -> str:
@@ -223,8 +228,8 @@ class Mean:
     def __call__(self, values: list[float]) -> float:
         return math.fsum(values) / len(values)
 
-    def from_resample(self, sample: Resample) -> float:
-        return sample.total / sample.count
+    def from_resample(self, sample: Resample) -> float | None:
+        return sample.total / sample.count if sample.count else None
 
     def __repr__(self) -> str:
         return "Mean()"
@@ -252,7 +257,7 @@ class _Arm:
 
 def _evaluate(statistic: Statistic, sample: Resample) -> float | None:
     if isinstance(statistic, ResampledStatistic):
-        return statistic.from_resample(sample) if sample.count else None
+        return statistic.from_resample(sample)
     drawn = sample.values()
     return statistic(drawn) if drawn else None
 

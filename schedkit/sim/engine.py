@@ -21,7 +21,7 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from schedkit.bench.records import RequestRecord, RunResult, TimelinePoint
+from schedkit.bench.records import RunResult, TimelinePoint
 from schedkit.decisions import BatchBudget, StepReport
 from schedkit.facade import PolicyFacade
 from schedkit.sim.kvcache import KVCache
@@ -43,13 +43,15 @@ class SimConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     num_blocks: int = Field(gt=0, description="KV cache capacity in blocks")
-    block_size: int = Field(16, gt=0)
-    max_num_seqs: int = Field(256, gt=0)
-    max_num_batched_tokens: int = Field(8192, gt=0)
-    long_prefill_token_threshold: int = Field(0, ge=0)
+    block_size: int = Field(default=16, gt=0)
+    max_num_seqs: int = Field(default=256, gt=0)
+    max_num_batched_tokens: int = Field(default=8192, gt=0)
+    long_prefill_token_threshold: int = Field(default=0, ge=0)
     enable_prefix_caching: bool = True
-    hash_block_tokens: int = Field(0, ge=0, description="tokens per trace hash id (Mooncake: 512)")
-    timeline_interval_s: float = Field(1.0, gt=0)
+    hash_block_tokens: int = Field(
+        default=0, ge=0, description="tokens per trace hash id (Mooncake: 512)"
+    )
+    timeline_interval_s: float = Field(default=1.0, gt=0)
 
 
 class SimEngine:
@@ -88,7 +90,9 @@ class SimEngine:
         self.default_budget = BatchBudget(
             config.max_num_batched_tokens, config.max_num_seqs, config.long_prefill_token_threshold
         )
-        self.result = RunResult(policy=facade.label, records=[r.record for r in self.pending], duration_s=0.0)
+        self.result = RunResult(
+            policy=facade.label, records=[r.record for r in self.pending], duration_s=0.0
+        )
         self._itl: dict[float, int] = {}
         self._kv_integral = 0.0
         self._next_sample = 0.0
@@ -129,7 +133,9 @@ class SimEngine:
         view.kv_blocks_free = self.kv.num_free
         need = -(-(req.num_prompt_tokens + req.max_tokens) // self.cfg.block_size)
         if need > self.cfg.num_blocks:
-            self._reject(req, f"prompt + max_tokens need {need} KV blocks, capacity is {self.cfg.num_blocks}")
+            self._reject(
+                req, f"prompt + max_tokens need {need} KV blocks, capacity is {self.cfg.num_blocks}"
+            )
             return
         decision = self.facade.admit(req, view)
         if not decision.admitted:
@@ -218,7 +224,9 @@ class SimEngine:
             scheduled[req] = num_new
             token_budget -= num_new
 
-    def _admit(self, req: SimRequest, hit: tuple[int, ...], own: int, computed: int, need: int) -> None:
+    def _admit(
+        self, req: SimRequest, hit: tuple[int, ...], own: int, computed: int, need: int
+    ) -> None:
         clock = self.view.clock
         if hit or own:
             self.kv.touch(hit, req.run_key, own, clock)
@@ -289,7 +297,9 @@ class SimEngine:
             kv_tokens += c + n
         duration = self.cost.step_time(prefill, decode, kv_tokens, attn) if scheduled else 0.0
         if not scheduled and not preempted:
-            raise RuntimeError(f"simulator made no progress at t={self.view.clock}: {self.running=}")
+            raise RuntimeError(
+                f"simulator made no progress at t={self.view.clock}: {self.running=}"
+            )
         self._account_kv(duration)
         view = self.view
         view.clock += duration
@@ -315,7 +325,9 @@ class SimEngine:
                     finished.append(req)
         self._finish(finished)
         if self.facade.has_step_observer:
-            report = StepReport(1, duration, prefill, decode, list(scheduled), list(scheduled.values()), preempted)
+            report = StepReport(
+                1, duration, prefill, decode, list(scheduled), list(scheduled.values()), preempted
+            )
             self._observe(report)
         self._sample()
 
@@ -437,7 +449,9 @@ class SimEngine:
         if clock >= self._next_sample:
             kv = self.kv
             self.result.timeline.append(
-                TimelinePoint(clock, len(self.waiting), len(self.running), kv.num_used / kv.num_blocks)
+                TimelinePoint(
+                    clock, len(self.waiting), len(self.running), kv.num_used / kv.num_blocks
+                )
             )
             self._next_sample = clock + self.cfg.timeline_interval_s
 

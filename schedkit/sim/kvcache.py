@@ -19,7 +19,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 from schedkit.facade import PolicyFacade
-from schedkit.views import BlockState, EngineState
+from schedkit.views import BlockState, BlockView, EngineState
 
 
 class Run:
@@ -133,15 +133,15 @@ class KVCache:
 
     def _evict_by_policy(self, count: int) -> int:
         """Ask the policy which blocks to evict; returns how many blocks it freed."""
-        candidates: list[BlockState] = []
+        candidates: list[BlockView] = []
         runs: dict[int, Run] = {}
         for key, entry in self.cached_free.items():
             if isinstance(entry, Run):
                 for j in range(entry.count):
-                    block = BlockState(_own_hash(key, j), entry.first_depth + j, entry.last_access)
-                    block.num_hits = entry.num_hits
-                    candidates.append(block)
-                    runs[block.block_hash] = entry
+                    own = BlockState(_own_hash(key, j), entry.first_depth + j, entry.last_access)
+                    own.num_hits = entry.num_hits
+                    candidates.append(own)
+                    runs[own.block_hash] = entry
             else:
                 candidates.append(entry)
         self._engine.kv_blocks_free = self.num_free
@@ -179,7 +179,13 @@ class KVCache:
         return True
 
     def free(
-        self, shared: Sequence[int | None], private: int, run_key: int, run: int, run_depth: int, clock: float
+        self,
+        shared: Sequence[int | None],
+        private: int,
+        run_key: int,
+        run: int,
+        run_depth: int,
+        clock: float,
     ) -> None:
         """Release a request's blocks, tail first: own run, then shared ones backwards.
 

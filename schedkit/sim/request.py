@@ -59,7 +59,12 @@ class SimRequest(RequestState):
     )
 
     def __init__(
-        self, index: int, record: RequestRecord, hash_ids: tuple[int, ...], per_hash: int, block_size: int
+        self,
+        index: int,
+        record: RequestRecord,
+        hash_ids: tuple[int, ...],
+        per_hash: int,
+        block_size: int,
     ) -> None:
         super().__init__(
             record.request_id,
@@ -84,7 +89,9 @@ class SimRequest(RequestState):
         self.last_token_s = 0.0
 
     @classmethod
-    def from_trace(cls, index: int, trace: TraceLike, block_size: int, hash_block_tokens: int) -> SimRequest:
+    def from_trace(
+        cls, index: int, trace: TraceLike, block_size: int, hash_block_tokens: int
+    ) -> SimRequest:
         record = RequestRecord(
             request_id=trace.request_id,
             tenant=trace.tenant,
@@ -120,13 +127,15 @@ class SimRequest(RequestState):
         if not kv.prefix_caching:
             return (), 0
         limit = (self.num_tokens - 1) // kv.block_size
-        meta, hit = kv.meta, []
+        meta, hit = kv.meta, list[int]()
         for i in range(min(limit, self.num_shared)):
             h = self.shared_hash(i)
             if h not in meta:
                 return tuple(hit), 0
             hit.append(h)
-        own = min(kv.run_hit(self.run_key), limit - self.num_shared) if limit > self.num_shared else 0
+        own = (
+            min(kv.run_hit(self.run_key), limit - self.num_shared) if limit > self.num_shared else 0
+        )
         return tuple(hit), own
 
     def add_blocks(self, n: int) -> None:
@@ -143,7 +152,10 @@ class SimRequest(RequestState):
                 h = self.shared_hash(i)
                 if kv.cache_block(h, i, clock):
                     shared[i] = h
-        if end > self.num_shared and max(first, self.num_shared) - self.num_shared == self.own_cached:
+        if (
+            end > self.num_shared
+            and max(first, self.num_shared) - self.num_shared == self.own_cached
+        ):
             self.own_cached = end - self.num_shared
 
     def release(self, kv: KVCache, clock: float) -> None:

@@ -1,0 +1,26 @@
+# Two entry points that need no set-up: `make demo` and `make test`.
+# Both create .venv on first use and install schedkit (editable) with its plugins into it.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PLUGINS := $(wildcard plugins/*/pyproject.toml)
+
+$(STAMP): pyproject.toml $(PLUGINS)
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]' $(foreach p,$(PLUGINS),-e $(dir $(p)))
+	touch $(STAMP)
+
+.PHONY: demo test lint
+demo: $(STAMP)
+	$(BIN)/schedkit bench --workload azure-conv --policy fcfs --policy shortest-prompt \
+		--rate-scale 4 --slo-ttft-ms 2000 --slo-tpot-ms 100 --out out/demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check schedkit plugins tests benchmarks
+	$(BIN)/ruff format --check schedkit plugins
+	$(BIN)/mypy --strict schedkit plugins/example/schedkit_example
+
+test: lint
+	$(BIN)/pytest -q tests $(foreach p,$(PLUGINS),$(dir $(p))tests)
