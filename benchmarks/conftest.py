@@ -24,7 +24,9 @@ def record(request: pytest.FixtureRequest, benchmark: object) -> Callable[[str, 
     return keep
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> None:
     table = config.stash.get(_TIMINGS, {})
     if not table:
         return

@@ -137,7 +137,7 @@ def calibrate(
     out: Annotated[Path, typer.Option(help="Where to write the cost profile (JSON).")],
 ) -> None:
     """Fit step-time coefficients from measured step timings; `bench --profile` accepts the result."""
-    from schedkit.sim.costmodel import fit_linear, read_timings_csv, save_cost_profile
+    from schedkit.sim.calibration import fit_linear, read_timings_csv, save_cost_profile
 
     rows = read_timings_csv(timings)
     model, mape = fit_linear(rows)

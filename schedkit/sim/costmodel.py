@@ -1,4 +1,4 @@
-"""How long one engine step takes: a roofline model, a fitted linear model, and the fit.
+"""How long one engine step takes: a roofline model and a linear one (fitted in calibration).
 
 A step is described by ``prefill_tokens`` (prompt tokens computed), ``decode_tokens`` (one
 per decoding request), ``kv_tokens`` (KV-cache tokens attention reads: the scheduled
@@ -10,14 +10,11 @@ run of identical pure-decode steps in closed form, so the simulator can skip ove
 
 from __future__ import annotations
 
-import csv
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal, Protocol
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from typing import Any, Protocol
 
 from schedkit.errors import SchedkitError
 from schedkit.sim.profiles import (
@@ -29,8 +26,6 @@ from schedkit.sim.profiles import (
     load_profile_file,
 )
 
-TimingRow = tuple[int, int, int, float]
-TIMINGS_HEADER = ("prefill_tokens", "decode_tokens", "kv_tokens", "seconds")
 LINEAR_COEFFICIENTS = ("c0", "c_prefill", "c_decode", "c_kv", "c_attn")
 
 
@@ -232,140 +227,6 @@ def _steps_before(run_time: Callable[[int], float], budget_s: float, k_max: int)
     return lo
 
 
-def fit_linear(rows: Sequence[TimingRow]) -> tuple[LinearCostModel, float]:
-    """Least-squares fit of c0, c_prefill, c_decode, c_kv (all >= 0); returns (model, MAPE)."""
-    if len(rows) < 4:
-        raise SchedkitError(
-            f"fit_linear needs at least 4 timing rows (one per coefficient), got {len(rows)}"
-        )
-    for i, (prefill, decode, kv, seconds) in enumerate(rows):
-        if min(prefill, decode, kv) < 0 or prefill + decode == 0:
-            raise SchedkitError(f"timing row {i} needs token counts >= 0 and at least one token")
-        if not (math.isfinite(seconds) and seconds > 0):
-            raise SchedkitError(f"timing row {i} needs seconds > 0, got {seconds}")
-    features = [[1.0, float(p), float(d), float(kv)] for p, d, kv, _ in rows]
-    targets = [seconds for *_, seconds in rows]
-    # Scale columns to max 1 so the normal equations stay well conditioned.
-    scale = [max(abs(x[c]) for x in features) for c in range(4)]
-    free = [c for c in range(4) if scale[c] > 0]
-    scaled = [[x[c] / scale[c] if scale[c] else 0.0 for c in range(4)] for x in features]
-    coef = [0.0] * 4
-    while free:
-        solution = _least_squares([[x[c] for c in free] for x in scaled], targets)
-        coef = [0.0] * 4
-        for c, value in zip(free, solution, strict=True):
-            coef[c] = value
-        worst = min(free, key=lambda c: coef[c])
-        if coef[worst] >= 0:
-            break
-        free.remove(worst)  # clamp the most negative coefficient to 0 and refit the rest
-    c0, c_prefill, c_decode, c_kv = (
-        max(coef[c], 0.0) / scale[c] if scale[c] else 0.0 for c in range(4)
-    )
-    model = LinearCostModel(c0, c_prefill, c_decode, c_kv)
-    mape = sum(abs(model.step_time(p, d, kv, 0) - s) / s for p, d, kv, s in rows) / len(rows)
-    return model, mape
-
-
-def _least_squares(x: list[list[float]], y: list[float]) -> list[float]:
-    """Solve the normal equations (with a tiny ridge) by Gaussian elimination."""
-    k = len(x[0])
-    a = [[sum(r[i] * r[j] for r in x) for j in range(k)] for i in range(k)]
-    b = [sum(r[i] * t for r, t in zip(x, y, strict=True)) for i in range(k)]
-    ridge = 1e-12 * max(a[i][i] for i in range(k))  # keeps collinear columns solvable
-    for i in range(k):
-        a[i][i] += ridge
-    for col in range(k):
-        pivot = max(range(col, k), key=lambda r: abs(a[r][col]))
-        a[col], a[pivot], b[col], b[pivot] = a[pivot], a[col], b[pivot], b[col]
-        for r in range(col + 1, k):
-            factor = a[r][col] / a[col][col]
-            for c in range(col, k):
-                a[r][c] -= factor * a[col][c]
-            b[r] -= factor * b[col]
-    solution = [0.0] * k
-    for i in reversed(range(k)):
-        rest = sum(a[i][c] * solution[c] for c in range(i + 1, k))
-        solution[i] = (b[i] - rest) / a[i][i]
-    return solution
-
-
-def read_timings_csv(path: str | Path) -> list[TimingRow]:
-    """Rows of a ``prefill_tokens,decode_tokens,kv_tokens,seconds`` CSV; blank lines skipped."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise SchedkitError(f"cannot read timings file {path}: {exc.strerror}") from exc
-    reader = csv.reader(text.splitlines())
-    rows: list[TimingRow] = []
-    header_seen = False
-    for fields in reader:
-        cells = [cell.strip() for cell in fields]
-        if not any(cells):
-            continue
-        where = f"{path}, line {reader.line_num}"
-        if not header_seen:
-            if tuple(cells) != TIMINGS_HEADER:
-                raise SchedkitError(f"{where}: header must be {','.join(TIMINGS_HEADER)}")
-            header_seen = True
-        else:
-            rows.append(_parse_timing_row(cells, where))
-    if not header_seen:
-        raise SchedkitError(f"timings file {path} is empty; expected a header and rows")
-    return rows
-
-
-def _parse_timing_row(cells: list[str], where: str) -> TimingRow:
-    if len(cells) != 4:
-        raise SchedkitError(f"{where}: expected 4 fields, got {len(cells)}")
-    counts = [int(c) if c.isdigit() else -1 for c in cells[:3]]
-    for label, cell, count in zip(TIMINGS_HEADER, cells, counts, strict=False):
-        if count < 0:
-            raise SchedkitError(f"{where}: {label} must be an integer >= 0, got {cell!r}")
-    try:
-        seconds = float(cells[3])
-    except ValueError:
-        seconds = math.nan
-    if not (math.isfinite(seconds) and seconds > 0):
-        raise SchedkitError(f"{where}: seconds must be a number > 0, got {cells[3]!r}")
-    return counts[0], counts[1], counts[2], seconds
-
-
-class _LinearProfile(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    kind: Literal["linear"]
-    c0: float = Field(ge=0, allow_inf_nan=False)
-    c_prefill: float = Field(ge=0, allow_inf_nan=False)
-    c_decode: float = Field(ge=0, allow_inf_nan=False)
-    c_kv: float = Field(ge=0, allow_inf_nan=False)
-    c_attn: float = Field(default=0.0, ge=0, allow_inf_nan=False)
-    mape: float | None = Field(default=None, ge=0)
-    source: str = ""
-
-
-def save_cost_profile(model: LinearCostModel, path: str | Path, mape: float, source: str) -> None:
-    """Write a fitted model as JSON: ``{"kind": "linear", "c0": ..., "mape": ..., ...}``."""
-    Path(path).write_text(json.dumps({**model.describe(), "mape": mape, "source": source}) + "\n")
-
-
-def load_cost_profile(path: str | Path) -> LinearCostModel:
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except OSError as exc:
-        raise SchedkitError(f"cannot read cost profile {path}: {exc.strerror}") from exc
-    except json.JSONDecodeError as exc:
-        raise SchedkitError(f"cost profile {path} is not valid JSON: {exc}") from exc
-    try:
-        p = _LinearProfile.model_validate(data)
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        raise SchedkitError(f"invalid cost profile {path}: {problems}; refit it") from exc
-    return LinearCostModel(p.c0, p.c_prefill, p.c_decode, p.c_kv, p.c_attn)
-
-
 def make_cost_model(
     model_name: str, gpu_name: str, tp: int, profile_path: str | Path | None
 ) -> tuple[RooflineCostModel | LinearCostModel, ModelProfile, GPUProfile]:
@@ -374,6 +235,8 @@ def make_cost_model(
     ``profile_path`` may be a fitted cost profile (JSON with ``"kind": "linear"``), whose
     model then times steps; or a GPU/model profile file, registered before the lookup.
     """
+    from schedkit.sim.calibration import load_cost_profile  # deferred: it builds on this module
+
     timing: LinearCostModel | None = None
     if profile_path is not None:
         if _is_cost_profile(Path(profile_path)):

@@ -16,7 +16,7 @@ from schedkit.views import BlockState, EngineState, RequestState
 if TYPE_CHECKING:
     from hypothesis.strategies import DrawFn
 
-# tenants in random states and in the stateful sequence, so shares and ties occur
+# tenants for random states and for the stateful sequence (_sequence.py)
 _TENANTS = ("default", "tenant-a", "tenant-b", "tenant-c")
 
 

@@ -9,16 +9,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schedkit.errors import SchedkitError
-from schedkit.sim.costmodel import (
-    CostModel,
-    LinearCostModel,
-    RooflineCostModel,
+from schedkit.sim.calibration import (
     fit_linear,
     load_cost_profile,
-    make_cost_model,
     read_timings_csv,
     save_cost_profile,
 )
+from schedkit.sim.costmodel import CostModel, LinearCostModel, RooflineCostModel, make_cost_model
 from schedkit.sim.profiles import GPUProfile, get_gpu, get_model
 
 LLAMA_8B = get_model("Llama-3-8B")
