@@ -110,10 +110,10 @@ def test_order_waiting(benchmark: Any, record: Record, policy: str, arm: str) ->
         facade = PolicyFacade([("spf", ShortestPromptFirst())])
     else:
         facade = PolicyFacade.from_config(policy)
-    impl = facade.policies[0][1]
+    impl: Any = facade.policies[0][1]
     waiting, view = waiting_queue(WAITING), EngineState(1000, 16)
-    call = facade.order_waiting if arm == "facade" else impl.order_waiting  # type: ignore[attr-defined]
+    call = facade.order_waiting if arm == "facade" else impl.order_waiting
     benchmark.group = f"{policy}: order_waiting over {WAITING} waiting"
     result = benchmark(call, waiting, view)
-    assert result == impl.order_waiting(waiting, view)  # type: ignore[attr-defined]
+    assert result == impl.order_waiting(waiting, view)
     record(f"{policy} order_waiting x{WAITING}", arm, 1)

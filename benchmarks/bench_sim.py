@@ -1,16 +1,21 @@
 """How fast the simulated engine replays a workload, and how that grows with its size.
 
-Run pinned to one core: ``taskset -c 0 python benchmarks/bench_sim.py [--repeat 3]
-[--only azure growth mooncake stretch] [--profile]``. Times are the best of ``--repeat`` runs,
-CPU seconds (``time.process_time``) and wall seconds (``time.perf_counter``); only the replay
-is timed, not parsing or generating the workload. Targets: the whole azure-conv trace in at
-most 3 s, and time(100k) / time(10k) at most 11 on a steady Poisson stream.
+Run pinned to one core::
+
+    taskset -c 0 python benchmarks/bench_sim.py [--repeat 3]
+        [--only azure growth mooncake stretch] [--profile azure|mooncake]
+
+Times are the best of ``--repeat`` runs, in CPU seconds (``time.process_time``) and wall
+seconds (``time.perf_counter``); only the replay is timed, not parsing or generating the
+workload. Targets: the whole azure-conv trace in at most 3 s, and time(100k) / time(10k)
+at most 11 on a steady Poisson stream.
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import pstats
 import time
 from dataclasses import dataclass
@@ -26,6 +31,7 @@ GROWTH_LIMIT = 11.0
 # azure-conv's own rate and about its lengths: a steady load, neither idle nor queueing.
 POISSON = "poisson:rate=5.5,n={n},prompt=1024,output=200"
 SECTIONS = ("azure", "growth", "mooncake", "stretch")
+PROFILES = {"azure": ("azure-conv", None), "mooncake": ("mooncake-conv", 2_000)}
 
 
 @dataclass
@@ -34,6 +40,7 @@ class Timing:
     requests: int
     cpu_s: float
     wall_s: float
+    gc_s: float  # CPU seconds of the fastest run spent in the cyclic garbage collector
     steps: int  # engine steps simulated
     iterations: int  # loop iterations: steps executed one by one + runs advanced in one go
     mean_running: float  # from the 1 s timeline: how loaded the engine was
@@ -42,15 +49,36 @@ class Timing:
     def row(self) -> str:
         return (
             f"{self.label:<28} {self.requests:>7,} {self.cpu_s:>7.3f} {self.wall_s:>7.3f}"
+            f" {self.gc_s:>6.3f}"
             f" {self.requests / self.cpu_s:>9,.0f} {self.steps:>10,} {self.iterations:>9,}"
             f" {self.mean_running:>7.1f} {self.max_waiting:>7,}"
         )
 
 
 HEADER = (
-    f"{'run':<28} {'reqs':>7} {'cpu s':>7} {'wall s':>7} {'reqs/s':>9} {'steps':>10}"
+    f"{'run':<28} {'reqs':>7} {'cpu s':>7} {'wall s':>7} {'gc s':>6} {'reqs/s':>9} {'steps':>10}"
     f" {'iters':>9} {'running':>7} {'waiting':>7}"
 )
+
+
+class _GCTimer:
+    """CPU seconds spent in the cyclic garbage collector while in the ``with`` block."""
+
+    def __init__(self) -> None:
+        self.seconds = self._start = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._start = time.process_time()
+        else:
+            self.seconds += time.process_time() - self._start
+
+    def __enter__(self) -> _GCTimer:
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self)
 
 
 class _CountingEngine(SimEngine):
@@ -81,12 +109,16 @@ def replay(bench: Bench, stretch: bool = True) -> RunResult:
 
 
 def measure(label: str, bench: Bench, *, stretch: bool = True, repeat: int = 3) -> Timing:
-    cpu = wall = float("inf")
+    cpu = wall = gc_s = float("inf")
     for _ in range(repeat):
-        c0, w0 = time.process_time(), time.perf_counter()
-        run = replay(bench, stretch)
-        cpu = min(cpu, time.process_time() - c0)
-        wall = min(wall, time.perf_counter() - w0)
+        gc.collect()  # each run starts from the same heap, not the previous run's garbage
+        with _GCTimer() as collector:
+            c0, w0 = time.process_time(), time.perf_counter()
+            run = replay(bench, stretch)
+            c1, w1 = time.process_time(), time.perf_counter()
+        if c1 - c0 < cpu:
+            cpu, gc_s = c1 - c0, collector.seconds
+        wall = min(wall, w1 - w0)
     facade = PolicyFacade.from_config(bench.configs[0])
     counter = _CountingEngine(
         bench.base.requests, bench.cost, bench.sim_config, facade, stretch=stretch
@@ -98,6 +130,7 @@ def measure(label: str, bench: Bench, *, stretch: bool = True, repeat: int = 3) 
         len(bench.base.requests),
         cpu,
         wall,
+        gc_s,
         run.steps,
         counter.iterations,
         sum(p.running for p in timeline) / max(1, len(timeline)),
@@ -113,7 +146,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=3, help="runs per point; the best is kept")
     parser.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS))
-    parser.add_argument("--profile", action="store_true", help="cProfile the azure-conv replay")
+    parser.add_argument(
+        "--profile", choices=sorted(PROFILES), help="cProfile one replay, print the top 15"
+    )
     args = parser.parse_args(argv)
     rep = args.repeat
 
@@ -130,10 +165,11 @@ def main(argv: list[str] | None = None) -> None:
         for n in (1_000, 10_000, 30_000, 100_000):
             points[n] = t = measure(f"poisson n={n:,}", bench_for(POISSON.format(n=n)), repeat=rep)
             print(f"{t.row()}  {t.cpu_s / n * 1e6:.1f} us/req")
-        ratio = points[100_000].cpu_s / points[10_000].cpu_s
+        big, small = points[100_000], points[10_000]
+        ratio = big.cpu_s / small.cpu_s
         print(
             f"time(100k) / time(10k) = {ratio:.2f}, target <= {GROWTH_LIMIT}:"
-            f" {verdict(ratio, GROWTH_LIMIT)}\n"
+            f" {verdict(ratio, GROWTH_LIMIT)} (iterations x{big.iterations / small.iterations:.2f})\n"
         )
 
     if "mooncake" in args.only:
@@ -152,10 +188,10 @@ def main(argv: list[str] | None = None) -> None:
         )
 
     if args.profile:
-        bench = bench_for("azure-conv")
+        workload, max_requests = PROFILES[args.profile]
         profile = cProfile.Profile()
-        profile.runcall(replay, bench)
-        print("## cProfile, azure-conv replay (top 15 by own time)")
+        profile.runcall(replay, bench_for(workload, max_requests))
+        print(f"## cProfile, {workload} (max_requests={max_requests}), top 15 by own time")
         pstats.Stats(profile).sort_stats("tottime").print_stats(15)
 
 

@@ -46,6 +46,7 @@ class SimRequest(RequestState):
 
     __slots__ = (
         "hash_ids",
+        "hashes",
         "index",
         "last_token_s",
         "lost_tokens",
@@ -80,6 +81,7 @@ class SimRequest(RequestState):
         self.record = record
         self.num_tokens = record.prompt_tokens  # prompt + generated so far
         self.hash_ids = hash_ids
+        self.hashes: tuple[int, ...] | None = None  # shared block hashes, built on first use
         self.per_hash = per_hash  # engine blocks per trace hash id; 0 = nothing shared
         self.num_shared = min(len(hash_ids) * per_hash, record.prompt_tokens // block_size)
         self.nblocks = 0
@@ -115,9 +117,14 @@ class SimRequest(RequestState):
         """Blocks it holds that no cache entry accounts for."""
         return self.nblocks - sum(1 for h in self.shared if h is not None)
 
-    def shared_hash(self, i: int) -> int:
-        j, sub = divmod(i, self.per_hash)
-        return self.hash_ids[j] * self.per_hash + sub
+    def shared_hashes(self) -> tuple[int, ...]:
+        """Hashes of its ``num_shared`` blocks: trace hash id and block within it."""
+        if self.hashes is None:
+            per = self.per_hash
+            self.hashes = tuple(
+                self.hash_ids[i // per] * per + i % per for i in range(self.num_shared)
+            )
+        return self.hashes
 
     def cached_prefix(self, kv: KVCache) -> tuple[tuple[int, ...], int]:
         """Leading blocks found in the prefix cache: shared hashes, then own blocks.
@@ -127,16 +134,16 @@ class SimRequest(RequestState):
         if not kv.prefix_caching:
             return (), 0
         limit = (self.num_tokens - 1) // kv.block_size
-        meta, hit = kv.meta, list[int]()
-        for i in range(min(limit, self.num_shared)):
-            h = self.shared_hash(i)
-            if h not in meta:
-                return tuple(hit), 0
-            hit.append(h)
+        meta, n = kv.meta, min(limit, self.num_shared)
+        hashes = self.shared_hashes() if n else ()
+        for i in range(n):
+            if hashes[i] not in meta:
+                return hashes[:i], 0
+        hit = hashes[:n]
         own = (
             min(kv.run_hit(self.run_key), limit - self.num_shared) if limit > self.num_shared else 0
         )
-        return tuple(hit), own
+        return hit, own
 
     def add_blocks(self, n: int) -> None:
         room = self.num_shared - len(self.shared)
@@ -147,11 +154,11 @@ class SimRequest(RequestState):
     def publish_blocks(self, kv: KVCache, first: int, end: int, clock: float) -> None:
         """Put blocks ``first..end-1``, now full and computed, into the prefix cache."""
         shared = self.shared
-        for i in range(first, min(end, self.num_shared)):
-            if shared[i] is None:
-                h = self.shared_hash(i)
-                if kv.cache_block(h, i, clock):
-                    shared[i] = h
+        if first < self.num_shared:
+            hashes = self.shared_hashes()
+            for i in range(first, min(end, self.num_shared)):
+                if shared[i] is None and kv.cache_block(hashes[i], i, clock):
+                    shared[i] = hashes[i]
         if (
             end > self.num_shared
             and max(first, self.num_shared) - self.num_shared == self.own_cached

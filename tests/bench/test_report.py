@@ -9,14 +9,8 @@ from typing import Any
 
 from schedkit.bench.metrics import compute_metrics
 from schedkit.bench.records import RequestRecord, RunResult, TimelinePoint
-from schedkit.bench.report import (
-    cdf_points,
-    compare_arms,
-    downsample,
-    line_chart,
-    render_markdown,
-    write_report,
-)
+from schedkit.bench.report import compare_arms, render_markdown, write_report
+from schedkit.bench.svg import cdf_points, downsample, line_chart
 
 
 def fake_run(policy: str, speed: float, n: int = 300, steps: int = 1500) -> RunResult:
