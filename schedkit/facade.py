@@ -245,7 +245,7 @@ def _check_permutation(result: Any, waiting: Sequence[RequestView]) -> str | Non
         return f"returned {type(result).__name__}, expected a list of the waiting requests"
     if len(result) != len(waiting):
         return f"returned {len(result)} requests for a waiting queue of {len(waiting)}"
-    if {id(r) for r in result} != {id(r) for r in waiting}:
+    if set(map(id, result)) != set(map(id, waiting)):
         return "did not return a permutation of the waiting queue (unknown or repeated request)"
     return None
 
@@ -253,10 +253,10 @@ def _check_permutation(result: Any, waiting: Sequence[RequestView]) -> str | Non
 def _check_subset(result: Any, pool: Sequence[Any], what: str, at_least: int) -> str | None:
     if not isinstance(result, list):
         return f"returned {type(result).__name__}, expected a list or None"
-    ids = {id(x) for x in result}
+    ids = set(map(id, result))
     if len(ids) != len(result):
         return f"named the same {what} twice"
-    if not ids <= {id(x) for x in pool}:
+    if not ids <= set(map(id, pool)):
         return f"named something that is not a {what}"
     if len(result) < at_least:
         return f"returned {len(result)} items, at least {at_least} needed"

@@ -16,7 +16,7 @@ from schedkit.config import load_config
 from schedkit.errors import SchedkitError
 from schedkit.facade import PolicyFacade
 from schedkit.sim.costmodel import RooflineCostModel, make_cost_model
-from schedkit.sim.engine import SimConfig, SimEngine
+from schedkit.sim.engine import SimConfig, SimEngine, no_cyclic_gc
 from schedkit.sim.workloads import Workload, load_workload
 
 ENGINES = ("sim",)
@@ -95,8 +95,9 @@ class Bench:
     def run_arm(self, index: int, rate_scale: float, progress: Progress | None = None) -> RunResult:
         workload = self.base.scaled(rate_scale) if rate_scale != 1.0 else self.base
         facade = PolicyFacade.from_config(self.configs[index])
-        engine = SimEngine(workload.requests, self.cost, self.sim_config, facade)
-        return engine.run()
+        with no_cyclic_gc():
+            engine = SimEngine(workload.requests, self.cost, self.sim_config, facade)
+            return engine.run()
 
     def metrics(self, run: RunResult) -> dict[str, Any]:
         return compute_metrics(

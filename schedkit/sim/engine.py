@@ -17,7 +17,8 @@ from __future__ import annotations
 import gc
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -101,15 +102,8 @@ class SimEngine:
     # -- main loop ------------------------------------------------------------------
 
     def run(self) -> RunResult:
-        # The run allocates many small objects and frees none in cycles: without the cyclic
-        # collector its cost stays linear in the trace (full collections walk the heap).
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
+        with no_cyclic_gc():
             return self._run()
-        finally:
-            if collecting:
-                gc.enable()
 
     def _run(self) -> RunResult:
         started = time.perf_counter()
@@ -480,6 +474,22 @@ class SimEngine:
                     refs[b] = refs.get(b, 0) + 1
         assert refs == self.kv.in_use, "block refcounts diverge from request block lists"
         assert len(self.running) <= self.cfg.max_num_seqs or self.facade.has_plan
+
+
+@contextmanager
+def no_cyclic_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector.
+
+    A replay allocates many small objects and frees none in cycles; full collections walk
+    the whole heap, which would make cost grow faster than linearly with the trace.
+    """
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def _blocks_needed(running: list[SimRequest], k: int, bs: int) -> int:
