@@ -15,8 +15,9 @@ from schedkit.bench.report import compare_arms, write_report
 from schedkit.config import load_config
 from schedkit.errors import SchedkitError
 from schedkit.facade import PolicyFacade
+from schedkit.sim.config import SimConfig
 from schedkit.sim.costmodel import RooflineCostModel, make_cost_model
-from schedkit.sim.engine import SimConfig, SimEngine, no_cyclic_gc
+from schedkit.sim.engine import SimEngine, no_cyclic_gc
 from schedkit.sim.workloads import Workload, load_workload
 
 ENGINES = ("sim",)

@@ -19,41 +19,17 @@ import time
 from collections import deque
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from schedkit.bench.records import RunResult, TimelinePoint
+from schedkit.bench.records import RunResult
 from schedkit.decisions import BatchBudget, StepReport
 from schedkit.facade import PolicyFacade
+from schedkit.sim.config import SimConfig, StepCost
 from schedkit.sim.kvcache import KVCache
+from schedkit.sim.recorder import Recorder
 from schedkit.sim.request import SimRequest, TraceLike
 from schedkit.views import EngineState
 
-
-class StepCost(Protocol):
-    def step_time(
-        self, prefill_tokens: int, decode_tokens: int, kv_tokens: int, attn_pairs: int
-    ) -> float: ...
-    def decode_run_time(self, n: int, kv0: int, k: int) -> float: ...
-    def decode_steps_before(self, n: int, kv0: int, budget_s: float, k_max: int) -> int: ...
-
-
-class SimConfig(BaseModel):
-    """Engine knobs, with vLLM's names and V1 defaults."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    num_blocks: int = Field(gt=0, description="KV cache capacity in blocks")
-    block_size: int = Field(default=16, gt=0)
-    max_num_seqs: int = Field(default=256, gt=0)
-    max_num_batched_tokens: int = Field(default=8192, gt=0)
-    long_prefill_token_threshold: int = Field(default=0, ge=0)
-    enable_prefix_caching: bool = True
-    hash_block_tokens: int = Field(
-        default=0, ge=0, description="tokens per trace hash id (Mooncake: 512)"
-    )
-    timeline_interval_s: float = Field(default=1.0, gt=0)
+__all__ = ["SimConfig", "SimEngine", "StepCost", "no_cyclic_gc"]
 
 
 class SimEngine:
@@ -95,9 +71,7 @@ class SimEngine:
         self.result = RunResult(
             policy=facade.label, records=[r.record for r in self.pending], duration_s=0.0
         )
-        self._itl: dict[float, int] = {}
-        self._kv_integral = 0.0
-        self._next_sample = 0.0
+        self.recorder = Recorder(self.result, config.timeline_interval_s)
 
     # -- main loop ------------------------------------------------------------------
 
@@ -122,15 +96,7 @@ class SimEngine:
                 self._step(budget)
             if self.check_invariants:
                 self.check()
-        res = self.result
-        res.duration_s = view.clock
-        res.steps = view.step_index
-        res.itl = sorted(self._itl.items())
-        res.kv_usage_mean = self._kv_integral / view.clock if view.clock > 0 else 0.0
-        res.policy_errors = self.facade.error_count
-        res.policy_errors_by_hook = _by_hook(self.facade)
-        res.wall_s = time.perf_counter() - started
-        return res
+        return self.recorder.finish(view.clock, view.step_index, self.facade, started)
 
     def _arrive(self, req: SimRequest) -> None:
         view = self.view
@@ -306,11 +272,11 @@ class SimEngine:
             raise RuntimeError(
                 f"simulator made no progress at t={self.view.clock}: {self.running=}"
             )
-        self._account_kv(duration)
+        self.recorder.kv_usage(duration, self.kv.num_used / self.kv.num_blocks)
         view = self.view
         view.clock += duration
         view.step_index += 1
-        clock, itl, kv = view.clock, self._itl, self.kv
+        clock, gap, kv = view.clock, self.recorder.token_gap, self.kv
         bs, caching = self.cfg.block_size, self.cfg.enable_prefix_caching
         finished = []
         for req, n in scheduled.items():
@@ -322,8 +288,7 @@ class SimEngine:
                 if req.record.first_token_s is None:
                     req.record.first_token_s = clock
                 else:
-                    gap = round(clock - req.last_token_s, 6)
-                    itl[gap] = itl.get(gap, 0) + 1
+                    gap(clock - req.last_token_s, 1)
                 req.last_token_s = clock
                 req.num_output_tokens += 1
                 req.num_tokens += 1
@@ -411,9 +376,8 @@ class SimEngine:
             req.last_token_s = clock
             if req.num_output_tokens >= req.max_tokens:
                 finished.append(req)
-        gap = round(duration / k, 6)
-        self._itl[gap] = self._itl.get(gap, 0) + n * k
-        self._kv_integral += duration * (used_before + kv.num_used) / 2 / kv.num_blocks
+        self.recorder.token_gap(duration / k, n * k)
+        self.recorder.kv_usage(duration, (used_before + kv.num_used) / 2 / kv.num_blocks)
         view.clock = clock
         view.step_index += k
         self._finish(finished)
@@ -448,19 +412,11 @@ class SimEngine:
         view.num_waiting = len(self.waiting)
         view.kv_blocks_free = self.kv.num_free
 
-    def _account_kv(self, duration: float) -> None:
-        self._kv_integral += duration * self.kv.num_used / self.kv.num_blocks
-
     def _sample(self) -> None:
-        clock = self.view.clock
-        if clock >= self._next_sample:
-            kv = self.kv
-            self.result.timeline.append(
-                TimelinePoint(
-                    clock, len(self.waiting), len(self.running), kv.num_used / kv.num_blocks
-                )
-            )
-            self._next_sample = clock + self.cfg.timeline_interval_s
+        kv = self.kv
+        self.recorder.sample(
+            self.view.clock, len(self.waiting), len(self.running), kv.num_used / kv.num_blocks
+        )
 
     def check(self) -> None:
         """Assert KV block conservation and queue consistency (used by tests)."""
@@ -500,11 +456,3 @@ def _blocks_needed(running: list[SimRequest], k: int, bs: int) -> int:
         if extra > 0:
             total += extra
     return total
-
-
-def _by_hook(facade: PolicyFacade) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for (policy, hook), count in facade.errors.items():
-        key = f"{policy}.{hook}"
-        out[key] = out.get(key, 0) + count
-    return out

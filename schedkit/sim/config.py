@@ -1,0 +1,32 @@
+"""The simulated engine's knobs and what it needs of a cost model."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class StepCost(Protocol):
+    def step_time(
+        self, prefill_tokens: int, decode_tokens: int, kv_tokens: int, attn_pairs: int
+    ) -> float: ...
+    def decode_run_time(self, n: int, kv0: int, k: int) -> float: ...
+    def decode_steps_before(self, n: int, kv0: int, budget_s: float, k_max: int) -> int: ...
+
+
+class SimConfig(BaseModel):
+    """Engine knobs, with vLLM's names and V1 defaults."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    num_blocks: int = Field(gt=0, description="KV cache capacity in blocks")
+    block_size: int = Field(default=16, gt=0)
+    max_num_seqs: int = Field(default=256, gt=0)
+    max_num_batched_tokens: int = Field(default=8192, gt=0)
+    long_prefill_token_threshold: int = Field(default=0, ge=0)
+    enable_prefix_caching: bool = True
+    hash_block_tokens: int = Field(
+        default=0, ge=0, description="tokens per trace hash id (Mooncake: 512)"
+    )
+    timeline_interval_s: float = Field(default=1.0, gt=0)

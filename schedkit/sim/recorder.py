@@ -1,0 +1,45 @@
+"""What the simulated engine records for metrics, besides per-request records."""
+
+from __future__ import annotations
+
+import time
+
+from schedkit.bench.records import RunResult, TimelinePoint
+from schedkit.facade import PolicyFacade
+
+
+class Recorder:
+    """Inter-token gaps, time-weighted KV usage and a sampled timeline, kept cheaply."""
+
+    def __init__(self, result: RunResult, interval_s: float) -> None:
+        self.result = result
+        self.interval_s = interval_s
+        self._gaps: dict[float, int] = {}  # gap rounded to the microsecond -> tokens
+        self._kv_seconds = 0.0  # integral of KV usage (fraction) over time
+        self._next_sample = 0.0
+
+    def token_gap(self, seconds: float, tokens: int) -> None:
+        key = round(seconds, 6)
+        self._gaps[key] = self._gaps.get(key, 0) + tokens
+
+    def kv_usage(self, duration: float, fraction: float) -> None:
+        self._kv_seconds += duration * fraction
+
+    def sample(self, clock: float, waiting: int, running: int, kv_usage: float) -> None:
+        if clock >= self._next_sample:
+            self.result.timeline.append(TimelinePoint(clock, waiting, running, kv_usage))
+            self._next_sample = clock + self.interval_s
+
+    def finish(self, clock: float, steps: int, facade: PolicyFacade, started: float) -> RunResult:
+        res = self.result
+        res.duration_s = clock
+        res.steps = steps
+        res.itl = sorted(self._gaps.items())
+        res.kv_usage_mean = self._kv_seconds / clock if clock > 0 else 0.0
+        res.policy_errors = facade.error_count
+        by_hook: dict[str, int] = {}
+        for (policy, hook), count in facade.errors.items():
+            by_hook[f"{policy}.{hook}"] = by_hook.get(f"{policy}.{hook}", 0) + count
+        res.policy_errors_by_hook = by_hook
+        res.wall_s = time.perf_counter() - started
+        return res
