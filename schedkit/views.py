@@ -32,7 +32,7 @@ class RequestView(Protocol):
     def num_prompt_tokens(self) -> int: ...
     @property
     def num_cached_tokens(self) -> int:
-        """Prompt tokens found in the prefix cache when the request was last admitted."""
+        """Prompt tokens found in the prefix cache when the request was first admitted."""
         ...
 
     @property

@@ -44,9 +44,10 @@ def reference_waiting_order(waiting: list[RequestState]) -> list[RequestState]:
 
 
 def reference_victims(running: list[RequestState]) -> list[RequestState]:
+    """vLLM's max over (priority, arrival), repeated; exact ties go to the last admitted."""
     left, victims = list(running), []
     while left:
-        victim = max(left, key=lambda r: (r.priority, r.arrival_time))
+        victim = max(reversed(left), key=lambda r: (r.priority, r.arrival_time))
         left.remove(victim)
         victims.append(victim)
     return victims

@@ -36,4 +36,7 @@ class PriorityPolicy(Policy):
     def select_victims(
         self, running: Sequence[RequestView], needing: RequestView, engine: EngineView
     ) -> list[RequestView]:
-        return sorted(running, key=_priority_key, reverse=True)
+        # Ties on (priority, arrival) go to the last admitted, as FCFS would: the request
+        # that needs blocks must not preempt an older equal, or two equals can take turns
+        # preempting each other forever.
+        return sorted(reversed(running), key=_priority_key, reverse=True)

@@ -310,8 +310,8 @@ class SimEngine:
         if not running:
             return False
         for req in running:
-            if req.num_tokens - req.num_computed_tokens != 1:
-                return False
+            if req.num_tokens - req.num_computed_tokens != 1 or not req.num_output_tokens:
+                return False  # only decoding requests (a last prompt token emits the first)
         n = len(running)
         if n > budget.token_budget:
             return False
@@ -380,9 +380,11 @@ class SimEngine:
         self.recorder.kv_usage(duration, (used_before + kv.num_used) / 2 / kv.num_blocks)
         view.clock = clock
         view.step_index += k
-        self._finish(finished)
-        if self.facade.has_step_observer:
+        report = None
+        if self.facade.has_step_observer:  # before _finish takes finished ones out of running
             report = StepReport(k, duration, 0, n * k, list(running), [k] * n, ())
+        self._finish(finished)
+        if report is not None:
             self._observe(report)
         self._sample()
 

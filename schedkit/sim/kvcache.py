@@ -194,6 +194,10 @@ class KVCache:
         """
         self.free_uncached += private
         cached_free = self.cached_free
+        stale = cached_free.pop(run_key, None)
+        if isinstance(stale, Run):  # cached before a readmission that did not hit it
+            self.cached_blocks -= stale.count
+            self.free_uncached += stale.count
         if run:
             cached_free[run_key] = Run(run_key, run, run_depth, clock)
             self.cached_blocks += run

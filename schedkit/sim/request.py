@@ -120,9 +120,12 @@ class SimRequest(RequestState):
     def shared_hashes(self) -> tuple[int, ...]:
         """Hashes of its ``num_shared`` blocks: trace hash id and block within it."""
         if self.hashes is None:
-            per = self.per_hash
+            per, ids = self.per_hash, self.hash_ids
+            # Zigzag-encode ids so shared hashes are >= 0 and never meet own-run keys (< 0).
             self.hashes = tuple(
-                self.hash_ids[i // per] * per + i % per for i in range(self.num_shared)
+                (2 * ids[i // per] if ids[i // per] >= 0 else -2 * ids[i // per] - 1) * per
+                + i % per
+                for i in range(self.num_shared)
             )
         return self.hashes
 
