@@ -22,5 +22,20 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check schedkit plugins
 	$(BIN)/mypy --strict schedkit plugins/example/schedkit_example
 
-test: lint
+test: lint lint-vllm
 	$(BIN)/pytest -q tests $(foreach p,$(PLUGINS),$(dir $(p))tests)
+	$(MAKE) test-vllm
+
+# The vLLM adapter's suites run against the real vLLM CPU build in their own environment
+# (.venv-vllm, created on first use by adapters/vllm/scripts/make-venv.sh, ~2 min).
+VLLM_VENV := .venv-vllm
+.PHONY: test-vllm lint-vllm
+lint-vllm:
+	adapters/vllm/scripts/make-venv.sh
+	$(VLLM_VENV)/bin/ruff check adapters/vllm
+	$(VLLM_VENV)/bin/ruff format --check adapters/vllm
+	$(VLLM_VENV)/bin/mypy --strict --config-file adapters/vllm/pyproject.toml adapters/vllm/schedkit_vllm
+
+test-vllm:
+	adapters/vllm/scripts/make-venv.sh
+	HF_HUB_OFFLINE=1 $(VLLM_VENV)/bin/pytest -q adapters/vllm/tests

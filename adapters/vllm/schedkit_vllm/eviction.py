@@ -1,0 +1,106 @@
+"""KV eviction: let ``select_evictions`` choose which cached blocks vLLM reuses.
+
+vLLM's ``BlockPool.get_new_blocks`` pops blocks from the front of its free-block queue
+and drops the prefix-cache entry of any cached one among them; the queue holds never-
+cached blocks first, then cached, unreferenced blocks least recently used first. This
+hook replaces, on one pool instance only, the queue's ``popleft_n`` (so vLLM's own
+allocation path asks the policy whenever it must evict) and wraps ``free_blocks`` and
+``touch`` to record when each cached block was last freed or hit, which vLLM does not.
+
+Cost: nothing while never-cached blocks last; under eviction one walk of the free queue
+per allocation (every evictable block is a candidate, as the hook promises).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, cast
+
+from schedkit import PolicyFacade
+
+from schedkit_vllm.views import VllmBlockView, VllmEngineView
+
+
+class EvictionHook:
+    """Installed on one ``BlockPool`` when the selected policies implement eviction."""
+
+    def __init__(self, pool: Any, facade: PolicyFacade, engine: VllmEngineView) -> None:
+        self.pool = pool
+        self.queue = pool.free_block_queue
+        self.facade = facade
+        self.engine = engine
+        self.hash_block_size = int(pool.hash_block_size)
+        self.records: dict[int, VllmBlockView] = {}
+        self.num_evicted_by_policy = 0
+        self._popleft_n: Callable[[int], list[Any]] = self.queue.popleft_n
+        self._free_blocks: Callable[[Iterable[Any]], None] = pool.free_blocks
+        self._touch: Callable[[Sequence[Any]], None] = pool.touch
+        # Instance attributes shadow the class's methods, for this pool only.
+        self.queue.popleft_n = self.popleft_n
+        pool.free_blocks = self.free_blocks
+        pool.touch = self.touch
+
+    def _record(self, block: Any) -> VllmBlockView:
+        record = self.records.get(block.block_id)
+        if record is None or record.block is not block:
+            record = VllmBlockView(block, self.hash_block_size)
+            self.records[block.block_id] = record
+        return record
+
+    def free_blocks(self, ordered_blocks: Iterable[Any]) -> None:
+        blocks = list(ordered_blocks)
+        self._free_blocks(blocks)
+        now = self.engine.clock
+        for block in blocks:
+            if block.ref_cnt == 0 and block.block_hash is not None:
+                self._record(block).last_access = now
+
+    def touch(self, blocks: Sequence[Any]) -> None:
+        self._touch(blocks)
+        now = self.engine.clock
+        for block in blocks:
+            if block.block_hash is not None and not block.is_null:
+                record = self._record(block)
+                record.num_hits += 1
+                record.last_access = now
+
+    def popleft_n(self, n: int) -> list[Any]:
+        if n <= 0:
+            return self._popleft_n(n)
+        tail = self.queue.fake_free_list_tail
+        block = self.queue.fake_free_list_head.next_free_block
+        seen = 0
+        while seen < n and block is not tail and block.block_hash is None:
+            seen += 1
+            block = block.next_free_block
+        if seen == n:  # no cached block among them: nothing is evicted
+            return self._popleft_n(n)
+        chosen = self._choose(n)
+        if chosen is None:
+            chosen = self._popleft_n(n)
+        else:
+            for block in chosen:
+                self.queue.remove(block)
+        for block in chosen:
+            # Their prefix-cache entries are dropped by vLLM right after this returns.
+            self.records.pop(block.block_id, None)
+        return chosen
+
+    def _choose(self, n: int) -> list[Any] | None:
+        """The blocks to hand out: never-cached ones first, then the policy's choice."""
+        uncached: list[Any] = []
+        cached: list[Any] = []
+        tail = self.queue.fake_free_list_tail
+        block = self.queue.fake_free_list_head.next_free_block
+        while block is not tail:
+            (uncached if block.block_hash is None else cached).append(block)
+            block = block.next_free_block
+        if len(uncached) >= n:
+            return uncached[:n]
+        need = n - len(uncached)
+        candidates = [self._record(b) for b in cached]
+        picked = self.facade.select_evictions(candidates, need, self.engine)
+        if picked is None:
+            return None
+        self.num_evicted_by_policy += need
+        return uncached + [cast(VllmBlockView, view).block for view in picked[:need]]

@@ -1,0 +1,138 @@
+"""schedkit views over vLLM's own objects: properties, never copies rebuilt per step.
+
+One ``VllmRequestView`` per request (cached by the runtime for the request's life), one
+``VllmEngineView`` per scheduler, one ``VllmBlockView`` per cached block that is an
+eviction candidate. vLLM objects are typed ``Any``: the adapter does not type-check
+against vLLM's internals, and the version check guards their shape.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+# vLLM stamps Request.arrival_time with time.time(); the engine clock uses the same
+# source so that ``engine.clock - request.arrival_time`` is a wait in seconds.
+_now = time.time
+
+
+def _float_or_none(value: object) -> float | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+
+
+class VllmRequestView:
+    """A ``schedkit.RequestView`` over a ``vllm.v1.request.Request``.
+
+    Tenant and SLO targets come from the request's ``vllm_xargs``
+    (``sampling_params.extra_args``): keys ``tenant``, ``slo_ttft_ms``, ``slo_tpot_ms``.
+    """
+
+    __slots__ = ("_epoch", "num_cached_tokens", "request", "slo_tpot_ms", "slo_ttft_ms", "tenant")
+
+    def __init__(self, request: Any, epoch: float) -> None:
+        self.request = request
+        self._epoch = epoch
+        params = getattr(request, "sampling_params", None)
+        extra = getattr(params, "extra_args", None) or {}
+        tenant = extra.get("tenant")
+        self.tenant: str = str(tenant) if tenant not in (None, "") else "default"
+        self.slo_ttft_ms: float | None = _float_or_none(extra.get("slo_ttft_ms"))
+        self.slo_tpot_ms: float | None = _float_or_none(extra.get("slo_tpot_ms"))
+        # Set by the runtime when vLLM admits the request (prefix-cache hit size).
+        self.num_cached_tokens: int = 0
+
+    @property
+    def request_id(self) -> str:
+        return str(self.request.request_id)
+
+    @property
+    def priority(self) -> int:
+        return int(self.request.priority)
+
+    @property
+    def arrival_time(self) -> float:
+        return float(self.request.arrival_time) - self._epoch
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return int(self.request.num_prompt_tokens)
+
+    @property
+    def num_computed_tokens(self) -> int:
+        return int(self.request.num_computed_tokens)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return int(self.request.num_output_tokens)
+
+    @property
+    def max_tokens(self) -> int:
+        return int(self.request.max_tokens)
+
+    @property
+    def num_preemptions(self) -> int:
+        return int(self.request.num_preemptions)
+
+    def __repr__(self) -> str:
+        return f"VllmRequestView({self.request_id!r}, tenant={self.tenant!r})"
+
+
+class VllmEngineView:
+    """A ``schedkit.EngineView`` over a vLLM scheduler; one object for the engine's life."""
+
+    __slots__ = ("_pool", "_scheduler", "block_size", "epoch", "kv_blocks_total", "step_index")
+
+    def __init__(self, scheduler: Any) -> None:
+        self._scheduler = scheduler
+        self._pool = scheduler.kv_cache_manager.block_pool
+        self.epoch = _now()
+        self.block_size: int = int(scheduler.block_size)
+        # Block 0 is vLLM's null block and never allocatable.
+        self.kv_blocks_total: int = int(self._pool.num_gpu_blocks) - 1
+        self.step_index = 0
+
+    @property
+    def clock(self) -> float:
+        return _now() - self.epoch
+
+    @property
+    def kv_blocks_free(self) -> int:
+        return int(self._pool.get_num_free_blocks())
+
+    @property
+    def num_running(self) -> int:
+        return len(self._scheduler.running)
+
+    @property
+    def num_waiting(self) -> int:
+        scheduler = self._scheduler
+        return len(scheduler.waiting) + len(scheduler.kv_holding_waiting)
+
+
+class VllmBlockView:
+    """A ``schedkit.BlockView`` over a cached, unreferenced ``KVCacheBlock``.
+
+    vLLM keeps no access times or hit counts per block; the eviction hook records them
+    (when the block is freed or hit) in this record, kept while the block stays cached.
+    """
+
+    __slots__ = ("block", "block_hash", "depth", "last_access", "num_hits")
+
+    def __init__(self, block: Any, hash_block_size: int, last_access: float = 0.0) -> None:
+        self.block = block
+        key = block.block_hash
+        # vLLM's key is a digest (bytes) plus the KV group id; its first 8 bytes make a
+        # stable int for policies that remember blocks between calls.
+        self.block_hash: int = int.from_bytes(bytes(key)[:8], "big") if key is not None else 0
+        num_tokens = block.block_hash_num_tokens
+        self.depth: int = max(0, -(-int(num_tokens) // hash_block_size) - 1) if num_tokens else 0
+        self.last_access = last_access
+        self.num_hits = 0
+
+    def __repr__(self) -> str:
+        return f"VllmBlockView(block_id={self.block.block_id}, depth={self.depth})"

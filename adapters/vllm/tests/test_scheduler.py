@@ -1,0 +1,101 @@
+"""Construction, configuration and the no-config path against the real vLLM scheduler."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import VllmScheduler, free_blocks, make_request, run_until_idle
+from schedkit.errors import PolicyConfigError, UnknownPolicyError
+
+from schedkit_vllm import AsyncScheduler, Scheduler
+
+
+def _stream() -> list[Any]:
+    """Mixed lengths, priorities and a shared prefix; enough to preempt in 40 blocks."""
+    shared = list(range(100, 148))
+    requests = []
+    for i in range(12):
+        prompt: int | list[int] = shared + [500 + i] * 10 if i % 3 == 0 else 20 + 17 * i
+        requests.append(make_request(f"r{i}", prompt, max_tokens=40 + 5 * i, priority=i % 2))
+    return requests
+
+
+def _replay(scheduler: Any) -> Any:
+    initial = free_blocks(scheduler)
+    for request in _stream():
+        scheduler.add_request(request)
+    run = run_until_idle(scheduler)
+    assert free_blocks(scheduler) == initial
+    return run
+
+
+@pytest.mark.parametrize("schedkit", [None, {"policy": ["fcfs"]}])
+def test_no_policy_schedules_exactly_like_stock_vllm(make_scheduler: Any, schedkit: Any) -> None:
+    stock = _replay(make_scheduler(cls=VllmScheduler, num_blocks=40))
+    ours = make_scheduler(schedkit, num_blocks=40)
+    run = _replay(ours)
+    assert any(stock.preempted), "the stream should exercise preemption"
+    assert run.steps == stock.steps
+    assert run.preempted == stock.preempted
+    assert run.finished == stock.finished
+    if schedkit is None:
+        assert ours.schedkit is None
+
+
+def test_async_scheduler_variant_builds(make_scheduler: Any) -> None:
+    scheduler = make_scheduler({"policy": "priority"}, cls=AsyncScheduler)
+    assert isinstance(scheduler, AsyncScheduler)
+    assert scheduler.schedkit is not None
+    assert scheduler.schedkit.facade.label == "priority"
+
+
+def test_unknown_policy_fails_construction_listing_installed(make_scheduler: Any) -> None:
+    with pytest.raises(UnknownPolicyError) as info:
+        make_scheduler({"policy": ["no-such-policy"]})
+    message = str(info.value)
+    assert "no-such-policy" in message
+    assert "fcfs" in message and "priority" in message
+
+
+def test_bad_options_fail_construction(make_scheduler: Any) -> None:
+    with pytest.raises(PolicyConfigError, match="fcfs"):
+        make_scheduler({"policy": ["fcfs"], "options": {"fcfs": {"nope": 1}}})
+    with pytest.raises(PolicyConfigError, match="not selected"):
+        make_scheduler({"policy": ["fcfs"], "options": {"priority": {}}})
+
+
+def test_victim_policy_needs_vllm_fcfs_mode(make_scheduler: Any) -> None:
+    with pytest.raises(PolicyConfigError, match="scheduling-policy fcfs"):
+        make_scheduler({"policy": ["priority"]}, policy="priority")
+
+
+def test_config_file_from_environment(
+    make_scheduler: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "schedkit.toml"
+    path.write_text('policy = ["priority"]\n')
+    monkeypatch.setenv("SCHEDKIT_CONFIG", str(path))
+    scheduler = make_scheduler()
+    assert scheduler.schedkit is not None and scheduler.schedkit.facade.label == "priority"
+    # additional_config wins over the environment.
+    scheduler = make_scheduler({"policy": ["fcfs"]})
+    assert scheduler.schedkit.facade.label == "fcfs"
+
+
+def test_missing_config_file_is_an_error(
+    make_scheduler: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SCHEDKIT_CONFIG", str(tmp_path / "absent.json"))
+    with pytest.raises(PolicyConfigError, match="SCHEDKIT_CONFIG"):
+        make_scheduler()
+
+
+def test_scheduler_cls_resolves_by_qualified_name(make_scheduler: Any) -> None:
+    scheduler = make_scheduler({"policy": ["fcfs"]})
+    config = scheduler.vllm_config.scheduler_config
+    config.scheduler_cls = "schedkit_vllm.Scheduler"
+    assert config.get_scheduler_cls() is Scheduler
+    json.dumps(scheduler.vllm_config.additional_config)  # must stay JSON for vLLM's hash

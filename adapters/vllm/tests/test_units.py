@@ -1,0 +1,73 @@
+"""Pieces that need no scheduler: version check, config lookup, request views."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import make_request
+from schedkit.errors import PolicyConfigError
+
+from schedkit_vllm.compat import UnsupportedVllmError, check_version, parse_version
+from schedkit_vllm.config import resolve_config
+from schedkit_vllm.views import VllmRequestView
+
+
+def test_importing_the_package_does_not_import_vllm() -> None:
+    import subprocess
+
+    code = "import sys, schedkit_vllm; print('vllm' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("version", ["0.32.0", "0.32.5", "0.33.0", "0.33.1.dev4+gabc", "v0.33"])
+def test_supported_versions(version: str) -> None:
+    check_version(version)
+
+
+@pytest.mark.parametrize("version", ["0.31.9", "0.34.0", "1.0.0", "dev", ""])
+def test_unsupported_versions_name_the_fix(version: str) -> None:
+    with pytest.raises(UnsupportedVllmError, match=r"supports vLLM >=0\.32,<0\.34"):
+        check_version(version)
+
+
+def test_parse_version() -> None:
+    assert parse_version("0.33.1rc2") == (0, 33, 1)
+    assert parse_version("0.33") == (0, 33, 0)
+
+
+def test_config_sources(tmp_path: Path) -> None:
+    assert resolve_config({}, environ={}) is None
+    assert resolve_config({"other": 1}, environ={}) is None
+    assert resolve_config({"schedkit": {"policy": "a+b"}}, environ={}).policy == ["a", "b"]  # type: ignore[union-attr]
+    assert resolve_config({"schedkit": "priority"}, environ={}).policy == ["priority"]  # type: ignore[union-attr]
+    path = tmp_path / "c.json"
+    path.write_text('{"policy": ["priority"]}')
+    assert resolve_config({}, environ={"SCHEDKIT_CONFIG": str(path)}).policy == ["priority"]  # type: ignore[union-attr]
+    with pytest.raises(PolicyConfigError, match="must be an object"):
+        resolve_config({"schedkit": 3}, environ={})
+    with pytest.raises(PolicyConfigError, match=r"unknown_key"):
+        resolve_config({"schedkit": {"policy": ["fcfs"], "unknown_key": 1}}, environ={})
+
+
+def test_request_view_reads_vllm_xargs() -> None:
+    request = make_request(
+        "v",
+        33,
+        max_tokens=9,
+        priority=2,
+        arrival_time=105.0,
+        tenant="acme",
+        slo_ttft_ms=250,
+        slo_tpot_ms="40",
+    )
+    view = VllmRequestView(request, epoch=100.0)
+    assert (view.request_id, view.tenant, view.priority) == ("v", "acme", 2)
+    assert view.arrival_time == pytest.approx(5.0)
+    assert (view.num_prompt_tokens, view.max_tokens, view.num_computed_tokens) == (33, 9, 0)
+    assert (view.slo_ttft_ms, view.slo_tpot_ms) == (250.0, 40.0)
+    assert (view.num_output_tokens, view.num_preemptions, view.num_cached_tokens) == (0, 0, 0)
+    plain = VllmRequestView(make_request("w", 5, slo_ttft_ms="soon"), epoch=0.0)
+    assert (plain.tenant, plain.slo_ttft_ms, plain.slo_tpot_ms) == ("default", None, None)
