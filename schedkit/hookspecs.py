@@ -38,8 +38,9 @@ def admit_request(request: RequestView, engine: EngineView) -> Admission | None:
     :param engine: the engine's state at arrival (``num_waiting`` excludes ``request``).
 
     Return ``Admission.admit()``, ``Admission.reject(reason)`` (the engine finishes the
-    request with ``reason``, which HTTP front ends map to 429), or ``None``. The default
-    admits. A rejection must carry a non-empty reason.
+    request at once and the client sees ``reason``: the simulator counts it by reason; on
+    vLLM the request ends with ``finish_reason="abort"`` and ``stop_reason="rejected:
+    <reason>"``), or ``None``. The default admits. A rejection must carry a non-empty reason.
 
     .. versionadded:: 0.1
     """
