@@ -20,7 +20,7 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check schedkit plugins tests benchmarks
 	$(BIN)/ruff format --check schedkit plugins
-	$(BIN)/mypy --strict schedkit plugins/example/schedkit_example
+	$(BIN)/mypy --strict schedkit $(filter-out %.egg-info,$(wildcard plugins/*/schedkit_*))
 
 test: lint lint-vllm
 	$(BIN)/pytest -q tests $(foreach p,$(PLUGINS),$(dir $(p))tests)

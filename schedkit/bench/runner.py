@@ -82,6 +82,7 @@ class Bench:
             hash_block_tokens=base.hash_block_tokens,
         )
         self.configs = [load_config(p) for p in spec.policies]
+        self.labels = _arm_labels(spec.policies, [c.label for c in self.configs])
         for cfg in self.configs:  # fail on unknown policies or bad options before running
             PolicyFacade.from_config(cfg)
         self.engine_info: dict[str, Any] = {
@@ -131,6 +132,17 @@ class Bench:
         return {"goodput_rps": lo * base_rate, "goodput_rate_scale": lo}
 
 
+def _arm_labels(specs: list[str], labels: list[str]) -> list[str]:
+    """One distinct label per arm: the policies, or a config file's name, numbered if repeated."""
+    names = [
+        Path(s).stem if s.endswith((".toml", ".json")) else lab
+        for s, lab in zip(specs, labels, strict=True)
+    ]
+    return [
+        f"{n}#{names[:i].count(n) + 1}" if names.count(n) > 1 else n for i, n in enumerate(names)
+    ]
+
+
 def _rate(workload: Workload) -> float:
     reqs = workload.requests
     span = reqs[-1].arrival_s - reqs[0].arrival_s
@@ -150,15 +162,16 @@ def run_bench(spec: BenchSpec, out_dir: Path, progress: Progress | None = None) 
     runs: list[RunResult] = []
     arms: list[dict[str, Any]] = []
     for i, cfg in enumerate(bench.configs):
+        label = bench.labels[i]
         if progress:
-            progress(cfg.label, i, len(bench.configs))
+            progress(label, i, len(bench.configs))
         run = bench.run_arm(i, spec.rate_scale)
-        run.policy = cfg.label
+        run.policy = label
         metrics = bench.metrics(run)
         if spec.goodput:
             metrics.update(bench.goodput(i))
         runs.append(run)
-        arms.append({"policy": cfg.label, "config": cfg.model_dump(), "metrics": metrics})
+        arms.append({"policy": label, "config": cfg.model_dump(), "metrics": metrics})
     if progress:
         progress("done", len(bench.configs), len(bench.configs))
     workload = bench.base.scaled(spec.rate_scale) if spec.rate_scale != 1.0 else bench.base
