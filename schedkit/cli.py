@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from schedkit.errors import SchedkitError
+from schedkit.facade import PolicyFacade
 from schedkit.plugins import PolicyRegistry, implemented_hooks
 
 app = typer.Typer(
@@ -62,6 +63,51 @@ def policies(
         hooks = "\n".join(row.get("hooks", [])) or ("(import failed)" if "error" in row else "-")
         table.add_row(row["name"], f"{row['distribution']} {row['version']}", hooks, options)
     Console().print(table)
+
+
+SERVE_GROUP = "schedkit.serve"  # entry points: engine name -> serve(config, engine_args) -> int
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def serve(
+    ctx: typer.Context,
+    engine: Annotated[str, typer.Argument(help="Engine to launch, e.g. vllm.")],
+    policy: Annotated[
+        str, typer.Option(help="Policy, composition 'a+b', or config file.")
+    ] = "fcfs",
+    options: Annotated[
+        str | None, typer.Option(help='Options as JSON: {"policy-name": {...}}.')
+    ] = None,
+) -> None:
+    """Launch an engine's server with a policy: schedkit serve vllm --policy X -- <engine args>."""
+    from importlib import metadata
+
+    from schedkit.config import load_config
+
+    config = load_config(policy)
+    if options is not None:
+        config = load_config(
+            {"policy": config.policy, "options": {**config.options, **_json_object(options)}}
+        )
+    found = {ep.name: ep for ep in metadata.entry_points(group=SERVE_GROUP)}
+    if engine not in found:
+        known = ", ".join(sorted(found)) or "none installed"
+        raise SchedkitError(
+            f"no server launcher for engine {engine!r} ({known}); install schedkit-vllm"
+            " (adapters/vllm) for vllm"
+        )
+    PolicyFacade.from_config(config)  # fail here, not inside the engine, on a bad selection
+    raise typer.Exit(found[engine].load()(config, list(ctx.args)))
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SchedkitError(f"--options is not valid JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise SchedkitError('--options must be a JSON object like {"policy-name": {...}}')
+    return value
 
 
 def main() -> None:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -20,7 +21,53 @@ from schedkit.sim.costmodel import RooflineCostModel, make_cost_model
 from schedkit.sim.engine import SimEngine, no_cyclic_gc
 from schedkit.sim.workloads import Workload, load_workload
 
-ENGINES = ("sim",)
+ENGINE_GROUP = "schedkit.engines"  # entry points: engine name -> ArmRunner
+
+
+class ArmRunner(Protocol):
+    """An engine the bench can replay a workload on (entry-point group ``schedkit.engines``).
+
+    Called once per arm (and per rate during a goodput search) with the prepared bench:
+    ``bench.workload(rate_scale)``, ``bench.configs[index]``, ``bench.cost``,
+    ``bench.sim_config`` and ``bench.spec`` hold everything an engine needs.
+    """
+
+    def __call__(self, bench: Bench, index: int, rate_scale: float) -> RunResult: ...
+
+
+def run_on_sim(bench: Bench, index: int, rate_scale: float) -> RunResult:
+    facade = PolicyFacade.from_config(bench.configs[index])
+    with no_cyclic_gc():
+        engine = SimEngine(
+            bench.workload(rate_scale).requests, bench.cost, bench.sim_config, facade
+        )
+        return engine.run()
+
+
+def engines() -> dict[str, str]:
+    """Engine name -> where it comes from: the built-in simulator plus installed adapters."""
+    found = {"sim": "schedkit"}
+    for ep in metadata.entry_points(group=ENGINE_GROUP):
+        found.setdefault(ep.name, ep.dist.name if ep.dist else ep.value)
+    return found
+
+
+def load_engine(name: str) -> ArmRunner:
+    if name == "sim":
+        return run_on_sim
+    for ep in metadata.entry_points(group=ENGINE_GROUP):
+        if ep.name == name:
+            try:
+                runner: ArmRunner = ep.load()
+            except Exception as exc:
+                raise SchedkitError(f"cannot load engine {name!r} from {ep.value}: {exc}") from exc
+            return runner
+    raise SchedkitError(
+        f"unknown engine {name!r}; installed: {', '.join(engines())}. vllm-twin and vllm come"
+        " with schedkit-vllm (adapters/vllm), sglang with schedkit-sglang."
+    )
+
+
 GOODPUT_TARGET = 0.9  # DistServe: the rate at which 90% of requests meet both SLOs
 
 
@@ -57,11 +104,7 @@ class Bench:
     """Prepared workload, cost model and engine config shared by every arm."""
 
     def __init__(self, spec: BenchSpec) -> None:
-        if spec.engine not in ENGINES:
-            raise SchedkitError(
-                f"unknown engine {spec.engine!r}; this install provides: {', '.join(ENGINES)}."
-                " vllm-twin, vllm and sglang come with the schedkit-vllm / schedkit-sglang adapters."
-            )
+        self.runner = load_engine(spec.engine)
         self.spec = spec
         base = load_workload(spec.workload, seed=spec.seed)
         if spec.max_requests:
@@ -94,12 +137,11 @@ class Bench:
             **self.sim_config.model_dump(exclude={"timeline_interval_s"}),
         }
 
-    def run_arm(self, index: int, rate_scale: float, progress: Progress | None = None) -> RunResult:
-        workload = self.base.scaled(rate_scale) if rate_scale != 1.0 else self.base
-        facade = PolicyFacade.from_config(self.configs[index])
-        with no_cyclic_gc():
-            engine = SimEngine(workload.requests, self.cost, self.sim_config, facade)
-            return engine.run()
+    def workload(self, rate_scale: float) -> Workload:
+        return self.base.scaled(rate_scale) if rate_scale != 1.0 else self.base
+
+    def run_arm(self, index: int, rate_scale: float) -> RunResult:
+        return self.runner(self, index, rate_scale)
 
     def metrics(self, run: RunResult) -> dict[str, Any]:
         return compute_metrics(
@@ -174,7 +216,7 @@ def run_bench(spec: BenchSpec, out_dir: Path, progress: Progress | None = None) 
         arms.append({"policy": label, "config": cfg.model_dump(), "metrics": metrics})
     if progress:
         progress("done", len(bench.configs), len(bench.configs))
-    workload = bench.base.scaled(spec.rate_scale) if spec.rate_scale != 1.0 else bench.base
+    workload = bench.workload(spec.rate_scale)
     results: dict[str, Any] = {
         "workload": {**workload.summary(), "rate_scale": spec.rate_scale, "seed": spec.seed},
         "engine": bench.engine_info,
