@@ -26,6 +26,11 @@ class SimConfig(BaseModel):
     max_num_batched_tokens: int = Field(default=8192, gt=0)
     long_prefill_token_threshold: int = Field(default=0, ge=0)
     enable_prefix_caching: bool = True
+    reserve_full_prompt: bool = Field(
+        default=True,
+        description="admit a waiting request only if its whole sequence fits in free blocks"
+        " (vLLM's scheduler_reserve_full_isl, on by default since 0.32)",
+    )
     hash_block_tokens: int = Field(
         default=0, ge=0, description="tokens per trace hash id (Mooncake: 512)"
     )

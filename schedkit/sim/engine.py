@@ -31,6 +31,12 @@ from schedkit.views import EngineState
 
 __all__ = ["SimConfig", "SimEngine", "StepCost", "no_cyclic_gc"]
 
+# An arrival within this many seconds of a step's start is processed before the step (which
+# then starts at the arrival). Runs
+# of decode steps sum their durations in closed form, which can differ from adding them one
+# by one in the last bits; the tolerance makes both resolve such ties alike.
+TIME_EPS = 1e-9
+
 
 class SimEngine:
     """Replays requests through the selected policies; ``run()`` returns a RunResult."""
@@ -85,7 +91,8 @@ class SimEngine:
         while nxt < len(pending) or self.running or self.waiting:
             if not self.running and not self.waiting and view.clock < pending[nxt].arrival_time:
                 view.clock = pending[nxt].arrival_time
-            while nxt < len(pending) and pending[nxt].arrival_time <= view.clock:
+            while nxt < len(pending) and pending[nxt].arrival_time <= view.clock + TIME_EPS:
+                view.clock = max(view.clock, pending[nxt].arrival_time)  # never before arrival
                 self._arrive(pending[nxt])
                 nxt += 1
             if not self.running and not self.waiting:
@@ -162,6 +169,7 @@ class SimEngine:
             if not fits:
                 break
             scheduled[req] = num_new
+            self._publish(req, num_new)
             token_budget -= num_new
             i += 1
         if not preempted:
@@ -188,12 +196,13 @@ class SimEngine:
                 num_new = chunk
             num_new = min(num_new, token_budget)
             need = -(-(computed + num_new) // self.cfg.block_size) - len(hit) - own
-            if not kv.can_allocate(hit, own, need):
+            if not kv.can_allocate(hit, own, max(need, self._reserve(req, hit, own))):
                 break
             waiting.popleft()
             self._admit(req, hit, own, computed, need)
             running.append(req)
             scheduled[req] = num_new
+            self._publish(req, num_new)
             token_budget -= num_new
 
     def _admit(
@@ -218,6 +227,21 @@ class SimEngine:
         if req.lost_tokens:
             res.recomputed_tokens += max(0, req.lost_tokens - computed)
             req.lost_tokens = 0
+
+    def _reserve(self, req: SimRequest, hit: tuple[int, ...], own: int) -> int:
+        """Blocks a waiting request must find free to be admitted: its whole sequence when
+        ``reserve_full_prompt`` (vLLM's scheduler_reserve_full_isl), else nothing extra."""
+        if not self.cfg.reserve_full_prompt:
+            return 0
+        return -(-req.num_tokens // self.cfg.block_size) - len(hit) - own
+
+    def _publish(self, req: SimRequest, num_new: int) -> None:
+        """Cache the blocks this step fills, at scheduling time as vLLM does, so a request
+        admitted later in the same step already hits them."""
+        if self.cfg.enable_prefix_caching:
+            bs, before = self.cfg.block_size, req.num_computed_tokens
+            if (before + num_new) // bs > before // bs:
+                req.publish_blocks(self.kv, before // bs, (before + num_new) // bs, self.view.clock)
 
     def _grow(self, req: SimRequest, num_new: int) -> bool:
         """Give a running request the blocks for ``num_new`` more tokens, if they fit."""
@@ -276,14 +300,10 @@ class SimEngine:
         view = self.view
         view.clock += duration
         view.step_index += 1
-        clock, gap, kv = view.clock, self.recorder.token_gap, self.kv
-        bs, caching = self.cfg.block_size, self.cfg.enable_prefix_caching
+        clock, gap = view.clock, self.recorder.token_gap
         finished = []
         for req, n in scheduled.items():
-            before = req.num_computed_tokens
-            req.num_computed_tokens = after = before + n
-            if caching and after // bs > before // bs:
-                req.publish_blocks(kv, before // bs, after // bs, clock)
+            req.num_computed_tokens = after = req.num_computed_tokens + n
             if after == req.num_tokens:
                 if req.record.first_token_s is None:
                     req.record.first_token_s = clock
@@ -320,7 +340,8 @@ class SimEngine:
         k = min(r.max_tokens - r.num_output_tokens for r in running)
         kv0 = sum(r.num_tokens for r in running)
         if next_arrival != float("inf"):
-            k = self.cost.decode_steps_before(n, kv0, next_arrival - self.view.clock, k)
+            budget_s = next_arrival - self.view.clock - TIME_EPS
+            k = self.cost.decode_steps_before(n, kv0, budget_s, k)
         free = self.kv.num_free
         if _blocks_needed(running, k, bs) > free:
             lo, hi = 0, k  # largest k whose block needs fit
@@ -349,6 +370,7 @@ class SimEngine:
         if budget.prefill_chunk:
             num_new = min(num_new, budget.prefill_chunk)
         need = -(-(computed + num_new) // self.cfg.block_size) - len(hit) - own
+        need = max(need, self._reserve(head, hit, own))
         need += _blocks_needed(self.running, 1, self.cfg.block_size)
         # Decoding only shrinks the free pool, so a head that does not fit now never will.
         return not self.kv.can_allocate(hit, own, need)

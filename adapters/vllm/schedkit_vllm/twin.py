@@ -1,0 +1,318 @@
+"""Twin mode: the real vLLM V1 scheduler and KV cache manager, with the cost model as clock.
+
+``schedkit bench --engine vllm-twin`` replays a workload through ``schedkit_vllm.Scheduler``
+(the arm's policies in ``additional_config``) with no model and no workers. The loop is
+the simulator's: arrivals up to the clock are added, ``schedule()`` runs, the step's
+duration comes from ``bench.cost.step_time`` with the simulator's definitions of prefill,
+decode, KV and attention work, the clock advances, and a fabricated model output samples
+one token for every request whose computed tokens reach its length. The result is the
+simulator's ``RunResult``, so metrics and reports mean the same; the simulator is what
+this checks (see ``benchmarks/vllm/fidelity.md``).
+
+Differences from the simulator that are deliberate: vLLM reserves one block of the pool
+as its null block, so the twin's pool has ``num_blocks + 1`` blocks (the same usable
+capacity); every decode step is a real ``schedule()`` call (no runs of identical steps
+advanced at once), so a twin run costs about 1-4 ms per step.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from schedkit.bench.records import RequestRecord, RunResult
+from schedkit.config import SchedkitConfig
+from schedkit.facade import PolicyFacade
+from schedkit.sim.config import SimConfig, StepCost
+from schedkit.sim.engine import no_cyclic_gc
+from schedkit.sim.recorder import Recorder
+from schedkit.sim.workloads import TraceRequest
+
+from schedkit_vllm._replay import (
+    extra_args,
+    new_record,
+    output_token_id,
+    prompt_token_ids,
+    stub_model_dir,
+)
+
+if TYPE_CHECKING:
+    from schedkit.bench.runner import Bench
+
+__all__ = ["StepLog", "TwinEngine", "run_twin_arm"]
+
+# (request id, tokens scheduled) per step, in vLLM's scheduling order.
+StepLog = Callable[[int, float, dict[str, int], Sequence[str]], None]
+
+
+def run_twin_arm(bench: Bench, index: int, rate_scale: float) -> RunResult:
+    """``schedkit.engines`` entry point ``vllm-twin``: one arm on the real vLLM scheduler."""
+    engine = TwinEngine(
+        bench.workload(rate_scale).requests, bench.cost, bench.sim_config, bench.configs[index]
+    )
+    return engine.run()
+
+
+class TwinEngine:
+    """One replay of ``requests`` through ``schedkit_vllm.Scheduler`` with ``config``.
+
+    ``on_step(step, clock, scheduled, preempted)``, when given, sees each step's
+    ``{request id: tokens}`` (vLLM's order) and preempted ids, before the clock advances.
+    """
+
+    def __init__(
+        self,
+        requests: Sequence[TraceRequest],
+        cost: StepCost,
+        config: SimConfig,
+        schedkit: SchedkitConfig,
+        *,
+        on_step: StepLog | None = None,
+    ) -> None:
+        self.traces = sorted(requests, key=lambda r: r.arrival_s)  # stable, as the simulator
+        self.cost = cost
+        self.cfg = config
+        self.on_step = on_step
+        self.scheduler = _build_scheduler(config, schedkit, self.traces)
+        runtime = self.scheduler.schedkit
+        self.facade: PolicyFacade = (
+            runtime.facade if runtime is not None else PolicyFacade.from_config(schedkit)
+        )
+        self.records = [new_record(t) for t in self.traces]
+        self.result = RunResult(policy=self.facade.label, records=self.records, duration_s=0.0)
+        self.recorder = Recorder(self.result, config.timeline_interval_s)
+
+    def run(self) -> RunResult:
+        with no_cyclic_gc():
+            return self._run()
+
+    def _run(self) -> RunResult:
+        from vllm.v1.outputs import ModelRunnerOutput
+
+        started = time.perf_counter()
+        sched, cfg, res, recorder = self.scheduler, self.cfg, self.result, self.recorder
+        traces, records = self.traces, self.records
+        by_id: dict[str, tuple[int, RequestRecord, Any]] = {}  # live: index, record, Request
+        last_computed: dict[str, int] = {}  # computed tokens at the end of its last step
+        lost: dict[str, int] = {}  # computed tokens thrown away by its last preemption
+        last_token: dict[str, float] = {}
+        usable = cfg.num_blocks
+        pool = sched.kv_cache_manager.block_pool
+        clock, steps, nxt = 0.0, 0, 0
+        while nxt < len(traces) or sched.has_requests():
+            unfinished = sched.get_num_unfinished_requests()
+            if not unfinished and nxt < len(traces) and clock < traces[nxt].arrival_s:
+                clock = traces[nxt].arrival_s
+            while nxt < len(traces) and traces[nxt].arrival_s <= clock:
+                self._arrive(nxt, by_id)
+                nxt += 1
+            if not sched.has_requests():
+                continue
+            output = sched.schedule()
+            counts: dict[str, int] = output.num_scheduled_tokens
+            preempted = output.preempted_req_ids or set()
+            for rid in preempted:
+                rec = by_id[rid][1]
+                rec.preemptions += 1
+                res.preemptions += 1
+                lost[rid] = last_computed.get(rid, 0)
+            prefill = decode = kv_tokens = attn = 0
+            sampled_ids: list[list[int]] = []
+            sampled: list[str] = []
+            for rid, n in counts.items():
+                index, rec, request = by_id[rid]
+                c = request.num_computed_tokens - n  # schedule() already counted this step
+                if rec.scheduled_s is None:
+                    rec.scheduled_s = clock
+                    rec.cached_tokens = c
+                    res.prefix_query_tokens += request.num_tokens
+                    res.prefix_hit_tokens += c
+                if rid in lost:
+                    res.recomputed_tokens += max(0, lost.pop(rid) - c)
+                if n == 1 and c == request.num_tokens - 1:
+                    decode += 1
+                    attn += c + 1
+                else:
+                    prefill += n
+                    attn += n * c + n * (n + 1) // 2
+                kv_tokens += c + n
+                if request.num_computed_tokens >= request.num_tokens:
+                    sampled_ids.append([output_token_id(index, request.num_tokens)])
+                    sampled.append(rid)
+                else:
+                    sampled_ids.append([])
+            if self.on_step is not None:
+                self.on_step(steps, clock, dict(counts), sorted(preempted))
+            if not counts and not preempted and unfinished:
+                if nxt < len(traces):  # nothing fits until something arrives
+                    clock = max(clock, traces[nxt].arrival_s)
+                    sched.update_from_output(output, _empty_output(ModelRunnerOutput))
+                    continue
+                raise RuntimeError(
+                    f"vllm-twin made no progress at t={clock}: {unfinished} requests unfinished"
+                )
+            duration = self.cost.step_time(prefill, decode, kv_tokens, attn) if counts else 0.0
+            used = pool.num_gpu_blocks - 1 - pool.get_num_free_blocks()
+            recorder.kv_usage(duration, used / usable)
+            clock += duration
+            steps += 1 if counts else 0
+            ids = list(counts)
+            model_output = ModelRunnerOutput(
+                req_ids=ids,
+                req_id_to_index={rid: i for i, rid in enumerate(ids)},
+                sampled_token_ids=sampled_ids,
+            )
+            sched.update_from_output(output, model_output)
+            for rid in sampled:
+                index, rec, request = by_id[rid]
+                if rec.first_token_s is None:
+                    rec.first_token_s = clock
+                else:
+                    recorder.token_gap(clock - last_token[rid], 1)
+                last_token[rid] = clock
+                if request.is_finished():
+                    rec.finish_reason = "length"
+                    rec.finish_s = clock
+                    rec.output_tokens = request.num_output_tokens
+                    del by_id[rid]
+                    last_computed.pop(rid, None)
+                    last_token.pop(rid, None)
+            for rid in counts:
+                if rid in by_id:
+                    last_computed[rid] = by_id[rid][2].num_computed_tokens
+            running, waiting = sched.get_request_counts()
+            used = pool.num_gpu_blocks - 1 - pool.get_num_free_blocks()
+            recorder.sample(clock, waiting, running, used / usable)
+        for rec in records:
+            if rec.finish_reason == "" and rec.request_id in by_id:
+                rec.output_tokens = by_id[rec.request_id][2].num_output_tokens
+        return recorder.finish(clock, steps, self.facade, started)
+
+    def _arrive(self, index: int, by_id: dict[str, tuple[int, RequestRecord, Any]]) -> None:
+        trace, rec, cfg = self.traces[index], self.records[index], self.cfg
+        need = -(-(rec.prompt_tokens + rec.max_tokens) // cfg.block_size)
+        if need > cfg.num_blocks:  # vLLM would hold it waiting forever; the simulator rejects
+            self._reject(
+                rec, f"prompt + max_tokens need {need} KV blocks, capacity is {cfg.num_blocks}"
+            )
+            return
+        request = _make_request(trace, index, rec, cfg)
+        runtime = self.scheduler.schedkit
+        before = dict(runtime.rejections) if runtime is not None else {}
+        self.scheduler.add_request(request)
+        if request.is_finished():  # rejected by the policy's admit_request
+            reason = "rejected"
+            if runtime is not None:
+                for key, count in runtime.rejections.items():
+                    if count > before.get(key, 0):
+                        reason = key
+            self._reject(rec, reason)
+            return
+        by_id[rec.request_id] = (index, rec, request)
+
+    def _reject(self, rec: RequestRecord, reason: str) -> None:
+        rec.finish_reason = "rejected"
+        rec.reject_reason = reason
+        rej = self.result.rejections
+        rej[reason] = rej.get(reason, 0) + 1
+
+
+# -- building vLLM objects -----------------------------------------------------------
+
+_HASHER: dict[int, Any] = {}
+
+
+def _block_hasher(block_size: int) -> Any:
+    hasher = _HASHER.get(block_size)
+    if hasher is None:
+        from vllm.utils.hashing import get_hash_fn_by_name
+        from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+
+        hash_fn = get_hash_fn_by_name("sha256_cbor")
+        init_none_hash(hash_fn)
+        hasher = _HASHER[block_size] = get_request_block_hasher(block_size, hash_fn)
+    return hasher
+
+
+def _make_request(trace: TraceRequest, index: int, rec: RequestRecord, cfg: SimConfig) -> Any:
+    from vllm.sampling_params import SamplingParams
+    from vllm.v1.request import Request
+
+    params = SamplingParams(
+        max_tokens=rec.max_tokens, ignore_eos=True, extra_args=extra_args(trace)
+    )
+    return Request(
+        rec.request_id,
+        prompt_token_ids(trace, index, cfg.block_size, cfg.hash_block_tokens),
+        params,
+        pooling_params=None,
+        block_hasher=_block_hasher(cfg.block_size),
+        priority=rec.priority,
+        arrival_time=rec.arrival_s,
+    )
+
+
+def _build_scheduler(
+    cfg: SimConfig, schedkit: SchedkitConfig, traces: Sequence[TraceRequest]
+) -> Any:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
+    from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    from schedkit_vllm.scheduler import Scheduler
+
+    longest = max((max(1, t.prompt_tokens) + max(1, t.output_tokens) for t in traces), default=1)
+    max_model_len = max(cfg.block_size, longest + 1)
+    model_config = ModelConfig(
+        model=str(stub_model_dir(max_model_len)),
+        skip_tokenizer_init=True,
+        max_model_len=max_model_len,
+        dtype="float32",
+    )
+    scheduler_config = SchedulerConfig(
+        max_num_seqs=cfg.max_num_seqs,
+        max_num_batched_tokens=cfg.max_num_batched_tokens,
+        max_model_len=max_model_len,
+        is_encoder_decoder=False,
+        enable_chunked_prefill=True,
+        long_prefill_token_threshold=cfg.long_prefill_token_threshold,
+        policy="fcfs",  # schedkit's `priority` policy orders by priority when selected
+    )
+    cache_config = CacheConfig(
+        block_size=cfg.block_size, enable_prefix_caching=cfg.enable_prefix_caching
+    )
+    vllm_config = VllmConfig(
+        scheduler_config=scheduler_config,
+        model_config=model_config,
+        cache_config=cache_config,
+        additional_config={"schedkit": schedkit.model_dump()},
+    )
+    num_blocks = cfg.num_blocks + 1  # vLLM keeps one block as its null block
+    kv_cache_config = KVCacheConfig(
+        num_blocks=num_blocks,
+        kv_cache_tensors=[],
+        kv_cache_groups=[
+            KVCacheGroupSpec(
+                ["layer"],
+                FullAttentionSpec(
+                    block_size=cfg.block_size, num_kv_heads=1, head_size=1, dtype=torch.float32
+                ),
+            )
+        ],
+    )
+    cache_config.num_gpu_blocks = num_blocks
+    return Scheduler(
+        vllm_config=vllm_config,
+        kv_cache_config=kv_cache_config,
+        structured_output_manager=StructuredOutputManager(vllm_config),
+        block_size=cfg.block_size,
+        log_stats=True,
+    )
+
+
+def _empty_output(model_runner_output: Any) -> Any:
+    return model_runner_output(req_ids=[], req_id_to_index={}, sampled_token_ids=[])
