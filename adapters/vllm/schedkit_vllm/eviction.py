@@ -13,11 +13,13 @@ per allocation (every evictable block is a candidate, as the hook promises).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, cast
 
 from schedkit import PolicyFacade
 
+from schedkit_vllm.metrics import SchedkitMetrics
 from schedkit_vllm.views import VllmBlockView, VllmEngineView
 
 
@@ -32,6 +34,7 @@ class EvictionHook:
         self.hash_block_size = int(pool.hash_block_size)
         self.records: dict[int, VllmBlockView] = {}
         self.num_evicted_by_policy = 0
+        self.metrics: SchedkitMetrics | None = None  # set by the runtime
         self._popleft_n: Callable[[int], list[Any]] = self.queue.popleft_n
         self._free_blocks: Callable[[Iterable[Any]], None] = pool.free_blocks
         self._touch: Callable[[Sequence[Any]], None] = pool.touch
@@ -99,7 +102,10 @@ class EvictionHook:
             return uncached[:n]
         need = n - len(uncached)
         candidates = [self._record(b) for b in cached]
+        started = time.perf_counter()
         picked = self.facade.select_evictions(candidates, need, self.engine)
+        if self.metrics is not None:
+            self.metrics.hook("select_evictions", time.perf_counter() - started, picked is not None)
         if picked is None:
             return None
         self.num_evicted_by_policy += need

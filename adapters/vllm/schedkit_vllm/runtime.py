@@ -15,8 +15,10 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from schedkit import BatchBudget, PolicyFacade, RequestView, StepReport
+from schedkit.decisions import ADMIT
 
 from schedkit_vllm.eviction import EvictionHook
+from schedkit_vllm.metrics import SchedkitMetrics, try_create
 from schedkit_vllm.views import VllmEngineView, VllmRequestView
 
 log = logging.getLogger("schedkit.vllm")
@@ -46,9 +48,13 @@ class SchedkitRuntime:
         self._unreported: list[tuple[Any, str]] = []  # rejected requests owed an output
         self._victim_plan: tuple[int, str, list[Any]] | None = None  # (step, needing id, plan)
         self._pending: _PendingStep | None = None
+        self.metrics: SchedkitMetrics | None = try_create(facade.label, facade.implemented)
+        self._errors_seen = 0
+        self._evicted_seen = 0
         self.eviction: EvictionHook | None = None
         if facade.has_evictions:
             self.eviction = EvictionHook(scheduler.kv_cache_manager.block_pool, facade, self.engine)
+            self.eviction.metrics = self.metrics
 
     @property
     def num_rejected(self) -> int:
@@ -69,10 +75,16 @@ class SchedkitRuntime:
 
     def admission_reason(self, request: Any) -> str | None:
         """The rejection reason for a new request, or None to admit it."""
+        metrics = self.metrics
+        started = time.perf_counter()
         decision = self.facade.admit(self.view(request), self.engine)
+        if metrics is not None:
+            metrics.hook("admit_request", time.perf_counter() - started, decision is not ADMIT)
         if decision.admitted:
             return None
         self.rejections[decision.reason] += 1
+        if metrics is not None:
+            metrics.rejection(str(decision.reason))
         self._rejected[request.request_id] = decision.reason
         self._unreported.append((request, decision.reason))
         log.info("schedkit: rejected request %s: %s", request.request_id, decision.reason)
@@ -95,7 +107,10 @@ class SchedkitRuntime:
         waiting = scheduler.waiting
         if facade.has_order and waiting and len(scheduler.running) < scheduler.max_num_active_reqs:
             requests = list(waiting)
+            started = time.perf_counter()
             order = facade.order_waiting([self.view(r) for r in requests], self.engine)
+            if self.metrics is not None:
+                self.metrics.hook("order_waiting", time.perf_counter() - started, order is not None)
             if order is not None:
                 waiting.replace([cast(VllmRequestView, v).request for v in order])
         if not facade.has_plan:
@@ -105,7 +120,10 @@ class SchedkitRuntime:
             max_running=int(scheduler.max_num_active_reqs),
             prefill_chunk=int(scheduler.scheduler_config.long_prefill_token_threshold),
         )
+        started = time.perf_counter()
         budget = facade.plan_batch(self.engine, default)
+        if self.metrics is not None:
+            self.metrics.hook("plan_batch", time.perf_counter() - started, budget != default)
         return None if budget == default else budget
 
     def after_schedule(self, output: Any) -> None:
@@ -146,11 +164,28 @@ class SchedkitRuntime:
         )
 
     def after_update(self) -> None:
+        metrics = self.metrics
+        if metrics is not None:
+            self._sync_metrics(metrics)
         pending, self._pending = self._pending, None
         if pending is None or pending.report is None:
             return
-        pending.report.duration_s = time.perf_counter() - pending.started
+        started = time.perf_counter()
+        pending.report.duration_s = started - pending.started
         self.facade.step_finished(pending.report, self.engine)
+        if metrics is not None:
+            metrics.hook("on_step_finished", time.perf_counter() - started, False)
+
+    def _sync_metrics(self, metrics: SchedkitMetrics) -> None:
+        """Counts kept elsewhere: the facade's errors, the eviction hook's evictions."""
+        facade = self.facade
+        if facade.errors and facade.error_count != self._errors_seen:
+            self._errors_seen = facade.error_count
+            metrics.sync_errors(facade.errors)
+        eviction = self.eviction
+        if eviction is not None and eviction.num_evicted_by_policy != self._evicted_seen:
+            metrics.evicted(eviction.num_evicted_by_policy - self._evicted_seen)
+            self._evicted_seen = eviction.num_evicted_by_policy
 
     # -- preemption -----------------------------------------------------------------
 
@@ -169,7 +204,11 @@ class SchedkitRuntime:
         plan_key = (step, needing.request_id)
         if self._victim_plan is None or self._victim_plan[:2] != plan_key:
             views = [self.view(r) for r in running]
+            started = time.perf_counter()
             chosen = self.facade.select_victims(views, self.view(needing), self.engine)
+            metrics = self.metrics
+            if metrics is not None:
+                metrics.hook("select_victims", time.perf_counter() - started, chosen is not None)
             plan: list[Any] = []
             if chosen is not None:
                 index = _index(running, needing)
@@ -183,6 +222,8 @@ class SchedkitRuntime:
                         plan.append(request)
                     else:
                         self.num_victims_skipped += 1
+                        if metrics is not None:
+                            metrics.victims_skipped(1)
             self._victim_plan = (step, needing.request_id, plan)
         plan = self._victim_plan[2]
         while plan:
@@ -196,6 +237,8 @@ class SchedkitRuntime:
                 del running[position]
                 running.append(victim)
             self.num_victims_placed += 1
+            if self.metrics is not None:
+                self.metrics.victim_placed()
             return
 
     # -- finishing ------------------------------------------------------------------
@@ -204,7 +247,10 @@ class SchedkitRuntime:
         reason = REJECTED if self._rejected.pop(request.request_id, None) else status_reason
         self.finished[reason] += 1
         if self.facade.has_finish_observer:
+            started = time.perf_counter()
             self.facade.request_finished(self.view(request), reason, self.engine)
+            if self.metrics is not None:
+                self.metrics.hook("on_request_finished", time.perf_counter() - started, False)
         self.views.pop(request.request_id, None)
 
 

