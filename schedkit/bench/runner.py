@@ -19,6 +19,7 @@ from schedkit.facade import PolicyFacade
 from schedkit.sim.config import SimConfig
 from schedkit.sim.costmodel import RooflineCostModel, make_cost_model
 from schedkit.sim.engine import SimEngine, no_cyclic_gc
+from schedkit.sim.profiles import register_model_dir
 from schedkit.sim.workloads import Workload, load_workload
 
 ENGINE_GROUP = "schedkit.engines"  # entry points: engine name -> ArmRunner
@@ -112,7 +113,8 @@ class Bench:
         if not base.requests:
             raise SchedkitError(f"workload {spec.workload!r} has no requests")
         self.base = base
-        self.cost, model, gpu = make_cost_model(spec.model, spec.gpu, spec.tp, spec.profile)
+        model_name = register_model_dir(spec.model) or spec.model
+        self.cost, model, gpu = make_cost_model(model_name, spec.gpu, spec.tp, spec.profile)
         blocks = spec.kv_blocks or RooflineCostModel(model, gpu, spec.tp).kv_capacity_blocks(
             spec.block_size, spec.gpu_memory_utilization
         )

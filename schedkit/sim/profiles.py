@@ -266,3 +266,34 @@ def load_profile_file(path: str | Path) -> None:
 def profile_dict(profile: GPUProfile | ModelProfile) -> dict[str, Any]:
     """The profile's fields, for results files."""
     return asdict(profile)
+
+
+def register_model_dir(name: str) -> str | None:
+    """Register a local Hugging Face model directory (``--model DIR``) as a model profile.
+
+    Real engines take a model path; the cost model and KV sizing then use its shape, read
+    from ``config.json``. Returns the profile name (``DIR``), or None when ``name`` is not
+    such a directory.
+    """
+    config_file = Path(name).expanduser() / "config.json"
+    if not config_file.is_file():
+        return None
+    try:
+        data = json.loads(config_file.read_text())
+        cfg = data.get("text_config", data)
+        heads = int(cfg["num_attention_heads"])
+        hidden = int(cfg["hidden_size"])
+        profile = ModelProfile(
+            name=name,
+            num_layers=int(cfg["num_hidden_layers"]),
+            hidden_size=hidden,
+            num_heads=heads,
+            num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
+            head_dim=int(cfg.get("head_dim") or hidden // heads),
+            vocab_size=int(cfg["vocab_size"]),
+            intermediate_size=int(cfg["intermediate_size"]),
+        )
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise SchedkitError(f"cannot read a model shape from {config_file}: {exc}") from exc
+    DEFAULT_REGISTRY.register_model(profile)
+    return name

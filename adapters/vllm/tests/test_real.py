@@ -1,0 +1,131 @@
+"""Real-engine A/B: ``schedkit bench --engine vllm`` on an in-process vLLM (tiny Llama)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from schedkit import Admission, EngineView, Policy, RequestView, hookimpl
+from schedkit.bench.runner import BenchSpec, run_bench
+
+SCHEDKIT = str(Path(sys.executable).with_name("schedkit"))
+ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+}
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """As in test_llm.py: a 2-layer, hidden-256 random-weight Llama."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    path = tmp_path_factory.mktemp("tiny-llama-real")
+    config = LlamaConfig(
+        hidden_size=256,  # head_dim 64: the CPU attention kernels have no head_dim 16
+        intermediate_size=512,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        num_hidden_layers=2,
+        vocab_size=512,
+        max_position_embeddings=512,
+    )
+    LlamaForCausalLM(config).save_pretrained(path, safe_serialization=True)
+    return path
+
+
+def _schedkit(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [SCHEDKIT, *args],
+        env={**os.environ, **ENV},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_bench_two_arms_on_real_engine(tiny_model: Path, tmp_path: Path) -> None:
+    out = tmp_path / "ab"
+    proc = _schedkit(
+        "bench", "--engine", "vllm", "--model", str(tiny_model),
+        "--workload", "poisson:rate=20,n=24,prompt=32,output=8",
+        "--policy", "fcfs", "--policy", "priority", "--out", str(out),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    results = json.loads((out / "results.json").read_text())
+    assert results["engine"]["engine"] == "vllm"
+    real = results["engine"]["real"]
+    assert real["clock"] == "wall" and real["clipped_requests"] == 0
+    assert [arm["policy"] for arm in results["arms"]] == ["fcfs", "priority"]
+    for arm in results["arms"]:
+        m = arm["metrics"]
+        assert m["requests"] == 24 and m["completed"] == 24, m
+        assert m["rejected"] == 0 and m["unfinished"] == 0 and m["policy_errors"] == 0
+        assert m["ttft_ms"]["p50"] > 0 and m["itl_ms"]["p50"] > 0 and m["tpot_ms"]["p50"] > 0
+        assert m["queue_ms"]["p50"] >= 0 and m["throughput_tok_s"] > 0
+    assert (out / "report.md").is_file() and (out / "report.html").is_file()
+
+
+class BlockTenant(Policy):
+    """Reject every request of tenant ``blocked``."""
+
+    @hookimpl
+    def admit_request(self, request: RequestView, engine: EngineView) -> Admission | None:
+        return Admission.reject("tenant blocked") if request.tenant == "blocked" else None
+
+
+def test_rejections_on_real_engine(
+    tiny_model: Path, tmp_path: Path, register_policy: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key, value in ENV.items():
+        monkeypatch.setenv(key, value)
+    register_policy("block-tenant", BlockTenant)
+    workload = tmp_path / "two-tenants.toml"
+    workload.write_text(
+        'name = "two-tenants"\nn = 16\n'
+        '[[tenant]]\nname = "ok"\nrate = 20.0\nprompt_mean = 32\noutput_mean = 8\n'
+        '[[tenant]]\nname = "blocked"\nrate = 10.0\nprompt_mean = 32\noutput_mean = 8\n'
+    )
+    spec = BenchSpec(
+        workload=str(workload), policies=["block-tenant+fcfs"], engine="vllm", model=str(tiny_model)
+    )
+    results = run_bench(spec, tmp_path / "out")
+    m = results["arms"][0]["metrics"]
+    blocked = results["workload"]
+    assert m["requests"] == 16 and m["unfinished"] == 0, m
+    assert m["rejected"] > 0 and m["completed"] == 16 - m["rejected"], (m, blocked)
+    assert m["rejections"] == {"tenant blocked": m["rejected"]}
+    assert m["ttft_ms"]["p50"] > 0
+
+
+def test_engine_vllm_needs_a_model_directory(tmp_path: Path) -> None:
+    proc = _schedkit(
+        "bench", "--engine", "vllm", "--workload", "poisson:rate=20,n=4,prompt=32,output=8",
+        "--policy", "fcfs", "--out", str(tmp_path / "out"),
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert "--engine vllm needs --model PATH to a local model directory" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "out" / "results.json").exists()
+
+
+def test_requests_longer_than_the_model_are_clipped() -> None:
+    from schedkit.sim.workloads import TraceRequest
+
+    from schedkit_vllm.real import _fit
+
+    traces = [TraceRequest("a", 0.0, 100, 20), TraceRequest("b", 0.1, 600, 20)]
+    max_model_len, fitted, clipped = _fit(traces, 512)
+    assert clipped == 1 and max_model_len == 512
+    assert (fitted[0].prompt_tokens, fitted[1].prompt_tokens, fitted[1].output_tokens) == (
+        100,
+        492,
+        20,
+    )
+    assert _fit(traces[:1], 512)[0] == 121
