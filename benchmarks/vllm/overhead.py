@@ -52,52 +52,18 @@ ARMS: dict[str, dict[str, Any] | None] = {
 
 
 def build_scheduler(arm: str, model_dir: Path, running: int) -> Any:
-    import torch
     from schedkit_vllm import Scheduler
-    from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
+    from schedkit_vllm.modelless import build_scheduler as build
     from vllm.v1.core.sched.scheduler import Scheduler as VllmScheduler
-    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
-    from vllm.v1.structured_output import StructuredOutputManager
 
-    cls = VllmScheduler if arm == "stock" else Scheduler
-    schedkit = ARMS[arm]
-    num_blocks = running * 32
-    model_config = ModelConfig(
-        model=str(model_dir), skip_tokenizer_init=True, max_model_len=1024, dtype="float32"
-    )
-    scheduler_config = SchedulerConfig(
+    return build(
+        num_blocks=running * 32,
+        block_size=BLOCK_SIZE,
         max_num_seqs=running,
         max_num_batched_tokens=8192,
-        max_model_len=1024,
-        is_encoder_decoder=False,
-        enable_chunked_prefill=True,
-    )
-    cache_config = CacheConfig(block_size=BLOCK_SIZE, enable_prefix_caching=True)
-    vllm_config = VllmConfig(
-        scheduler_config=scheduler_config,
-        model_config=model_config,
-        cache_config=cache_config,
-        additional_config={"schedkit": schedkit} if schedkit is not None else {},
-    )
-    kv_cache_config = KVCacheConfig(
-        num_blocks=num_blocks,
-        kv_cache_tensors=[],
-        kv_cache_groups=[
-            KVCacheGroupSpec(
-                ["layer"],
-                FullAttentionSpec(
-                    block_size=BLOCK_SIZE, num_kv_heads=1, head_size=1, dtype=torch.float32
-                ),
-            )
-        ],
-    )
-    cache_config.num_gpu_blocks = num_blocks
-    return cls(
-        vllm_config=vllm_config,
-        kv_cache_config=kv_cache_config,
-        structured_output_manager=StructuredOutputManager(vllm_config),
-        block_size=BLOCK_SIZE,
-        log_stats=True,
+        schedkit=ARMS[arm],
+        cls=VllmScheduler if arm == "stock" else Scheduler,
+        model_dir=model_dir,
     )
 
 

@@ -17,7 +17,6 @@ advanced at once), so a twin run costs about 1-4 ms per step.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -35,8 +34,8 @@ from schedkit_vllm._replay import (
     new_record,
     output_token_id,
     prompt_token_ids,
-    stub_model_dir,
 )
+from schedkit_vllm.modelless import build_scheduler
 
 if TYPE_CHECKING:
     from schedkit.bench.runner import Bench
@@ -75,7 +74,19 @@ class TwinEngine:
         self.cost = cost
         self.cfg = config
         self.on_step = on_step
-        self.scheduler = _build_scheduler(config, schedkit, self.traces)
+        longest = max(
+            (max(1, t.prompt_tokens) + max(1, t.output_tokens) for t in self.traces), default=1
+        )
+        self.scheduler = build_scheduler(
+            num_blocks=config.num_blocks + 1,  # vLLM keeps one block as its null block
+            block_size=config.block_size,
+            max_num_seqs=config.max_num_seqs,
+            max_num_batched_tokens=config.max_num_batched_tokens,
+            max_model_len=max(config.block_size, longest + 1),
+            long_prefill_token_threshold=config.long_prefill_token_threshold,
+            prefix_caching=config.enable_prefix_caching,
+            schedkit=schedkit.model_dump(),  # schedkit's `priority` orders when selected
+        )
         runtime = self.scheduler.schedkit
         self.facade: PolicyFacade = (
             runtime.facade if runtime is not None else PolicyFacade.from_config(schedkit)
@@ -251,66 +262,6 @@ def _make_request(trace: TraceRequest, index: int, rec: RequestRecord, cfg: SimC
         block_hasher=_block_hasher(cfg.block_size),
         priority=rec.priority,
         arrival_time=rec.arrival_s,
-    )
-
-
-def _build_scheduler(
-    cfg: SimConfig, schedkit: SchedkitConfig, traces: Sequence[TraceRequest]
-) -> Any:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    import torch
-    from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
-    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
-    from vllm.v1.structured_output import StructuredOutputManager
-
-    from schedkit_vllm.scheduler import Scheduler
-
-    longest = max((max(1, t.prompt_tokens) + max(1, t.output_tokens) for t in traces), default=1)
-    max_model_len = max(cfg.block_size, longest + 1)
-    model_config = ModelConfig(
-        model=str(stub_model_dir(max_model_len)),
-        skip_tokenizer_init=True,
-        max_model_len=max_model_len,
-        dtype="float32",
-    )
-    scheduler_config = SchedulerConfig(
-        max_num_seqs=cfg.max_num_seqs,
-        max_num_batched_tokens=cfg.max_num_batched_tokens,
-        max_model_len=max_model_len,
-        is_encoder_decoder=False,
-        enable_chunked_prefill=True,
-        long_prefill_token_threshold=cfg.long_prefill_token_threshold,
-        policy="fcfs",  # schedkit's `priority` policy orders by priority when selected
-    )
-    cache_config = CacheConfig(
-        block_size=cfg.block_size, enable_prefix_caching=cfg.enable_prefix_caching
-    )
-    vllm_config = VllmConfig(
-        scheduler_config=scheduler_config,
-        model_config=model_config,
-        cache_config=cache_config,
-        additional_config={"schedkit": schedkit.model_dump()},
-    )
-    num_blocks = cfg.num_blocks + 1  # vLLM keeps one block as its null block
-    kv_cache_config = KVCacheConfig(
-        num_blocks=num_blocks,
-        kv_cache_tensors=[],
-        kv_cache_groups=[
-            KVCacheGroupSpec(
-                ["layer"],
-                FullAttentionSpec(
-                    block_size=cfg.block_size, num_kv_heads=1, head_size=1, dtype=torch.float32
-                ),
-            )
-        ],
-    )
-    cache_config.num_gpu_blocks = num_blocks
-    return Scheduler(
-        vllm_config=vllm_config,
-        kv_cache_config=kv_cache_config,
-        structured_output_manager=StructuredOutputManager(vllm_config),
-        block_size=cfg.block_size,
-        log_stats=True,
     )
 
 

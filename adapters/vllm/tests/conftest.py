@@ -12,24 +12,18 @@ from typing import Any
 
 import pytest
 
+from schedkit_vllm.modelless import build_scheduler
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import torch
 from schedkit import Policy, PolicyRegistry
 from schedkit.plugins import PolicyEntry
-from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
 from vllm.sampling_params import SamplingParams
 from vllm.utils.hashing import get_hash_fn_by_name
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
 from vllm.v1.core.sched.scheduler import Scheduler as VllmScheduler
-from vllm.v1.kv_cache_interface import (
-    FullAttentionSpec,
-    KVCacheConfig,
-    KVCacheGroupSpec,
-)
 from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.request import Request
-from vllm.v1.structured_output import StructuredOutputManager
 
 BLOCK_SIZE = 16
 _HASH_FN = get_hash_fn_by_name("sha256_cbor")
@@ -69,47 +63,16 @@ def make_scheduler(model_dir: Path) -> Callable[..., Any]:
         policy: str = "fcfs",
         prefix_caching: bool = True,
     ) -> Any:
-        if cls is None:
-            from schedkit_vllm import Scheduler
-
-            cls = Scheduler
-        model_config = ModelConfig(
-            model=str(model_dir), skip_tokenizer_init=True, max_model_len=1024, dtype="float32"
-        )
-        scheduler_config = SchedulerConfig(
+        return build_scheduler(
+            num_blocks=num_blocks,
+            block_size=BLOCK_SIZE,
             max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max_num_batched_tokens,
-            max_model_len=1024,
-            is_encoder_decoder=False,
-            enable_chunked_prefill=True,
+            prefix_caching=prefix_caching,
             policy=policy,
-        )
-        cache_config = CacheConfig(block_size=BLOCK_SIZE, enable_prefix_caching=prefix_caching)
-        vllm_config = VllmConfig(
-            scheduler_config=scheduler_config,
-            model_config=model_config,
-            cache_config=cache_config,
-            additional_config={"schedkit": schedkit} if schedkit is not None else {},
-        )
-        kv_cache_config = KVCacheConfig(
-            num_blocks=num_blocks,
-            kv_cache_tensors=[],
-            kv_cache_groups=[
-                KVCacheGroupSpec(
-                    ["layer"],
-                    FullAttentionSpec(
-                        block_size=BLOCK_SIZE, num_kv_heads=1, head_size=1, dtype=torch.float32
-                    ),
-                )
-            ],
-        )
-        cache_config.num_gpu_blocks = num_blocks
-        return cls(
-            vllm_config=vllm_config,
-            kv_cache_config=kv_cache_config,
-            structured_output_manager=StructuredOutputManager(vllm_config),
-            block_size=BLOCK_SIZE,
-            log_stats=True,
+            schedkit=schedkit,
+            cls=cls,
+            model_dir=model_dir,
         )
 
     return make

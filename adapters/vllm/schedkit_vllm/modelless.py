@@ -1,0 +1,84 @@
+"""A real vLLM V1 scheduler with no model and no workers (vLLM's own scheduler-test recipe).
+
+The twin engine, the tests and the overhead benchmark drive vLLM's scheduler and KV cache
+manager this way: one attention layer's worth of KV spec, blocks counted, nothing computed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from schedkit_vllm._replay import stub_model_dir
+
+
+def build_scheduler(
+    *,
+    num_blocks: int,
+    block_size: int = 16,
+    max_num_seqs: int = 256,
+    max_num_batched_tokens: int = 8192,
+    max_model_len: int = 1024,
+    long_prefill_token_threshold: int = 0,
+    prefix_caching: bool = True,
+    policy: str = "fcfs",
+    schedkit: Mapping[str, Any] | None = None,
+    cls: type | None = None,
+    model_dir: Path | None = None,
+) -> Any:
+    """Build ``cls`` (default ``schedkit_vllm.Scheduler``) over ``num_blocks`` KV blocks.
+
+    ``schedkit`` goes to ``additional_config["schedkit"]``; ``model_dir`` needs only a
+    ``config.json`` (a stub one is made when omitted). vLLM keeps one block as its null
+    block, so ``num_blocks - 1`` are usable.
+    """
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
+    from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    if cls is None:
+        from schedkit_vllm.scheduler import Scheduler
+
+        cls = Scheduler
+    model_config = ModelConfig(
+        model=str(model_dir or stub_model_dir(max_model_len)),
+        skip_tokenizer_init=True,
+        max_model_len=max_model_len,
+        dtype="float32",
+    )
+    scheduler_config = SchedulerConfig(
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_model_len=max_model_len,
+        is_encoder_decoder=False,
+        enable_chunked_prefill=True,
+        long_prefill_token_threshold=long_prefill_token_threshold,
+        policy=policy,
+    )
+    cache_config = CacheConfig(block_size=block_size, enable_prefix_caching=prefix_caching)
+    vllm_config = VllmConfig(
+        scheduler_config=scheduler_config,
+        model_config=model_config,
+        cache_config=cache_config,
+        additional_config={"schedkit": dict(schedkit)} if schedkit is not None else {},
+    )
+    spec = FullAttentionSpec(
+        block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float32
+    )
+    kv_cache_config = KVCacheConfig(
+        num_blocks=num_blocks,
+        kv_cache_tensors=[],
+        kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)],
+    )
+    cache_config.num_gpu_blocks = num_blocks
+    return cls(
+        vllm_config=vllm_config,
+        kv_cache_config=kv_cache_config,
+        structured_output_manager=StructuredOutputManager(vllm_config),
+        block_size=block_size,
+        log_stats=True,
+    )
