@@ -1,0 +1,191 @@
+"""lfu, slru, prefix-aware: installed, selectable by config only, eviction order, conformance."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Sequence
+
+import pytest
+from pydantic import ValidationError
+from schedkit import BlockState, BlockView, EngineState, PolicyFacade, PolicyRegistry, load_config
+from schedkit.errors import PolicyConfigError
+from schedkit.testing import conformance_test
+
+from schedkit_evict import LeastFrequentlyUsed, PrefixAware, SegmentedLRU
+
+POLICIES = {"lfu": LeastFrequentlyUsed, "slru": SegmentedLRU, "prefix-aware": PrefixAware}
+ENGINE = EngineState(kv_blocks_total=64, block_size=16)
+
+
+def block(block_hash: int, *, hits: int = 0, depth: int = 0, last: float = 0.0) -> BlockState:
+    state = BlockState(block_hash, depth, last)
+    state.num_hits = hits
+    return state
+
+
+def lru_sorted(blocks: list[BlockState]) -> list[BlockState]:
+    """Candidates as the engine passes them: least recently used first (stable)."""
+    return sorted(blocks, key=lambda b: b.last_access)
+
+
+def hashes(blocks: Sequence[BlockView]) -> list[int]:
+    return [b.block_hash for b in blocks]
+
+
+# --- installation and selection ---------------------------------------------------
+
+
+@pytest.mark.parametrize(("name", "cls"), POLICIES.items())
+def test_discovered_and_selectable_only_by_config(name: str, cls: type) -> None:
+    entry = PolicyRegistry.discover().entry(name)
+    assert entry.distribution == "schedkit-evict"
+    assert entry.load() is cls
+    assert PolicyFacade.from_config(name).implemented == {"select_evictions"}
+    assert name not in load_config(None).policy
+
+
+# --- lfu ----------------------------------------------------------------------------
+
+
+def test_lfu_fewest_hits_first_then_least_recent() -> None:
+    candidates = lru_sorted(
+        [
+            block(1, hits=3, last=1.0),
+            block(2, hits=0, last=5.0),
+            block(3, hits=1, last=2.0),
+            block(4, hits=0, last=3.0),
+            block(5, hits=1, last=0.5),
+        ]
+    )
+    before = hashes(candidates)
+    chosen = LeastFrequentlyUsed().select_evictions(candidates, 4, ENGINE)
+    assert hashes(chosen) == [4, 2, 5, 3]
+    assert hashes(candidates) == before  # untouched
+
+
+def test_lfu_ties_keep_the_engine_order() -> None:
+    # One request's blocks, freed at once, tail first (as the engine frees them).
+    candidates = [block(h, depth=d, last=1.0) for h, d in ((30, 2), (20, 1), (10, 0))]
+    chosen = LeastFrequentlyUsed().select_evictions(candidates, 2, ENGINE)
+    assert hashes(chosen) == [30, 20]
+
+
+# --- slru ---------------------------------------------------------------------------
+
+
+def test_slru_evicts_probationary_blocks_before_protected_ones() -> None:
+    candidates = lru_sorted(
+        [
+            block(1, hits=1, last=0.0),  # protected, oldest of all
+            block(2, hits=0, last=1.0),
+            block(3, hits=5, last=2.0),  # protected
+            block(4, hits=0, last=3.0),
+        ]
+    )
+    policy = SegmentedLRU(protected_fraction=1.0)
+    assert hashes(policy.select_evictions(candidates, 3, ENGINE)) == [2, 4, 1]
+    assert hashes(policy.select_evictions(candidates, 2, ENGINE)) == [2, 4]
+
+
+def test_slru_promote_hits_sets_the_threshold() -> None:
+    candidates = lru_sorted([block(1, hits=1, last=0.0), block(2, hits=0, last=1.0)])
+    strict = SegmentedLRU(promote_hits=2, protected_fraction=1.0)
+    assert hashes(strict.select_evictions(candidates, 2, ENGINE)) == [1, 2]  # plain LRU
+
+
+def test_slru_demotes_the_oldest_protected_blocks_beyond_the_fraction() -> None:
+    candidates = lru_sorted(
+        [
+            block(1, hits=2, last=0.0),  # protected but oldest: demoted
+            block(2, hits=0, last=1.0),
+            block(3, hits=2, last=2.0),
+            block(4, hits=2, last=3.0),
+        ]
+    )
+    # 4 candidates x 0.5 = 2 protected places: blocks 3 and 4 keep them.
+    policy = SegmentedLRU(protected_fraction=0.5)
+    assert hashes(policy.select_evictions(candidates, 4, ENGINE)) == [1, 2, 3, 4]
+    assert hashes(policy.select_evictions(candidates, 2, ENGINE)) == [1, 2]
+
+
+# --- prefix-aware -------------------------------------------------------------------
+
+
+def test_prefix_aware_hits_then_deepest_then_least_recent() -> None:
+    candidates = lru_sorted(
+        [
+            block(1, hits=0, depth=0, last=0.0),  # head of a one-off prompt
+            block(2, hits=0, depth=7, last=4.0),  # deep private tail, recent
+            block(3, hits=2, depth=9, last=1.0),
+            block(4, hits=0, depth=7, last=2.0),
+            block(5, hits=2, depth=1, last=0.5),
+        ]
+    )
+    chosen = PrefixAware().select_evictions(candidates, 5, ENGINE)
+    assert hashes(chosen) == [4, 2, 1, 3, 5]
+
+
+# --- through the facade -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", POLICIES)
+def test_through_the_facade_returns_exactly_what_is_needed(name: str) -> None:
+    facade = PolicyFacade.from_config(name, strict=True)
+    candidates = lru_sorted([block(h, hits=h % 3, depth=h % 5, last=h / 10) for h in range(20)])
+    chosen = facade.select_evictions(candidates, 7, ENGINE)
+    assert chosen is not None and len(chosen) == 7
+    assert len(set(hashes(chosen))) == 7
+
+
+# --- options ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("field", "bad"),
+    [("promote_hits", 0), ("promote_hits", "often"), ("protected_fraction", 0.0)],
+)
+def test_slru_bad_option_value_names_the_field(field: str, bad: object) -> None:
+    with pytest.raises(ValidationError, match=field):
+        SegmentedLRU.Options.model_validate({field: bad})
+    config = {"policy": "slru", "options": {"slru": {field: bad}}}
+    with pytest.raises(PolicyConfigError, match=f"slru.*{field}"):
+        PolicyFacade.from_config(config)
+
+
+@pytest.mark.parametrize("name", ["lfu", "prefix-aware"])
+def test_policies_without_options_reject_any(name: str) -> None:
+    with pytest.raises(PolicyConfigError, match=name):
+        PolicyFacade.from_config({"policy": name, "options": {name: {"promote_hits": 2}}})
+
+
+# --- the conformance kit ------------------------------------------------------------
+
+test_conformance_lfu = conformance_test("lfu", max_examples=100)
+test_conformance_slru = conformance_test("slru", max_examples=100)
+test_conformance_slru_options = conformance_test(
+    "slru", {"promote_hits": 3, "protected_fraction": 0.25}, max_examples=50
+)
+test_conformance_prefix_aware = conformance_test("prefix-aware", max_examples=100)
+
+
+# --- the CLI ------------------------------------------------------------------------
+
+
+def test_cli_lists_all_three() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "schedkit", "policies", "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    listed = {e["name"]: e for e in json.loads(result.stdout)}
+    for name in POLICIES:
+        assert listed[name]["distribution"] == "schedkit-evict"
+        assert listed[name]["hooks"] == ["select_evictions"]
+    assert set(listed["slru"]["options_schema"]["properties"]) == {
+        "promote_hits",
+        "protected_fraction",
+    }
