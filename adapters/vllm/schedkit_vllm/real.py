@@ -132,6 +132,9 @@ class RealEngine:
         self.recorder = Recorder(self.result, cfg.timeline_interval_s)
         pool = self.scheduler.kv_cache_manager.block_pool
         self.capacity_blocks = int(pool.num_gpu_blocks) - 1  # one is vLLM's null block
+        # Timed by the wall clock on this machine: the simulated GPU and cost model do not apply.
+        bench.engine_info["gpu"] = "this machine (wall clock)"
+        bench.engine_info.pop("cost_model", None)
         bench.engine_info["real"] = {
             "model_dir": str(info.path),
             "max_model_len": self.max_model_len,
