@@ -18,6 +18,7 @@ miss. Attainment is met / requests, and null when no target applies to any reque
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -37,6 +38,9 @@ from schedkit.bench.stats import (
 
 COMPLETED_REASONS = frozenset({"length", "stop"})
 LATENCIES = ("ttft_ms", "tpot_ms", "e2e_ms", "queue_ms")
+
+
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")  # numbers in rejection reasons, grouped as N
 
 
 def is_completed(record: RequestRecord) -> bool:
@@ -147,9 +151,12 @@ def compute_metrics(
     records = run.records
     overall = _group(records, slo_ttft_ms, slo_tpot_ms)
     lats = [latencies_ms(r) for r in records]
-    rejections = dict(run.rejections) or dict(
+    by_reason = dict(run.rejections) or dict(
         Counter(r.reject_reason or "unspecified" for r in records if r.rejected)
     )
+    rejections: Counter[str] = Counter()
+    for reason, count in by_reason.items():  # "needs 7 blocks" and "needs 9 blocks" are one
+        rejections[_NUMBER.sub("N", reason)] += count
     duration = run.duration_s
     metrics: dict[str, Any] = {
         "policy": run.policy,
@@ -157,7 +164,7 @@ def compute_metrics(
         "completed": overall["completed"],
         "rejected": overall["rejected"],
         "unfinished": sum(r.finish_reason == "" for r in records),
-        "rejections": rejections,
+        "rejections": dict(rejections),
         "ttft_ms": overall["ttft_ms"],
         "tpot_ms": overall["tpot_ms"],
         "itl_ms": weighted_summary((gap * 1000.0, weight) for gap, weight in run.itl),

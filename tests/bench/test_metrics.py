@@ -131,6 +131,16 @@ def test_run_counters_are_passed_through() -> None:
     assert metrics(run_of([rec()]))["prefix_hit_rate"] == 0.0
 
 
+def test_rejection_reasons_differing_only_in_numbers_are_grouped() -> None:
+    rejections = {
+        "predicted TTFT 1200 ms exceeds SLO 1000 ms": 2,
+        "predicted TTFT 1530.5 ms exceeds SLO 1000 ms": 1,
+        "tenant blocked": 3,
+    }
+    m = metrics(run_of([rec()], rejections=rejections))
+    assert m["rejections"] == {"predicted TTFT N ms exceeds SLO N ms": 3, "tenant blocked": 3}
+
+
 def test_itl_uses_weighted_mean_and_percentiles() -> None:
     m = metrics(run_of([rec()], itl=[(0.01, 90), (0.1, 10)]))
     # 100 token gaps: 90 of 10 ms and 10 of 100 ms.
