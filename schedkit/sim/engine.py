@@ -343,7 +343,8 @@ class SimEngine:
             budget_s = next_arrival - self.view.clock - TIME_EPS
             k = self.cost.decode_steps_before(n, kv0, budget_s, k)
         free = self.kv.num_free
-        if _blocks_needed(running, k, bs) > free:
+        need = _blocks_needed(running, k, bs)
+        if need > free:
             lo, hi = 0, k  # largest k whose block needs fit
             while lo < hi:
                 mid = (lo + hi + 1) // 2
@@ -352,9 +353,10 @@ class SimEngine:
                 else:
                     hi = mid - 1
             k = lo
+            need = _blocks_needed(running, k, bs)
         if k < 2:
             return False
-        self._run_decode_steps(k, kv0)
+        self._run_decode_steps(k, kv0, need)
         return True
 
     def _waiting_blocked(self, n: int, budget: BatchBudget) -> bool:
@@ -375,12 +377,12 @@ class SimEngine:
         # Decoding only shrinks the free pool, so a head that does not fit now never will.
         return not self.kv.can_allocate(hit, own, need)
 
-    def _run_decode_steps(self, k: int, kv0: int) -> None:
+    def _run_decode_steps(self, k: int, kv0: int, need: int) -> None:
+        """Advance ``k`` decode steps; ``need`` is the new blocks they take (checked to fit)."""
         running, kv, view, bs = self.running, self.kv, self.view, self.cfg.block_size
         n = len(running)
         duration = self.cost.decode_run_time(n, kv0, k)
         used_before = kv.num_used
-        need = _blocks_needed(running, k, bs)
         kv.take(need)
         clock = view.clock + duration
         caching = self.cfg.enable_prefix_caching

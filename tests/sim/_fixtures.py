@@ -85,11 +85,11 @@ class ProbedEngine(SimEngine):
         self.peak_running = max(self.peak_running, len(scheduled))
         super()._execute(scheduled, preempted)
 
-    def _run_decode_steps(self, k: int, kv0: int) -> None:
+    def _run_decode_steps(self, k: int, kv0: int, need: int) -> None:
         self.iterations += 1
         self.decode_runs += 1
         self.peak_running = max(self.peak_running, len(self.running))
-        super()._run_decode_steps(k, kv0)
+        super()._run_decode_steps(k, kv0, need)
         self._after_step()
 
     def _after_step(self) -> None:
