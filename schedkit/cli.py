@@ -71,7 +71,7 @@ SERVE_GROUP = "schedkit.serve"  # entry points: engine name -> serve(config, eng
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def serve(
     ctx: typer.Context,
-    engine: Annotated[str, typer.Argument(help="Engine to launch, e.g. vllm.")],
+    engine: Annotated[str, typer.Argument(help="Engine to launch: vllm or sglang.")],
     policy: Annotated[
         str, typer.Option(help="Policy, composition 'a+b', or config file.")
     ] = "fcfs",
@@ -79,7 +79,7 @@ def serve(
         str | None, typer.Option(help='Options as JSON: {"policy-name": {...}}.')
     ] = None,
 ) -> None:
-    """Launch an engine's server with a policy: schedkit serve vllm --policy X -- <engine args>."""
+    """Launch an engine's server with a policy: schedkit serve vllm|sglang --policy X -- <engine args>."""
     from importlib import metadata
 
     from schedkit.config import load_config
@@ -94,7 +94,7 @@ def serve(
         known = ", ".join(sorted(found)) or "none installed"
         raise SchedkitError(
             f"no server launcher for engine {engine!r} ({known}); install schedkit-vllm"
-            " (adapters/vllm) for vllm"
+            " (adapters/vllm) for vllm or schedkit-sglang (adapters/sglang) for sglang"
         )
     PolicyFacade.from_config(config)  # fail here, not inside the engine, on a bad selection
     raise typer.Exit(found[engine].load()(config, list(ctx.args)))

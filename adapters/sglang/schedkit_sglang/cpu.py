@@ -1,0 +1,72 @@
+"""Running SGLang on a CPU-only machine: stand-ins for its CUDA-only imports.
+
+SGLang imports ``sgl_kernel`` (CUDA kernels) at module level even where the CPU engine
+never calls it, and a lean CPU install has no ``torchvision``. SGLang's own CPU tests
+stub them (``sglang.test.test_utils.maybe_stub_sgl_kernel``); ``install()`` does the
+same, only for modules that cannot be imported. Scheduler processes are spawned, so
+``schedkit serve sglang`` and the bench put ``SITE_DIR`` (a ``sitecustomize`` calling
+``install()``) on ``PYTHONPATH`` when SGLang runs on CPU (``SGLANG_USE_CPU_ENGINE=1``).
+On a GPU machine with the real packages this is never needed and does nothing.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+SITE_DIR = Path(__file__).with_name("_cpu_site")
+"""A directory whose ``sitecustomize.py`` calls ``install()`` in every new interpreter."""
+
+STUBBED = ("sgl_kernel", "torchvision")
+
+
+def _missing(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is None
+    except (ImportError, ValueError):
+        return True
+
+
+class _StubLoader(importlib.abc.Loader):
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return None
+
+    def exec_module(self, module: ModuleType) -> None:
+        from unittest.mock import MagicMock
+
+        def attribute(name: str) -> Any:
+            if name.startswith("__"):
+                raise AttributeError(name)
+            return MagicMock(name=f"{module.__name__}.{name}")
+
+        module.__getattr__ = attribute  # type: ignore[method-assign]
+        # transformers parses the version of every importable package; "0" reads as
+        # too old for its torchvision fast paths, so it keeps to PIL.
+        module.__version__ = "0"  # type: ignore[attr-defined]
+
+
+class _StubFinder(importlib.abc.MetaPathFinder):
+    def __init__(self, roots: tuple[str, ...]) -> None:
+        self.roots = roots
+
+    def find_spec(
+        self, fullname: str, path: Any = None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname.split(".", 1)[0] in self.roots:
+            return importlib.machinery.ModuleSpec(fullname, _StubLoader(), is_package=True)
+        return None
+
+
+def install() -> tuple[str, ...]:
+    """Stub whichever of ``STUBBED`` cannot be imported; return the names stubbed."""
+    if any(isinstance(finder, _StubFinder) for finder in sys.meta_path):
+        return ()
+    roots = tuple(name for name in STUBBED if _missing(name))
+    if roots:
+        sys.meta_path.insert(0, _StubFinder(roots))
+    return roots

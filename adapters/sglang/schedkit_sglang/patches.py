@@ -1,0 +1,293 @@
+"""How each schedkit hook reaches SGLang's scheduler, through SGLang's ``HookRegistry``.
+
+Registered by ``schedkit_sglang.plugin.load`` only when a schedkit config is selected,
+and then only for the hooks the selected policies implement; SGLang's own code runs
+unchanged around them.
+
+- Every process: ``Scheduler.__init__`` builds the ``SchedkitRuntime`` (after SGLang's
+  own init; a bad config stops the scheduler before the model loads).
+- ``admit_request``: ``Scheduler._add_request_to_queue``, the first time a request
+  reaches the waiting queue (not when a retracted request goes back). A rejected request
+  is answered as SGLang answers a full queue: ``finish_reason`` ``{"type": "abort",
+  "message": "rejected: <reason>", "status_code": 503}``.
+- ``order_waiting``: replaces ``SchedulePolicy.calc_priority`` (``--schedule-policy``,
+  including lpm's silent FCFS above 128 waiting requests, and the priority sort of
+  ``--enable-priority-scheduling``). The waiting queue is reordered in place.
+- ``plan_batch``: for one ``_get_new_batch_prefill_raw`` call, ``max_prefill_tokens``
+  (token budget) and ``chunked_prefill_size`` (prefill chunk) are set on the scheduler
+  and restored after it, and ``get_num_allocatable_reqs`` stops admissions beyond
+  ``max_running``.
+- ``select_victims``: decode retraction (``ScheduleBatch._get_decode_retraction_order``:
+  the policy's victims are retracted first, then SGLang's order continues) and, with
+  ``--enable-priority-scheduling``, the prefill adder's priority preemption
+  (``PrefillAdder.preempt_to_schedule``: the policy orders the candidates, SGLang's
+  priority threshold still decides who may be preempted).
+- ``select_evictions``: the ``schedkit`` radix-cache backend, see
+  ``schedkit_sglang.eviction``.
+- ``on_step_finished``: after ``Scheduler.process_batch_result``;
+  ``on_request_finished``: when the output streamer sends a finished request, or SGLang
+  sends an abort.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable
+from http import HTTPStatus
+from typing import Any
+
+from schedkit import PolicyFacade
+from schedkit.errors import PolicyConfigError
+
+from schedkit_sglang import runtime as _runtime
+from schedkit_sglang.runtime import REJECTED, SchedkitRuntime
+
+log = logging.getLogger("schedkit.sglang")
+
+SCHEDULER = "sglang.srt.managers.scheduler.Scheduler"
+POLICY = "sglang.srt.managers.schedule_policy.SchedulePolicy"
+ADDER = "sglang.srt.managers.schedule_policy.PrefillAdder"
+BATCH = "sglang.srt.managers.schedule_batch.ScheduleBatch"
+STREAMER = "sglang.srt.managers.scheduler_components.output_streamer.SchedulerOutputStreamer"
+
+
+def _active() -> SchedkitRuntime | None:
+    return _runtime.ACTIVE
+
+
+def plan(facade: PolicyFacade) -> dict[str, tuple[Callable[..., Any], str]]:
+    """The patches ``facade`` needs: dotted target -> (hook, HookType name)."""
+    patches: dict[str, tuple[Callable[..., Any], str]] = {
+        f"{SCHEDULER}.__init__": (_make_init(facade), "AROUND"),
+        f"{SCHEDULER}.get_next_batch_to_run": (_next_batch, "AROUND"),
+        f"{SCHEDULER}.process_batch_result": (_batch_result, "AROUND"),
+        f"{STREAMER}.stream_output": (_stream_output, "AROUND"),
+        f"{SCHEDULER}.send_abort_output": (_abort_output, "AROUND"),
+    }
+    if facade.has_admit:
+        patches[f"{SCHEDULER}._add_request_to_queue"] = (_add_request, "AROUND")
+    if facade.has_order:
+        patches[f"{POLICY}.calc_priority"] = (_calc_priority, "AROUND")
+    if facade.has_plan:
+        patches[f"{SCHEDULER}._get_new_batch_prefill_raw"] = (_prefill_raw, "AROUND")
+        patches[f"{SCHEDULER}.get_num_allocatable_reqs"] = (_allocatable, "AROUND")
+    if facade.has_victims:
+        patches[f"{BATCH}._get_decode_retraction_order"] = (_retraction_order, "AROUND")
+        patches[f"{BATCH}.retract_decode"] = (_retract_decode, "AROUND")
+        patches[f"{ADDER}.preempt_to_schedule"] = (_preempt_to_schedule, "AROUND")
+    return patches
+
+
+def _make_init(facade: PolicyFacade) -> Callable[..., Any]:
+    def init(original: Callable[..., Any], self: Any, *args: Any, **kwargs: Any) -> None:
+        self.schedkit = None
+        original(self, *args, **kwargs)
+        if (
+            facade.has_victims
+            and self.enable_priority_scheduling
+            and not self.schedule_low_priority_values_first
+        ):
+            raise PolicyConfigError(
+                f"schedkit policy {facade.label!r} chooses preemption victims, and"
+                " --enable-priority-scheduling preempts by SGLang's priority threshold with"
+                " higher values first; add --schedule-low-priority-values-first so both"
+                " agree that lower values come first, as schedkit's 'priority' does"
+            )
+        runtime = SchedkitRuntime(self, facade)
+        self.schedkit = runtime
+        _runtime.ACTIVE = runtime
+        log.info(
+            "schedkit: policies %s (hooks: %s)",
+            facade.label,
+            ", ".join(sorted(facade.implemented)) or "none",
+        )
+
+    return init
+
+
+# -- admission ----------------------------------------------------------------------
+
+
+def _add_request(
+    original: Callable[..., Any], self: Any, req: Any, is_retracted: bool = False
+) -> Any:
+    runtime: SchedkitRuntime | None = self.schedkit
+    if runtime is None or is_retracted or getattr(req, "_schedkit_admitted", False):
+        return original(self, req, is_retracted)
+    req._schedkit_admitted = True
+    reason = runtime.admission_reason(req)
+    if reason is None:
+        return original(self, req, is_retracted)
+    # As SGLang's own _abort_on_queued_limit answers a full queue.
+    from sglang.srt.managers.scheduler import _make_abort_req
+
+    message = f"{REJECTED}: {reason}"
+    finished = {"type": "abort", "status_code": HTTPStatus.SERVICE_UNAVAILABLE, "message": message}
+    runtime.request_finished(req, REJECTED)
+    self.send_abort_output(_make_abort_req(req, finished_reason=finished), req)
+    req.time_stats.trace_ctx.abort(abort_info={"reason": message})
+    self._release_aborted_request(req)
+    return None
+
+
+# -- order and budget -----------------------------------------------------------------
+
+
+def _calc_priority(
+    original: Callable[..., Any],
+    self: Any,
+    waiting_queue: list[Any],
+    *args: Any,
+    **kwargs: Any,
+) -> None:
+    runtime = _active()
+    if runtime is None:
+        original(self, waiting_queue, *args, **kwargs)
+        return
+    runtime.order(waiting_queue)
+
+
+def _prefill_raw(original: Callable[..., Any], self: Any, *args: Any, **kwargs: Any) -> Any:
+    runtime: SchedkitRuntime | None = self.schedkit
+    budget = runtime.plan() if runtime is not None and self.waiting_queue else None
+    if runtime is None or budget is None:
+        return original(self, *args, **kwargs)
+    saved = (self.max_prefill_tokens, self.chunked_prefill_size)
+    self.max_prefill_tokens = budget.token_budget
+    if budget.prefill_chunk:
+        self.chunked_prefill_size = budget.prefill_chunk
+    runtime.budget = budget
+    try:
+        return original(self, *args, **kwargs)
+    finally:
+        self.max_prefill_tokens, self.chunked_prefill_size = saved
+        runtime.budget = None
+
+
+def _allocatable(
+    original: Callable[..., Any], self: Any, running_bs: int, *args: Any, **kwargs: Any
+) -> int:
+    result: int = original(self, running_bs, *args, **kwargs)
+    runtime: SchedkitRuntime | None = self.schedkit
+    if runtime is None or runtime.budget is None:
+        return result
+    return min(result, runtime.budget.max_running - running_bs)
+
+
+# -- preemption -----------------------------------------------------------------------
+
+
+def _retraction_order(original: Callable[..., Any], reqs: list[Any]) -> list[int]:
+    default: list[int] = original(reqs)
+    runtime = _active()
+    if runtime is None or len(reqs) < 2:
+        return default
+    return runtime.retraction_order(reqs, default)
+
+
+def _retract_decode(original: Callable[..., Any], self: Any, *args: Any, **kwargs: Any) -> Any:
+    result = original(self, *args, **kwargs)
+    runtime = _active()
+    if runtime is not None:
+        runtime.preempted(result[0])
+    return result
+
+
+def _preempt_to_schedule(original: Callable[..., Any], self: Any, req: Any) -> bool:
+    """SGLang's ``PrefillAdder.preempt_to_schedule`` with the policy's victim order.
+
+    The same steps as SGLang's: candidates are running requests not already preempted
+    nor finished; only those ``priority_scheduling_preemption_threshold`` below ``req``
+    may go; preemption happens only if they free enough tokens for ``req``.
+    """
+    runtime = _active()
+    if runtime is None:
+        return bool(original(self, req))
+    from sglang.srt.managers.schedule_policy import CLIP_MAX_NEW_TOKENS
+
+    valid = [r for r in self.running_batch.reqs if r not in self.preempt_list and not r.finished()]
+    chosen = runtime.victims(valid, req) if valid else None
+    if chosen is None:
+        return bool(original(self, req))
+    # schedkit's priority: lower values first (the init check makes SGLang agree).
+    threshold = self.priority_scheduling_preemption_threshold
+    need = (
+        len(req.full_untruncated_fill_ids)
+        - req.prefix_len
+        + min(req.sampling_params.max_new_tokens, CLIP_MAX_NEW_TOKENS)
+        + self._request_slot_reserve_for_req(req)
+        - self.rem_total_tokens
+    )
+    victims = []
+    for running in chosen:
+        if running is req or _priority(running) - _priority(req) <= threshold:
+            continue
+        victims.append(running)
+        need -= self._get_running_request_total_token_offset(running)
+        if need <= 0:
+            break
+    if not victims or need > 0:
+        return False
+    chosen_ids = {id(r) for r in victims}
+    batch = self.running_batch
+    keep = []
+    released = 0
+    for i, running in enumerate(batch.reqs):
+        if id(running) in chosen_ids:
+            self.memory_budget.total_offset -= self._get_running_request_total_token_offset(running)
+            released += 1
+            batch.release_req(i, len(batch.reqs) - released)
+        else:
+            keep.append(i)
+    batch.filter_batch(keep_indices=keep)
+    self.preempt_list.extend(victims)
+    runtime._victims = chosen_ids
+    runtime.preempted(victims)
+    return True
+
+
+def _priority(req: Any) -> int:
+    return int(req.priority) if req.priority is not None else sys.maxsize
+
+
+# -- observation ----------------------------------------------------------------------
+
+
+def _next_batch(original: Callable[..., Any], self: Any, *args: Any, **kwargs: Any) -> Any:
+    runtime: SchedkitRuntime | None = self.schedkit
+    if runtime is not None:
+        runtime.step_started()
+    return original(self, *args, **kwargs)
+
+
+def _batch_result(
+    original: Callable[..., Any], self: Any, batch: Any, *args: Any, **kwargs: Any
+) -> Any:
+    result = original(self, batch, *args, **kwargs)
+    runtime: SchedkitRuntime | None = self.schedkit
+    if runtime is not None:
+        runtime.step_finished(batch)
+    return result
+
+
+def _stream_output(
+    original: Callable[..., Any], self: Any, reqs: list[Any], *args: Any, **kwargs: Any
+) -> Any:
+    result = original(self, reqs, *args, **kwargs)
+    runtime = _active()
+    if runtime is not None:
+        for req in reqs:
+            if req.finished():
+                runtime.request_finished(req)
+    return result
+
+
+def _abort_output(
+    original: Callable[..., Any], self: Any, abort_req: Any, req: Any, *args: Any, **kwargs: Any
+) -> Any:
+    result = original(self, abort_req, req, *args, **kwargs)
+    runtime: SchedkitRuntime | None = self.schedkit
+    if runtime is not None:
+        runtime.request_finished(req, "aborted")
+    return result

@@ -1,0 +1,225 @@
+"""The per-scheduler glue between SGLang and the policy facade.
+
+``SchedkitRuntime`` holds the facade, the engine view and the counters, and does the
+work each patched SGLang method delegates to it (see ``schedkit_sglang.patches``). It
+never decides anything itself: every decision comes from ``PolicyFacade``, and every
+default is SGLang's own behaviour. One runtime per scheduler process (SGLang runs one
+scheduler per process), reachable as ``runtime.ACTIVE`` from code that has no handle on
+the scheduler (``ScheduleBatch``, the output streamer, the radix cache).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any, cast
+
+from schedkit import BatchBudget, PolicyFacade, RequestView, StepReport
+from schedkit.decisions import ADMIT
+from schedkit.prometheus import SchedkitMetrics, try_create
+
+from schedkit_sglang.views import SglangEngineView, SglangNodeView, SglangRequestView
+
+log = logging.getLogger("schedkit.sglang")
+
+REJECTED = "rejected"
+_VIEW = "_schedkit_view"  # the view rides on SGLang's Req and dies with it
+_FINISH_REASONS = {"FINISH_LENGTH": "length", "FINISH_ABORT": "aborted"}
+
+ACTIVE: SchedkitRuntime | None = None
+
+
+class SchedkitRuntime:
+    """What a schedkit-enabled SGLang scheduler keeps in ``scheduler.schedkit``."""
+
+    def __init__(self, scheduler: Any, facade: PolicyFacade) -> None:
+        self.scheduler = scheduler
+        self.facade = facade
+        self.engine = SglangEngineView(scheduler)
+        self.rejections: Counter[str] = Counter()  # by reason
+        self.finished: Counter[str] = Counter()  # by schedkit finish reason
+        self.num_victims_placed = 0
+        self.num_evicted_by_policy = 0
+        self.budget: BatchBudget | None = None  # this step's, while it differs
+        self.metrics: SchedkitMetrics | None = try_create(facade.label, facade.implemented)
+        self._errors_seen = 0
+        self._step_started = 0.0
+        self._preempted: list[RequestView] = []
+        self._victims: set[int] = set()  # id() of Reqs the policy put first to retract
+
+    def view(self, req: Any) -> SglangRequestView:
+        view: SglangRequestView | None = getattr(req, _VIEW, None)
+        if view is None:
+            view = SglangRequestView(req, self.engine.epoch)
+            setattr(req, _VIEW, view)
+        return view
+
+    def _timed(self, hook: str, started: float, decided: bool) -> None:
+        if self.metrics is not None:
+            self.metrics.hook(hook, time.perf_counter() - started, decided)
+
+    # -- admission ------------------------------------------------------------------
+
+    def admission_reason(self, req: Any) -> str | None:
+        """The rejection reason for a new request, or None to admit it."""
+        started = time.perf_counter()
+        decision = self.facade.admit(self.view(req), self.engine)
+        self._timed("admit_request", started, decision is not ADMIT)
+        if decision.admitted:
+            return None
+        reason = str(decision.reason)
+        self.rejections[reason] += 1
+        if self.metrics is not None:
+            self.metrics.rejection(reason)
+        log.info("schedkit: rejected request %s: %s", req.rid, reason)
+        return reason
+
+    # -- waiting order and batch budget ---------------------------------------------
+
+    def order(self, waiting: list[Any]) -> None:
+        """Reorder SGLang's waiting queue in place by the policy's order."""
+        if not waiting:
+            return
+        started = time.perf_counter()
+        order = self.facade.order_waiting([self.view(r) for r in waiting], self.engine)
+        self._timed("order_waiting", started, order is not None)
+        if order is not None:
+            waiting[:] = [cast(SglangRequestView, v).req for v in order]
+
+    def plan(self) -> BatchBudget | None:
+        """This prefill pass's budget when the policy changes SGLang's, else None."""
+        scheduler = self.scheduler
+        chunk = scheduler.chunked_prefill_size
+        default = BatchBudget(
+            token_budget=int(scheduler.max_prefill_tokens),
+            max_running=int(scheduler.max_running_requests),
+            prefill_chunk=int(chunk) if chunk is not None and chunk > 0 else 0,
+        )
+        started = time.perf_counter()
+        budget = self.facade.plan_batch(self.engine, default)
+        self._timed("plan_batch", started, budget != default)
+        return None if budget == default else budget
+
+    # -- preemption -----------------------------------------------------------------
+
+    def victims(self, running: Sequence[Any], needing: Any) -> list[Any] | None:
+        """The policy's preemption victims among ``running`` (SGLang Reqs), or None."""
+        views = [self.view(r) for r in running]
+        started = time.perf_counter()
+        chosen = self.facade.select_victims(views, self.view(needing), self.engine)
+        self._timed("select_victims", started, chosen is not None)
+        if chosen is None:
+            return None
+        return [cast(SglangRequestView, v).req for v in chosen]
+
+    def retraction_order(self, reqs: Sequence[Any], default: list[int]) -> list[int]:
+        """SGLang's retraction order (kept first, retracted last) with the policy's
+        victims moved to the end, first victim last. ``needing`` is the request SGLang
+        would keep longest: the whole decode batch needs memory, not one request."""
+        chosen = self.victims(reqs, reqs[default[0]])
+        if not chosen:
+            self._victims = set()
+            return default
+        position = {id(req): i for i, req in enumerate(reqs)}
+        victims = [position[id(req)] for req in chosen]
+        self._victims = {id(req) for req in chosen}
+        named = set(victims)
+        return [i for i in default if i not in named] + victims[::-1]
+
+    def preempted(self, reqs: Sequence[Any]) -> None:
+        """``reqs`` were retracted or preempted this step."""
+        for req in reqs:
+            self._preempted.append(self.view(req))
+            if id(req) in self._victims:
+                self.num_victims_placed += 1
+                if self.metrics is not None:
+                    self.metrics.victim_placed()
+        self._victims = set()
+
+    # -- eviction -------------------------------------------------------------------
+
+    def eviction_ranks(self, leaves: Sequence[Any], num_tokens: int) -> dict[int, int] | None:
+        """Position of each radix-tree leaf in the policy's eviction order (by ``id``),
+        or None for SGLang's own order. ``num_tokens``: how many tokens SGLang must free."""
+        views = [SglangNodeView(node) for node in leaves]
+        # Leaves hold many tokens each: ask for as many as would free num_tokens, in the
+        # engine's order, but at least one.
+        need = 0
+        freed = 0
+        for view in sorted(views, key=lambda v: v.last_access):
+            if freed >= num_tokens:
+                break
+            freed += view.num_tokens
+            need += 1
+        started = time.perf_counter()
+        chosen = self.facade.select_evictions(views, max(1, need), self.engine)
+        self._timed("select_evictions", started, chosen is not None)
+        if chosen is None:
+            return None
+        return {id(cast(SglangNodeView, v).node): i for i, v in enumerate(chosen)}
+
+    def evicted(self, n: int) -> None:
+        self.num_evicted_by_policy += n
+        if self.metrics is not None:
+            self.metrics.evicted(n)
+
+    # -- observation ----------------------------------------------------------------
+
+    def step_started(self) -> None:
+        self.engine.step_index += 1
+        self._step_started = time.perf_counter()
+
+    def step_finished(self, batch: Any) -> None:
+        """Report the batch SGLang just ran (``process_batch_result``)."""
+        metrics = self.metrics
+        if metrics is not None:
+            self._sync_errors(metrics)
+        preempted, self._preempted = self._preempted, []
+        if not self.facade.has_step_observer:
+            return
+        mode = batch.forward_mode
+        reqs = list(batch.reqs)
+        if mode.is_extend():
+            counts = [int(r.extend_input_len) for r in reqs]
+            prefill, decode = sum(counts), 0
+        else:
+            counts = [1] * len(reqs)
+            prefill, decode = 0, len(reqs)
+        started = time.perf_counter()
+        report = StepReport(
+            num_steps=1,
+            duration_s=started - self._step_started,
+            num_prefill_tokens=prefill,
+            num_decode_tokens=decode,
+            scheduled=[self.view(r) for r in reqs],
+            num_scheduled_tokens=counts,
+            preempted=preempted,
+        )
+        self.facade.step_finished(report, self.engine)
+        self._timed("on_step_finished", started, False)
+
+    def request_finished(self, req: Any, reason: str | None = None) -> None:
+        """``req`` left the scheduler: finished, aborted or rejected (once per request)."""
+        if getattr(req, "_schedkit_finished", False):
+            return
+        req._schedkit_finished = True
+        if reason is None:
+            finish = req.finished_reason
+            reason = _FINISH_REASONS.get(type(finish).__name__, "stop")
+        self.finished[reason] += 1
+        if self.facade.has_finish_observer:
+            started = time.perf_counter()
+            self.facade.request_finished(self.view(req), reason, self.engine)
+            self._timed("on_request_finished", started, False)
+
+    def _sync_errors(self, metrics: SchedkitMetrics) -> None:
+        facade = self.facade
+        if facade.errors and facade.error_count != self._errors_seen:
+            self._errors_seen = facade.error_count
+            metrics.sync_errors(facade.errors)
+
+    @property
+    def num_rejected(self) -> int:
+        return sum(self.rejections.values())

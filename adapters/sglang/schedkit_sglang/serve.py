@@ -1,0 +1,165 @@
+"""``schedkit serve sglang --policy X -- <sglang args>``: SGLang's server with a policy.
+
+The ``schedkit.serve`` entry point ``sglang``. It runs ``python -m sglang.launch_server
+<sglang args>`` with the interpreter running schedkit. SGLang has no config slot for
+plugins, so the policy travels in the environment, which SGLang's scheduler processes
+inherit (see ``schedkit_sglang.config``). The child gets:
+
+- ``SCHEDKIT_CONFIG`` holding the config as JSON; an environment that already selects a
+  different config (``SCHEDKIT_CONFIG``/``SCHEDKIT_POLICY``/``SCHEDKIT_OPTIONS``) is
+  refused rather than silently overridden;
+- ``--radix-cache-backend schedkit`` when a selected policy implements
+  ``select_evictions`` (the backend the plugin registers; without it SGLang's own cache
+  evicts and the policy is never asked);
+- on CPU (``--device cpu``, or ``SGLANG_USE_CPU_ENGINE=1`` already set):
+  ``SGLANG_USE_CPU_ENGINE=1`` and ``schedkit_sglang.cpu.SITE_DIR`` first on
+  ``PYTHONPATH``, which stubs SGLang's CUDA-only imports in every spawned process;
+- with ``--enable-metrics``, ``PROMETHEUS_MULTIPROC_DIR`` (a fresh temporary directory,
+  unless already set). SGLang sets one itself, but only after plugins have loaded in the
+  launcher process; setting it first keeps every process, whatever it imports when, in
+  prometheus multiprocess mode, so the schedkit metrics counted in the scheduler process
+  appear on the HTTP server's ``/metrics``.
+
+The plugin validates the config again in every SGLang process, so a bad policy stops the
+scheduler with schedkit's message even when SGLang is launched without this command
+(``schedkit serve`` checks the config before launching, too).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from types import FrameType
+
+from schedkit import PolicyFacade, SchedkitConfig
+from schedkit.errors import SchedkitError
+
+from schedkit_sglang.config import (
+    CONFIG_VAR,
+    OPTIONS_VAR,
+    POLICY_VAR,
+    config_environ,
+    resolve_config,
+)
+from schedkit_sglang.cpu import SITE_DIR
+
+SERVER_MODULE = "sglang.launch_server"
+RADIX_CACHE_BACKEND = "schedkit"
+CPU_ENGINE_VAR = "SGLANG_USE_CPU_ENGINE"
+METRICS_DIR_VAR = "PROMETHEUS_MULTIPROC_DIR"
+
+__all__ = ["build_command", "build_environ", "serve", "wants_metrics_dir"]
+
+
+def _option(args: Sequence[str], name: str) -> str | None:
+    """The value of the last ``name VALUE`` or ``name=VALUE`` in ``args``."""
+    found = None
+    for i, arg in enumerate(args):
+        if arg == name:
+            if i + 1 >= len(args):
+                raise SchedkitError(f"{name} needs a value")
+            found = args[i + 1]
+        elif arg.startswith(name + "="):
+            found = arg[len(name) + 1 :]
+    return found
+
+
+def _on_cpu(args: Sequence[str], environ: Mapping[str, str]) -> bool:
+    device = _option(args, "--device")
+    return (device or "").strip().lower() == "cpu" or environ.get(CPU_ENGINE_VAR) == "1"
+
+
+def build_command(
+    config: SchedkitConfig, engine_args: Sequence[str], *, python: str | None = None
+) -> list[str]:
+    """The full server command line: SGLang's args, plus the radix-cache backend that
+    eviction policies need."""
+    args = list(engine_args)
+    if PolicyFacade.from_config(config).has_evictions:
+        if "--disable-radix-cache" in args:
+            raise SchedkitError(
+                "the selected policy chooses prefix-cache evictions, but --disable-radix-cache"
+                " turns the prefix cache off; drop --disable-radix-cache or the policy"
+            )
+        backend = _option(args, "--radix-cache-backend")
+        if backend is None:
+            args += ["--radix-cache-backend", RADIX_CACHE_BACKEND]
+        elif backend != RADIX_CACHE_BACKEND:
+            raise SchedkitError(
+                f"the selected policy chooses prefix-cache evictions, which needs"
+                f" --radix-cache-backend {RADIX_CACHE_BACKEND}, not {backend!r}; drop"
+                " --radix-cache-backend (schedkit serve adds it)"
+            )
+    return [python or sys.executable, "-m", SERVER_MODULE, *args]
+
+
+def wants_metrics_dir(engine_args: Sequence[str], environ: Mapping[str, str]) -> bool:
+    """Whether the server needs a fresh ``PROMETHEUS_MULTIPROC_DIR``: metrics are on and
+    none is set."""
+    return "--enable-metrics" in engine_args and METRICS_DIR_VAR not in environ
+
+
+def build_environ(
+    config: SchedkitConfig,
+    engine_args: Sequence[str],
+    environ: Mapping[str, str],
+    *,
+    metrics_dir: str | None = None,
+) -> dict[str, str]:
+    """The server's environment: ``environ`` with the schedkit selection, the CPU stand-ins
+    when SGLang runs on CPU, and ``metrics_dir`` as ``PROMETHEUS_MULTIPROC_DIR`` if given
+    and none is set."""
+    env = dict(environ)
+    if any(env.get(var, "").strip() for var in (CONFIG_VAR, POLICY_VAR, OPTIONS_VAR)):
+        selected = resolve_config(env)
+        if selected is None or selected.model_dump() != config.model_dump():
+            raise SchedkitError(
+                f"the environment already selects a schedkit config ({CONFIG_VAR},"
+                f" {POLICY_VAR} or {OPTIONS_VAR}) that differs from --policy/--options;"
+                " unset those variables or select the policy there only"
+            )
+        for var in (CONFIG_VAR, POLICY_VAR, OPTIONS_VAR):
+            env.pop(var, None)
+    env.update(config_environ(config))
+    if _on_cpu(engine_args, env):
+        env[CPU_ENGINE_VAR] = "1"
+        paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        site = str(SITE_DIR)
+        env["PYTHONPATH"] = os.pathsep.join([site, *(p for p in paths if p != site)])
+    if metrics_dir is not None and METRICS_DIR_VAR not in env:
+        env[METRICS_DIR_VAR] = metrics_dir
+    return env
+
+
+def serve(config: SchedkitConfig, engine_args: list[str]) -> int:
+    """Run SGLang's server with ``config`` until it exits; return its exit code.
+
+    SIGTERM and SIGINT are passed on to the server, which shuts down cleanly.
+    """
+    command = build_command(config, engine_args)
+    metrics_dir = None
+    if wants_metrics_dir(engine_args, os.environ):
+        metrics_dir = tempfile.mkdtemp(prefix="schedkit-sglang-metrics-")
+    try:
+        env = build_environ(config, engine_args, os.environ, metrics_dir=metrics_dir)
+        label = "+".join(config.policy)
+        print(f"schedkit: {' '.join(command[:3])} ... (policy {label})", file=sys.stderr)
+        process = subprocess.Popen(command, env=env)
+
+        def forward(signum: int, frame: FrameType | None) -> None:
+            process.send_signal(signum)
+
+        previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            return process.wait()
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+    finally:
+        if metrics_dir is not None:
+            shutil.rmtree(metrics_dir, ignore_errors=True)

@@ -1,0 +1,162 @@
+"""schedkit views over SGLang's own objects: properties, never copies rebuilt per step.
+
+One ``SglangRequestView`` per request (cached by the runtime for the request's life), one
+``SglangEngineView`` per scheduler, and one ``SglangNodeView`` per radix-tree leaf that is
+an eviction candidate. SGLang objects are typed ``Any``: the adapter does not type-check
+against SGLang's internals, and the version check guards their shape.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+# SGLang stamps request times with time.perf_counter() (rebased across its processes).
+_now = time.perf_counter
+
+
+def _float_or_none(value: object) -> float | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+
+
+def _arrival(req: Any) -> float:
+    stats = req.time_stats
+    for name in ("created_time", "scheduler_recv_time", "wait_queue_entry_time"):
+        value = float(getattr(stats, name, 0.0) or 0.0)
+        if value > 0.0:
+            return value
+    return _now()
+
+
+class SglangRequestView:
+    """A ``schedkit.RequestView`` over an SGLang ``Req``.
+
+    Tenant and SLO targets come from the request's ``sampling_params.custom_params``
+    (keys ``tenant``, ``slo_ttft_ms``, ``slo_tpot_ms``). Priority is SGLang's own
+    ``priority`` field (0 when the client gave none).
+    """
+
+    __slots__ = ("_arrival", "req", "slo_tpot_ms", "slo_ttft_ms", "tenant")
+
+    def __init__(self, req: Any, epoch: float) -> None:
+        self.req = req
+        self._arrival = _arrival(req) - epoch
+        custom = getattr(req.sampling_params, "custom_params", None)
+        extra: Mapping[str, Any] = custom if isinstance(custom, Mapping) else {}
+        tenant = extra.get("tenant")
+        self.tenant: str = str(tenant) if tenant not in (None, "") else "default"
+        self.slo_ttft_ms: float | None = _float_or_none(extra.get("slo_ttft_ms"))
+        self.slo_tpot_ms: float | None = _float_or_none(extra.get("slo_tpot_ms"))
+
+    @property
+    def request_id(self) -> str:
+        return str(self.req.rid)
+
+    @property
+    def priority(self) -> int:
+        priority = self.req.priority
+        return int(priority) if priority is not None else 0
+
+    @property
+    def arrival_time(self) -> float:
+        return self._arrival
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.req.origin_input_ids)
+
+    @property
+    def num_computed_tokens(self) -> int:
+        return int(self.req.kv.kv_committed_len)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.req.output_ids)
+
+    @property
+    def max_tokens(self) -> int:
+        max_new = self.req.sampling_params.max_new_tokens
+        return int(max_new) if max_new is not None else 0
+
+    @property
+    def num_preemptions(self) -> int:
+        return int(self.req.retraction_count)
+
+    @property
+    def num_cached_tokens(self) -> int:
+        """Prompt tokens found in the prefix cache when SGLang admitted the request."""
+        return int(getattr(self.req, "cached_tokens", 0) or 0)
+
+    def __repr__(self) -> str:
+        return f"SglangRequestView({self.request_id!r}, tenant={self.tenant!r})"
+
+
+class SglangEngineView:
+    """A ``schedkit.EngineView`` over an SGLang ``Scheduler``; one for the engine's life.
+
+    KV capacity is counted in pages (``--page-size`` tokens, 1 by default): ``block_size``
+    is the page size and ``kv_blocks_*`` are token-pool sizes divided by it.
+    """
+
+    __slots__ = ("_scheduler", "block_size", "epoch", "kv_blocks_total", "step_index")
+
+    def __init__(self, scheduler: Any) -> None:
+        self._scheduler = scheduler
+        self.epoch = _now()
+        self.block_size: int = max(1, int(getattr(scheduler, "page_size", 1) or 1))
+        allocator = scheduler.token_to_kv_pool_allocator
+        self.kv_blocks_total: int = int(allocator.size) // self.block_size
+        self.step_index = 0
+
+    @property
+    def clock(self) -> float:
+        return _now() - self.epoch
+
+    @property
+    def kv_blocks_free(self) -> int:
+        scheduler = self._scheduler
+        free = scheduler.token_to_kv_pool_allocator.available_size()
+        free += scheduler.tree_cache.evictable_size()
+        return int(free) // self.block_size
+
+    @property
+    def num_running(self) -> int:
+        return len(self._scheduler.running_batch.reqs)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self._scheduler.waiting_queue)
+
+
+class SglangNodeView:
+    """A ``schedkit.BlockView`` over an evictable leaf of SGLang's radix tree.
+
+    A node holds a run of tokens (a whole prompt suffix, not one fixed-size block);
+    evicting it frees all of them. ``depth`` counts the node's ancestors below the root
+    and ``num_hits`` is SGLang's hit count. ``last_access`` is SGLang's logical access
+    counter, not seconds: it orders accesses (larger is more recent) and nothing more.
+    """
+
+    __slots__ = ("block_hash", "depth", "last_access", "node", "num_hits", "num_tokens")
+
+    def __init__(self, node: Any) -> None:
+        self.node = node
+        self.block_hash: int = int(node.id)
+        depth = 0
+        parent = node.parent
+        while parent is not None and parent.parent is not None:
+            depth += 1
+            parent = parent.parent
+        self.depth = depth
+        self.last_access: float = float(node.last_access_time)
+        self.num_hits: int = int(getattr(node, "hit_count", 0))
+        self.num_tokens: int = len(node.key)
+
+    def __repr__(self) -> str:
+        return f"SglangNodeView(id={self.block_hash}, tokens={self.num_tokens})"

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Create .venv-sglang at the repository root: a lean CPU install of SGLang plus schedkit
+# and this adapter (editable). The full `pip install sglang` pulls CUDA torch (11 GB, 13 min);
+# this installs the CPU torch wheel, SGLang without its dependencies, then the pure-Python
+# packages it imports (~95 s). sgl_kernel is CUDA-only: schedkit_sglang.cpu_stub stands in
+# for it in every process (see adapters/sglang/README.md).
+# Idempotent: a stamp file records a finished install; delete .venv-sglang to rebuild.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "$0")/../../.." && pwd)"
+VENV="${SGLANG_VENV:-$ROOT/.venv-sglang}"
+PY="${PY:-python3}"
+SGLANG_DIST="${SGLANG_DIST:-sglang==0.5.23}"
+STAMP="$VENV/.installed"
+
+if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$SGLANG_DIST" ]]; then
+    exit 0
+fi
+
+start=$(date +%s)
+"$PY" -m venv "$VENV"
+"$VENV/bin/pip" install -q --upgrade pip
+"$VENV/bin/pip" install -q "torch==2.13.0"
+"$VENV/bin/pip" install -q --no-deps "$SGLANG_DIST"
+"$VENV/bin/pip" install -q "triton~=3.7.0" numpy psutil pydantic "transformers==5.19.0" \
+    "tokenizers==0.23.2" orjson msgspec pyzmq requests aiohttp fastapi "uvicorn>=0.51" uvloop \
+    setproctitle xxhash pybase64 packaging einops tqdm prometheus-client \
+    "sentencepiece==0.2.1" safetensors interegular partial_json_parser python-multipart pillow \
+    scipy zstandard "openai==2.8.0" "openai-harmony==0.0.4" pyyaml "python-dateutil<3" distro \
+    IPython watchfiles "xgrammar==0.2.7" "llguidance>=1.7.6,<2" "blobfile==3.0.0" gguf tiktoken \
+    "compressed-tensors==0.18.0" nvidia-ml-py dill jsonschema "soundfile==0.13.1"
+cd "$ROOT"
+extra=()
+for p in plugins/*/pyproject.toml; do extra+=(-e "$(dirname "$p")"); done
+"$VENV/bin/pip" install -q -e . -e adapters/sglang "${extra[@]}" pytest hypothesis mypy ruff
+echo "$SGLANG_DIST" > "$STAMP"
+echo "make-venv: $VENV ready in $(( $(date +%s) - start )) s"

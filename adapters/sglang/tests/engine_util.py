@@ -1,0 +1,106 @@
+"""Start a real in-process SGLang engine (scheduler in a spawned process) with a schedkit
+config, and read what it did."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from schedkit_sglang.config import CONFIG_VAR, OPTIONS_VAR, POLICY_VAR
+
+SITE = Path(__file__).with_name("site")  # the test policies, importable by entry point
+
+CPU_ENGINE = {
+    "device": "cpu",
+    "attention_backend": "torch_native",
+    "sampling_backend": "pytorch",
+    "disable_cuda_graph": True,
+    "disable_overlap_schedule": True,
+    "dtype": "bfloat16",
+    "skip_tokenizer_init": True,
+    "log_level": "warning",
+}
+
+
+@contextlib.contextmanager
+def environ(values: Mapping[str, str | None]) -> Iterator[None]:
+    saved = {key: os.environ.get(key) for key in values}
+    for key, value in values.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@contextlib.contextmanager
+def engine(
+    model_dir: Path,
+    policy: str | None = None,
+    options: Mapping[str, Any] | None = None,
+    extra_env: Mapping[str, str] | None = None,
+    **kwargs: Any,
+) -> Iterator[Any]:
+    """An ``sglang.Engine`` whose scheduler runs ``policy`` (None: no schedkit config)."""
+    import sglang
+
+    path = os.pathsep.join([str(SITE), os.environ.get("PYTHONPATH", "")])
+    env: dict[str, str | None] = {
+        CONFIG_VAR: None,
+        POLICY_VAR: policy,
+        OPTIONS_VAR: json.dumps(options) if options else None,
+        "PYTHONPATH": path,
+        **(extra_env or {}),
+    }
+    settings = {**CPU_ENGINE, "max_total_tokens": 4096, **kwargs}
+    with environ(env):
+        llm = sglang.Engine(model_path=str(model_dir), **settings)
+    try:
+        yield llm
+    finally:
+        llm.shutdown()
+
+
+def prompt(i: int, length: int) -> list[int]:
+    """A prompt of ``length`` token ids, distinct for each ``i``."""
+    return [(i * 131 + j * 7) % 2000 + 1 for j in range(length)]
+
+
+def finish_order(outputs: list[dict[str, Any]]) -> list[int]:
+    """Indices of ``outputs`` in the order their requests finished."""
+    return sorted(
+        range(len(outputs)), key=lambda i: outputs[i]["meta_info"]["response_sent_to_client_ts"]
+    )
+
+
+def read_lines(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+
+def generate_each(
+    llm: Any, requests: list[dict[str, Any]], head_start: float = 0.0
+) -> list[dict[str, Any]]:
+    """Submit each request (``generate`` keyword arguments, e.g. its own ``priority``)
+    concurrently, the first one ``head_start`` seconds before the others, and wait for all."""
+    import asyncio
+
+    async def run() -> list[dict[str, Any]]:
+        first = asyncio.ensure_future(llm.async_generate(**requests[0]))
+        await asyncio.sleep(head_start)
+        rest = await asyncio.gather(*(llm.async_generate(**r) for r in requests[1:]))
+        return [await first, *rest]
+
+    return llm.loop.run_until_complete(run())  # type: ignore[no-any-return]

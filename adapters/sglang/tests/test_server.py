@@ -1,0 +1,209 @@
+"""SGLang's real HTTP server launched by ``schedkit serve sglang`` (tiny random-weight Llama,
+on CPU, loopback only).
+
+The server runs in its own session (process group) and is killed in a ``finally``; every
+wait is bounded. One server at a time: SGLang on CPU takes the machine's cores.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pytest
+
+SCHEDKIT = str(Path(sys.executable).parent / "schedkit")
+STARTUP_S = 180  # healthy in ~60 s on an idle 2-core machine
+MAX_NEW_TOKENS = 4
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _engine_args(model: Path, port: int) -> list[str]:
+    return [
+        "--model-path",
+        str(model),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--device",
+        "cpu",
+        "--attention-backend",
+        "torch_native",
+        "--sampling-backend",
+        "pytorch",
+        "--disable-cuda-graph",
+        "--disable-overlap-schedule",
+        "--max-total-tokens",
+        "4096",
+        "--skip-tokenizer-init",  # token-id prompts: no tokenizer needed
+        "--enable-metrics",
+    ]
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    for var in ("SCHEDKIT_CONFIG", "SCHEDKIT_POLICY", "SCHEDKIT_OPTIONS"):
+        env.pop(var, None)
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)  # schedkit serve makes a fresh one
+    return env
+
+
+def _kill(process: subprocess.Popen[bytes]) -> None:
+    """End the server and everything it started (its own process group)."""
+    for signum, wait_s in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(process.pid, signum)
+        except ProcessLookupError:
+            return  # the whole group is gone
+        try:
+            process.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _tail(log: Path, n: int = 4000) -> str:
+    return log.read_text(errors="replace")[-n:]
+
+
+class Server(NamedTuple):
+    base: str  # http://127.0.0.1:PORT
+    process: subprocess.Popen[bytes]  # the schedkit serve process
+    log: Path
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    port = _free_port()
+    log = tmp_path_factory.mktemp("server-log") / "server.log"
+    command = [SCHEDKIT, "serve", "sglang", "--policy", "priority", "--"]
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            command + _engine_args(model_dir, port),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=_env(),
+            start_new_session=True,
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + STARTUP_S
+        while True:
+            if process.poll() is not None:
+                pytest.fail(f"server exited with {process.returncode}:\n{_tail(log)}")
+            try:
+                with urllib.request.urlopen(f"{base}/health", timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except (urllib.error.URLError, OSError):
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"server not healthy after {STARTUP_S} s:\n{_tail(log)}")
+            time.sleep(1)
+        yield Server(base, process, log)
+    finally:
+        _kill(process)
+
+
+def _post(url: str, body: dict[str, Any]) -> dict[str, Any]:
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return dict(json.load(response))
+
+
+def test_server_generates_under_the_policy(server: Server) -> None:
+    def generate(i: int) -> dict[str, Any]:
+        body = {
+            "input_ids": [5 + i] * (8 + 3 * i),
+            "sampling_params": {"max_new_tokens": MAX_NEW_TOKENS, "ignore_eos": True},
+        }
+        return _post(f"{server.base}/generate", body)
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        results = list(pool.map(generate, range(6)))
+    for result in results:
+        assert len(result["output_ids"]) == MAX_NEW_TOKENS, result
+        assert result["meta_info"]["completion_tokens"] == MAX_NEW_TOKENS, result
+
+
+def test_metrics_endpoint_has_schedkit_metrics(server: Server) -> None:
+    _post(
+        f"{server.base}/generate",
+        {"input_ids": [9] * 12, "sampling_params": {"max_new_tokens": 2, "ignore_eos": True}},
+    )
+    with urllib.request.urlopen(f"{server.base}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    schedkit = [line for line in text.splitlines() if line.startswith("schedkit_")]
+    # Counted in the scheduler process, served by the HTTP server's multiprocess registry.
+    decisions = [
+        line
+        for line in schedkit
+        if line.startswith("schedkit_policy_decisions_total{") and 'policy="priority"' in line
+    ]
+    assert decisions, "\n".join(schedkit) or text[-2000:]
+    assert "sglang:" in text  # SGLang's own metrics still served
+
+
+def test_sigterm_is_passed_on_and_stops_the_server(server: Server) -> None:
+    """Last of the server tests: it stops the module's server."""
+    server.process.send_signal(signal.SIGTERM)  # to schedkit serve only, not its group
+    try:
+        server.process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"server still running 60 s after SIGTERM:\n{_tail(server.log)}")
+    deadline = time.monotonic() + 30
+    while _group_alive(server.process.pid) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not _group_alive(server.process.pid), "SGLang processes left after SIGTERM"
+
+
+def test_unknown_policy_is_refused_before_launch(model_dir: Path) -> None:
+    started = time.monotonic()
+    result = subprocess.run(
+        [
+            SCHEDKIT,
+            "serve",
+            "sglang",
+            "--policy",
+            "no-such-policy",
+            "--",
+            *_engine_args(model_dir, _free_port()),
+        ],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=120,
+    )
+    assert result.returncode != 0
+    assert time.monotonic() - started < 30  # refused by schedkit, not after loading SGLang
+    message = result.stdout + result.stderr
+    assert "no-such-policy" in message
+    assert "fcfs" in message and "priority" in message  # the installed policies
+    assert "sglang.launch_server" not in message  # never launched

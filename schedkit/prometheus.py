@@ -1,0 +1,148 @@
+"""Prometheus metrics of schedkit policies running inside an engine's scheduler.
+
+Shared by the engine adapters. ``try_create`` is called with the first schedkit runtime
+in a process, so an engine without a schedkit config never imports ``prometheus_client``
+nor registers anything. The families live in the default registry, which the engines'
+HTTP servers serve on ``/metrics`` (each adapter documents how the scheduler process's
+series reach its server).
+
+Every series carries ``policy``: the configured composition (``"slo+vtc"``), except
+``schedkit_policy_errors_total``, whose ``policy`` is the one that failed.
+
+- ``schedkit_policy_decisions_total{policy,hook}``: hook calls answered with a decision
+  (not "no opinion" and not the engine default).
+- ``schedkit_hook_latency_seconds{policy,hook}``: time in each hook call, through the facade.
+- ``schedkit_rejections_total{policy,reason}``: requests rejected at admission.
+- ``schedkit_preemption_victims_total{policy}``: victims the policy chose and the engine
+  preempted; ``schedkit_preemption_victims_skipped_total{policy}``: victims named that
+  the engine could not preempt at that point.
+- ``schedkit_evictions_total{policy}``: cached KV blocks (vLLM) or radix-tree nodes
+  (SGLang) evicted by the policy's choice.
+- ``schedkit_policy_errors_total{policy,hook}``: hook calls that raised or answered
+  nonsense (the facade then used the next policy or the engine's default).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["HOOKS", "SchedkitMetrics", "try_create"]
+
+HOOKS = (
+    "admit_request",
+    "order_waiting",
+    "plan_batch",
+    "select_victims",
+    "select_evictions",
+    "on_step_finished",
+    "on_request_finished",
+)
+# Hook calls take microseconds to milliseconds; a 256-request sort is ~0.1 ms.
+LATENCY_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 0.1)
+
+_families: dict[str, Any] | None = None
+
+
+def _create_families() -> dict[str, Any]:
+    """The metric families, registered once per process (several schedulers may share)."""
+    global _families
+    if _families is None:
+        from prometheus_client import Counter, Histogram
+
+        _families = {
+            "decisions": Counter(
+                "schedkit_policy_decisions",
+                "Hook calls answered with a decision by the schedkit policies.",
+                ["policy", "hook"],
+            ),
+            "latency": Histogram(
+                "schedkit_hook_latency_seconds",
+                "Time spent in each schedkit policy hook call.",
+                ["policy", "hook"],
+                buckets=LATENCY_BUCKETS,
+            ),
+            "rejections": Counter(
+                "schedkit_rejections",
+                "Requests rejected at admission by a schedkit policy, by reason.",
+                ["policy", "reason"],
+            ),
+            "victims": Counter(
+                "schedkit_preemption_victims",
+                "Preemption victims chosen by a schedkit policy and preempted by the engine.",
+                ["policy"],
+            ),
+            "victims_skipped": Counter(
+                "schedkit_preemption_victims_skipped",
+                "Victims named by a policy that the engine could not preempt at that point.",
+                ["policy"],
+            ),
+            "evictions": Counter(
+                "schedkit_evictions",
+                "Cached KV blocks or prefix-tree nodes evicted by a schedkit policy's choice.",
+                ["policy"],
+            ),
+            "errors": Counter(
+                "schedkit_policy_errors",
+                "Schedkit policy hook calls that raised or returned an invalid decision.",
+                ["policy", "hook"],
+            ),
+        }
+    return _families
+
+
+class SchedkitMetrics:
+    """One scheduler's handles on the metric families, labelled children bound once."""
+
+    def __init__(self, policy: str, hooks: frozenset[str]) -> None:
+        families = _create_families()
+        self.policy = policy
+        self._families = families
+        # Bound once: .labels() is a dict lookup under a lock on every call otherwise.
+        # Series for every implemented hook exist from the start (at zero).
+        self._decisions = {h: families["decisions"].labels(policy, h) for h in hooks}
+        self._latency = {h: families["latency"].labels(policy, h) for h in hooks}
+        self._victims = families["victims"].labels(policy)
+        self._victims_skipped = families["victims_skipped"].labels(policy)
+        self._evictions = families["evictions"].labels(policy)
+        self._rejections: dict[str, Any] = {}
+        self._errors_seen: dict[tuple[str, str], int] = {}
+
+    def hook(self, hook: str, seconds: float, decided: bool) -> None:
+        """One hook call through the facade took ``seconds``; ``decided``: a policy answered."""
+        self._latency[hook].observe(seconds)
+        if decided:
+            self._decisions[hook].inc()
+
+    def rejection(self, reason: str) -> None:
+        child = self._rejections.get(reason)
+        if child is None:
+            child = self._rejections[reason] = self._families["rejections"].labels(
+                self.policy, reason
+            )
+        child.inc()
+
+    def victim_placed(self) -> None:
+        self._victims.inc()
+
+    def victims_skipped(self, n: int) -> None:
+        self._victims_skipped.inc(n)
+
+    def evicted(self, n: int) -> None:
+        self._evictions.inc(n)
+
+    def sync_errors(self, errors: Mapping[tuple[str, str], int]) -> None:
+        """Count the facade's new errors (its counter, keyed by (policy, hook))."""
+        for key, count in errors.items():
+            new = count - self._errors_seen.get(key, 0)
+            if new > 0:
+                self._families["errors"].labels(*key).inc(new)
+                self._errors_seen[key] = count
+
+
+def try_create(policy: str, hooks: frozenset[str]) -> SchedkitMetrics | None:
+    """Metrics for one scheduler, or None where ``prometheus_client`` is missing."""
+    try:
+        return SchedkitMetrics(policy, hooks)
+    except ImportError:
+        return None
