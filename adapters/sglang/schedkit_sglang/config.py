@@ -23,8 +23,18 @@ from schedkit.errors import PolicyConfigError
 CONFIG_VAR = "SCHEDKIT_CONFIG"
 POLICY_VAR = "SCHEDKIT_POLICY"
 OPTIONS_VAR = "SCHEDKIT_OPTIONS"
+TIMING_VAR = "SCHEDKIT_SGLANG_TIMING"
+"""``1``: the scheduler sends each request's queue/forward times back with its outputs
+(``time_stats.has_timing_data``), which ``schedkit bench --engine sglang`` reads."""
 
-__all__ = ["CONFIG_VAR", "OPTIONS_VAR", "POLICY_VAR", "config_environ", "resolve_config"]
+__all__ = [
+    "CONFIG_VAR",
+    "OPTIONS_VAR",
+    "POLICY_VAR",
+    "TIMING_VAR",
+    "config_environ",
+    "resolve_config",
+]
 
 
 def resolve_config(environ: Mapping[str, str] | None = None) -> SchedkitConfig | None:

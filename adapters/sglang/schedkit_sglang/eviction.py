@@ -7,9 +7,10 @@ first, from a heap its Python tree core builds when an eviction starts
 which ``schedkit serve sglang`` adds for eviction policies) builds SGLang's default cache
 on the **Python tree core** (the default Rust core only takes a policy name), then, at
 each eviction, gives the policy the evictable leaves (``SglangNodeView``) and puts its
-choices at the front of that heap, in its order. Leaves it did not name, and parents that
-become leaves while the eviction runs, follow in SGLang's own order
-(``--radix-eviction-policy``, LRU by default).
+choices at the front of that heap, in its order. A parent that becomes a leaf when a chosen
+node goes follows right after that node (the policy picks branches, not only their tips).
+Leaves it did not name follow in SGLang's own order (``--radix-eviction-policy``, LRU by
+default).
 """
 
 from __future__ import annotations
@@ -68,29 +69,35 @@ def _install(component: Any) -> None:
         start(request_cnt)
         runtime = _runtime.ACTIVE
         heap = component._evict_device_heap
-        if runtime is None or not heap:
+        if runtime is None or not heap or not runtime.facade.has_evictions:
             return
         ranks = runtime.eviction_ranks([node for _, node in heap], int(request_cnt))
         if ranks is None:
             return
         base = component.session_ref_eviction_strategy
+        order = {key: (rank, 0) for key, rank in ranks.items()}
 
         def priority(node: Any) -> tuple[int, Any]:
-            rank = ranks.get(id(node))
+            rank = order.get(id(node))
             return (0, rank) if rank is not None else (1, base(node))
 
-        state["ranks"], state["base"] = ranks, base
+        state["ranks"], state["base"] = order, base
         component.session_ref_eviction_strategy = priority
         component._evict_device_heap = [(priority(node), node) for _, node in heap]
         heapq.heapify(component._evict_device_heap)
 
     def evict_device_next_node(*args: Any, **kwargs: Any) -> Any:
         chosen = next_node(*args, **kwargs)
-        ranks = state["ranks"]
+        order = state["ranks"]
         last = component._evict_device_last_node
         runtime = _runtime.ACTIVE
-        if ranks and last is not None and id(last) in ranks and runtime is not None:
+        if order and last is not None and id(last) in order and runtime is not None:
             runtime.evicted(1)
+            # The parent becomes a leaf once this node goes: it follows right after it,
+            # so the policy's choice is a whole branch, not just its tip.
+            rank, generation = order[id(last)]
+            if last.parent is not None:
+                order.setdefault(id(last.parent), (rank, generation + 1))
         return chosen
 
     def evict_device_end() -> None:

@@ -31,6 +31,7 @@ unchanged around them.
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 from collections.abc import Callable
@@ -56,16 +57,17 @@ def _active() -> SchedkitRuntime | None:
     return _runtime.ACTIVE
 
 
-def plan(facade: PolicyFacade) -> dict[str, tuple[Callable[..., Any], str]]:
-    """The patches ``facade`` needs: dotted target -> (hook, HookType name)."""
+def plan(facade: PolicyFacade, timing: bool = False) -> dict[str, tuple[Callable[..., Any], str]]:
+    """The patches ``facade`` needs: dotted target -> (hook, HookType name). ``timing``:
+    also mark every request so SGLang returns its time stats (for the bench)."""
     patches: dict[str, tuple[Callable[..., Any], str]] = {
-        f"{SCHEDULER}.__init__": (_make_init(facade), "AROUND"),
+        f"{SCHEDULER}.__init__": (_make_init(facade, timing), "AROUND"),
         f"{SCHEDULER}.get_next_batch_to_run": (_next_batch, "AROUND"),
         f"{SCHEDULER}.process_batch_result": (_batch_result, "AROUND"),
         f"{STREAMER}.stream_output": (_stream_output, "AROUND"),
         f"{SCHEDULER}.send_abort_output": (_abort_output, "AROUND"),
     }
-    if facade.has_admit:
+    if facade.has_admit or timing:
         patches[f"{SCHEDULER}._add_request_to_queue"] = (_add_request, "AROUND")
     if facade.has_order:
         patches[f"{POLICY}.calc_priority"] = (_calc_priority, "AROUND")
@@ -79,7 +81,7 @@ def plan(facade: PolicyFacade) -> dict[str, tuple[Callable[..., Any], str]]:
     return patches
 
 
-def _make_init(facade: PolicyFacade) -> Callable[..., Any]:
+def _make_init(facade: PolicyFacade, timing: bool) -> Callable[..., Any]:
     def init(original: Callable[..., Any], self: Any, *args: Any, **kwargs: Any) -> None:
         self.schedkit = None
         original(self, *args, **kwargs)
@@ -95,6 +97,7 @@ def _make_init(facade: PolicyFacade) -> Callable[..., Any]:
                 " agree that lower values come first, as schedkit's 'priority' does"
             )
         runtime = SchedkitRuntime(self, facade)
+        runtime.timing = timing
         self.schedkit = runtime
         _runtime.ACTIVE = runtime
         log.info(
@@ -116,6 +119,10 @@ def _add_request(
     if runtime is None or is_retracted or getattr(req, "_schedkit_admitted", False):
         return original(self, req, is_retracted)
     req._schedkit_admitted = True
+    if runtime.timing:
+        req.time_stats.has_timing_data = True
+    if not runtime.facade.has_admit:
+        return original(self, req, is_retracted)
     reason = runtime.admission_reason(req)
     if reason is None:
         return original(self, req, is_retracted)
@@ -261,13 +268,25 @@ def _next_batch(original: Callable[..., Any], self: Any, *args: Any, **kwargs: A
     return original(self, *args, **kwargs)
 
 
+def _observe(runtime: SchedkitRuntime, what: Callable[[], None]) -> None:
+    """Run an observation step; a failure there is logged, never raised into SGLang's
+    loop (which would stop the server). Policy errors never get here: the facade
+    isolates them."""
+    try:
+        what()
+    except Exception:
+        runtime.observer_errors += 1
+        if runtime.observer_errors == 1:
+            log.exception("schedkit: observing the scheduler failed (logged once)")
+
+
 def _batch_result(
     original: Callable[..., Any], self: Any, batch: Any, *args: Any, **kwargs: Any
 ) -> Any:
     result = original(self, batch, *args, **kwargs)
     runtime: SchedkitRuntime | None = self.schedkit
     if runtime is not None:
-        runtime.step_finished(batch)
+        _observe(runtime, lambda: runtime.step_finished(batch))
     return result
 
 
@@ -279,7 +298,7 @@ def _stream_output(
     if runtime is not None:
         for req in reqs:
             if req.finished():
-                runtime.request_finished(req)
+                _observe(runtime, functools.partial(runtime.request_finished, req))
     return result
 
 
@@ -289,5 +308,5 @@ def _abort_output(
     result = original(self, abort_req, req, *args, **kwargs)
     runtime: SchedkitRuntime | None = self.schedkit
     if runtime is not None:
-        runtime.request_finished(req, "aborted")
+        _observe(runtime, lambda: runtime.request_finished(req, "aborted"))
     return result

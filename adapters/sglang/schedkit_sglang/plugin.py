@@ -3,8 +3,8 @@ in every process that loads plugins (scheduler, engine, detokenizer).
 
 Without a schedkit config in the environment (``schedkit_sglang.config``) it registers
 nothing and SGLang runs stock. With one, it checks the SGLang version, builds the policy
-facade and registers the patches those policies need (``schedkit_sglang.patches``) and,
-for eviction policies, the ``schedkit`` radix-cache backend.
+facade and registers the patches those policies need (``schedkit_sglang.patches``) and
+the ``schedkit`` radix-cache backend (``schedkit_sglang.eviction``).
 
 SGLang logs and swallows exceptions raised by plugins, so a bad config (unknown policy,
 bad options, unsupported SGLang) is not raised here: ``load()`` logs it and makes every
@@ -14,12 +14,13 @@ scheduler fail at construction with that message, which stops the launch.
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 from schedkit import PolicyFacade
 from schedkit.errors import SchedkitError
 
-from schedkit_sglang.config import resolve_config
+from schedkit_sglang.config import TIMING_VAR, resolve_config
 
 log = logging.getLogger("schedkit.sglang")
 
@@ -44,10 +45,10 @@ def load() -> None:
         return
     from schedkit_sglang import eviction, patches
 
-    for target, (hook, kind) in patches.plan(facade).items():
+    timing = os.environ.get(TIMING_VAR) == "1"
+    for target, (hook, kind) in patches.plan(facade, timing).items():
         HookRegistry.register(target, hook, HookType[kind])
-    if facade.has_evictions:
-        eviction.register()
+    eviction.register()  # --radix-cache-backend schedkit works with any selection
     log.info("schedkit: policies %s selected for SGLang", facade.label)
 
 

@@ -42,6 +42,8 @@ class SchedkitRuntime:
         self.finished: Counter[str] = Counter()  # by schedkit finish reason
         self.num_victims_placed = 0
         self.num_evicted_by_policy = 0
+        self.observer_errors = 0  # adapter faults while observing (logged, not raised)
+        self.timing = False  # mark requests so SGLang returns their time stats
         self.budget: BatchBudget | None = None  # this step's, while it differs
         self.metrics: SchedkitMetrics | None = try_create(facade.label, facade.implemented)
         self._errors_seen = 0
@@ -181,8 +183,9 @@ class SchedkitRuntime:
             return
         mode = batch.forward_mode
         reqs = list(batch.reqs)
-        if mode.is_extend():
-            counts = [int(r.extend_input_len) for r in reqs]
+        lens = getattr(batch, "extend_lens", None)
+        if mode.is_extend() and lens is not None and len(lens) == len(reqs):
+            counts = [int(n) for n in lens]
             prefill, decode = sum(counts), 0
         else:
             counts = [1] * len(reqs)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,10 @@ from typing import Any
 from schedkit_sglang.config import CONFIG_VAR, OPTIONS_VAR, POLICY_VAR
 
 SITE = Path(__file__).with_name("site")  # the test policies, importable by entry point
+# Spawned SGLang processes take sys.path from this process (multiprocessing's spawn),
+# not from PYTHONPATH, so the test policies must be importable here too.
+if str(SITE) not in sys.path:
+    sys.path.append(str(SITE))
 
 CPU_ENGINE = {
     "device": "cpu",
@@ -55,12 +60,10 @@ def engine(
     """An ``sglang.Engine`` whose scheduler runs ``policy`` (None: no schedkit config)."""
     import sglang
 
-    path = os.pathsep.join([str(SITE), os.environ.get("PYTHONPATH", "")])
     env: dict[str, str | None] = {
         CONFIG_VAR: None,
         POLICY_VAR: policy,
         OPTIONS_VAR: json.dumps(options) if options else None,
-        "PYTHONPATH": path,
         **(extra_env or {}),
     }
     settings = {**CPU_ENGINE, "max_total_tokens": 4096, **kwargs}
@@ -90,17 +93,19 @@ def read_lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line]
 
 
-def generate_each(
-    llm: Any, requests: list[dict[str, Any]], head_start: float = 0.0
-) -> list[dict[str, Any]]:
+def generate_each(llm: Any, requests: list[dict[str, Any]], head_start: float = 0.0) -> list[Any]:
     """Submit each request (``generate`` keyword arguments, e.g. its own ``priority``)
-    concurrently, the first one ``head_start`` seconds before the others, and wait for all."""
+    concurrently, the first one ``head_start`` seconds before the others, and wait for
+    all. A request SGLang refuses gives its exception in place of the output."""
     import asyncio
 
-    async def run() -> list[dict[str, Any]]:
+    async def run() -> list[Any]:
         first = asyncio.ensure_future(llm.async_generate(**requests[0]))
         await asyncio.sleep(head_start)
-        rest = await asyncio.gather(*(llm.async_generate(**r) for r in requests[1:]))
-        return [await first, *rest]
+        rest = await asyncio.gather(
+            *(llm.async_generate(**r) for r in requests[1:]), return_exceptions=True
+        )
+        done = await asyncio.gather(first, return_exceptions=True)
+        return [*done, *rest]
 
     return llm.loop.run_until_complete(run())  # type: ignore[no-any-return]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine_util import engine, finish_order, generate_each, prompt
+from engine_util import engine, finish_order, generate_each, prompt, read_lines
 
 GREEDY = {"max_new_tokens": 4, "ignore_eos": True}
 
@@ -43,3 +43,80 @@ def test_priority_orders_lower_values_first_above_128_waiting_with_lpm(model_dir
     assert order[0] == 0
     served = [requests[i]["priority"] for i in order[1:]]
     assert served == sorted(served)
+
+
+def test_rejected_requests_end_with_the_reason_and_the_rest_complete(model_dir: Path) -> None:
+    requests = [
+        {"input_ids": prompt(i, 20 if i % 2 else 40), "sampling_params": GREEDY} for i in range(6)
+    ]
+    with engine(model_dir, "test-reject-long", {"test-reject-long": {"max_prompt": 32}}) as llm:
+        outputs = generate_each(llm, requests)
+        streamed = list(llm.generate(input_ids=prompt(9, 40), sampling_params=GREEDY, stream=True))
+    for i, out in enumerate(outputs):
+        if i % 2:
+            assert out["meta_info"]["finish_reason"]["type"] == "length"
+            assert out["meta_info"]["completion_tokens"] == 4
+        else:  # SGLang answers as to a full queue: HTTP 503 with the reason
+            assert getattr(out, "status_code", None) == 503
+            assert out.detail == "rejected: prompt of 40 tokens > 32"
+    finish = streamed[-1]["meta_info"]["finish_reason"]
+    assert finish["type"] == "abort"
+    assert finish["message"] == "rejected: prompt of 40 tokens > 32"
+
+
+def _retractions(model_dir: Path, policy: str | None) -> list[int]:
+    # SGLang's test switch retracts one decoding request every 3rd step; its default
+    # victim is the one with the fewest output tokens, then the longest prompt.
+    lengths = [40, 36, 32, 12]
+    params = [
+        {"max_new_tokens": 24, "ignore_eos": True, "custom_params": {"tenant": tenant}}
+        for tenant in ("a", "b", "c", "victim")
+    ]
+    retract = {"SGLANG_TEST_RETRACT": "1", "SGLANG_TEST_RETRACT_INTERVAL": "3"}
+    with engine(model_dir, policy, extra_env=retract) as llm:
+        outputs = llm.generate(
+            input_ids=[prompt(i, n) for i, n in enumerate(lengths)], sampling_params=params
+        )
+    assert all(o["meta_info"]["completion_tokens"] == 24 for o in outputs)
+    return [int(o["meta_info"]["num_retractions"]) for o in outputs]
+
+
+def test_a_victim_policy_chooses_whom_sglang_retracts(model_dir: Path) -> None:
+    stock = _retractions(model_dir, None)
+    assert stock[3] == 0 and sum(stock) > 0  # SGLang retracts the long prompts
+    chosen = _retractions(model_dir, "test-marked-victims")
+    assert chosen[3] > 0 and chosen[:3] == [0, 0, 0]
+
+
+def _cached_on_return(model_dir: Path, policy: str | None) -> int:
+    """Prompts A, B, then C need eviction (the pool holds two); then A again: how many
+    of A's tokens are still cached."""
+    a, b, c = (prompt(i, 300) for i in range(3))
+    params = {"max_new_tokens": 2, "ignore_eos": True}
+    with engine(model_dir, policy, max_total_tokens=900, radix_cache_backend="schedkit") as llm:
+        for ids in (a, b, c):
+            llm.generate(input_ids=ids, sampling_params=params)
+        again = llm.generate(input_ids=a, sampling_params=params)
+    return int(again["meta_info"]["cached_tokens"])
+
+
+def test_an_eviction_policy_chooses_which_prefix_sglang_evicts(model_dir: Path) -> None:
+    assert _cached_on_return(model_dir, "fcfs") == 0  # LRU evicted A
+    assert _cached_on_return(model_dir, "test-evict-recent") >= 256  # B went instead
+
+
+def _max_running(model_dir: Path, tmp_path: Path, policy: str) -> int:
+    log = tmp_path / f"{policy}.jsonl"
+    options = {"test-step-log": {"path": str(log)}}
+    with engine(model_dir, f"{policy}+test-step-log", options) as llm:
+        outputs = llm.generate(
+            input_ids=[prompt(i, 16) for i in range(4)],
+            sampling_params={"max_new_tokens": 8, "ignore_eos": True},
+        )
+    assert all(o["meta_info"]["completion_tokens"] == 8 for o in outputs)
+    return max(line["running"] for line in read_lines(log))
+
+
+def test_a_batch_budget_limits_how_many_requests_run(model_dir: Path, tmp_path: Path) -> None:
+    assert _max_running(model_dir, tmp_path, "fcfs") == 4
+    assert _max_running(model_dir, tmp_path, "test-one-at-a-time") == 1

@@ -54,6 +54,16 @@ class EvictRecent(Policy):
         return sorted(candidates, key=lambda b: b.last_access, reverse=True)
 
 
+class OneAtATime(Policy):
+    """Lets one request run at a time (``plan_batch`` with ``max_running=1``)."""
+
+    @hookimpl
+    def plan_batch(self, engine: EngineView, default: BatchBudget) -> BatchBudget:
+        return BatchBudget(
+            token_budget=default.token_budget, max_running=1, prefill_chunk=default.prefill_chunk
+        )
+
+
 class StepLog(Policy):
     """Appends one JSON line per step to ``path``: KV pages free and total, running,
     waiting, tokens, and the ids of the requests preempted."""

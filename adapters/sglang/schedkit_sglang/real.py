@@ -1,0 +1,354 @@
+"""Real-engine A/B: each arm on an in-process ``sglang.Engine``, timed by the wall clock.
+
+``schedkit bench --engine sglang --model DIR ...`` starts one ``sglang.Engine`` per arm
+with the arm's config selected through the environment (``config_environ``; the scheduler
+process it spawns loads the schedkit plugin and reads it), submits each request of the
+workload with ``async_generate(stream=True)`` when the wall clock reaches its (scaled)
+arrival time, and waits for every stream to end. The result is the simulator's
+``RunResult``, so metrics and reports mean the same.
+
+What is measured, in seconds from the start of the replay (``time.perf_counter``):
+
+- ``arrival_s`` is the trace's arrival time; a request is submitted when the replay's
+  event loop reaches it (later while the loop is busy reading outputs), and that delay
+  counts toward its TTFT, as it would for a client.
+- ``scheduled_s``: when the scheduler first put the request in a forward batch: the
+  ``forward_entry_time`` of its time stats (the scheduler process's ``perf_counter``,
+  the same monotonic clock on Linux) read from the batches of outputs, clamped between
+  arrival and first token. SGLang ships those stats only for requests whose
+  ``time_stats.has_timing_data`` is set: the bench sets ``SCHEDKIT_SGLANG_TIMING=1``, and
+  the plugin marks every request (``enable_metrics`` would too, but cannot start a second
+  Engine in one process).
+- ``first_token_s``, each later token (one inter-token gap per token) and ``finish_s``:
+  when the replay received the streamed output carrying it. Outputs queued while the
+  replay was busy arrive together: their tokens count with no gap between them.
+- Rejections: a stream ending with ``finish_reason`` type ``abort`` and a message
+  ``"rejected: why"`` (the plugin's admission decision); other aborts are ``aborted``.
+- ``cached_tokens`` and ``preemptions`` are SGLang's ``cached_tokens`` (capped at the
+  prompt) and ``num_retractions``; recomputed tokens are not observed and stay 0.
+- The timeline and KV usage come from SGLang's load snapshots (running and waiting
+  requests, token usage), published every step and sampled every ``LOAD_POLL_S``.
+  Scheduler steps and policy errors happen in SGLang's scheduler process and are not
+  counted here (0).
+
+Prompts are token ids (``skip_tokenizer_init``) built as for every engine
+(``schedkit.bench.replay``), mixed into the model's vocabulary; shared prefixes stay
+shared. Requests longer than the model's ``max_position_embeddings`` are clipped (prompt
+first) and counted in ``results.json`` under ``engine.real.clipped_requests``. Engine
+settings: ``--max-num-seqs`` is ``max_running_requests``, ``--max-num-batched-tokens``
+is ``chunked_prefill_size``, ``--kv-blocks`` x ``--block-size`` is ``max_total_tokens``
+(on CPU ``CPU_KV_TOKENS`` when not given), ``--no-prefix-caching`` disables the radix
+cache. Keep workloads for this engine small: every token is really computed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import gc
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from schedkit.bench.records import RequestRecord, RunResult
+from schedkit.bench.replay import (
+    ModelInfo,
+    fit_traces,
+    model_info,
+    new_record,
+    prompt_token_ids,
+    request_metadata,
+)
+from schedkit.facade import PolicyFacade
+from schedkit.sim.recorder import Recorder
+
+from schedkit_sglang import cpu
+from schedkit_sglang.config import TIMING_VAR, config_environ
+
+if TYPE_CHECKING:
+    from schedkit.bench.runner import Bench
+
+__all__ = ["CPU_KV_TOKENS", "RealEngine", "run_real_arm"]
+
+log = logging.getLogger("schedkit.sglang")
+
+CPU_KV_TOKENS = 16384  # KV pool on CPU without --kv-blocks (SGLang would size it from RAM)
+LOAD_POLL_S = 0.01  # how often the replay reads SGLang's load snapshot
+
+
+def run_real_arm(bench: Bench, index: int, rate_scale: float) -> RunResult:
+    """``schedkit.engines`` entry point ``sglang``: one arm on a real in-process SGLang."""
+    info = model_info(bench.spec.model, "sglang")
+    engine = RealEngine(bench, index, rate_scale, info)
+    try:
+        return engine.run()
+    finally:
+        engine.close()
+
+
+class RealEngine:
+    """One replay of the bench's workload on a fresh ``sglang.Engine`` with arm ``index``."""
+
+    def __init__(self, bench: Bench, index: int, rate_scale: float, info: ModelInfo) -> None:
+        cfg = bench.sim_config
+        traces = sorted(bench.workload(rate_scale).requests, key=lambda r: r.arrival_s)
+        max_model_len, self.traces, clipped = fit_traces(traces, info.max_positions)
+        if clipped:
+            log.warning(
+                "--engine sglang: %d of %d requests clipped to the model's %d positions",
+                clipped,
+                len(traces),
+                info.max_positions,
+            )
+        self.block_size = cfg.block_size
+        self.records = [new_record(t) for t in self.traces]
+        self.prompts = [
+            prompt_token_ids(t, i, cfg.block_size, cfg.hash_block_tokens, info.vocab_size)
+            for i, t in enumerate(self.traces)
+        ]
+        # Policies run in SGLang's scheduler process; this facade names the arm.
+        self.facade = PolicyFacade.from_config(bench.configs[index])
+        self.result = RunResult(policy=self.facade.label, records=self.records, duration_s=0.0)
+        self.recorder = Recorder(self.result, cfg.timeline_interval_s)
+        self.bench, self.index = bench, index
+        self.kwargs = engine_kwargs(bench, info, max_model_len)
+        self.engine: Any = None
+        self.capacity_tokens = 0
+        bench.engine_info["gpu"] = "this machine (wall clock)"
+        bench.engine_info.pop("cost_model", None)
+        bench.engine_info["real"] = {
+            "model_dir": str(info.path),
+            "max_model_len": max_model_len,
+            "clipped_requests": clipped,
+            "clock": "wall",
+        }
+        self._start = 0.0
+        self._entered: dict[str, float] = {}  # rid -> forward_entry_time (perf_counter)
+
+    def close(self) -> None:
+        """Shut the engine's processes down before the next arm starts one."""
+        engine, self.engine = self.engine, None
+        if engine is None:
+            return
+        try:
+            engine.shutdown()
+        except Exception:  # pragma: no cover - best effort
+            log.debug("engine shutdown failed", exc_info=True)
+        atexit.unregister(engine.shutdown)
+        del engine
+        gc.collect()
+
+    # -- the replay ------------------------------------------------------------------
+
+    def run(self) -> RunResult:
+        self.engine = _start_engine(self.bench, self.index, self.kwargs)
+        info = self.engine.get_server_info()
+        self.capacity_tokens = int(info.get("max_total_num_tokens") or 0)
+        self.bench.engine_info["real"]["kv_tokens"] = self.capacity_tokens
+        self._watch_scheduling()
+        self._start = time.perf_counter()
+        self.engine.loop.run_until_complete(self._replay())
+        records = self.records
+        end = time.perf_counter() - self._start
+        duration = max((r.finish_s or 0.0 for r in records), default=0.0) or end
+        return self.recorder.finish(duration, 0, self.facade, self._start)
+
+    async def _replay(self) -> None:
+        sampler = asyncio.ensure_future(self._sample_load())
+        streams: list[asyncio.Future[None]] = []
+        try:
+            for i, trace in enumerate(self.traces):
+                delay = trace.arrival_s - self._clock()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                streams.append(asyncio.ensure_future(self._request(i)))
+            await asyncio.gather(*streams)
+        finally:
+            sampler.cancel()
+            for stream in streams:
+                stream.cancel()
+
+    def _clock(self) -> float:
+        return time.perf_counter() - self._start
+
+    async def _request(self, index: int) -> None:
+        rec = self.records[index]
+        need = -(-(rec.prompt_tokens + rec.max_tokens) // self.block_size)
+        capacity = self.capacity_tokens // self.block_size
+        if need > capacity:  # SGLang could never hold it; reject as the simulator does
+            self._reject(rec, f"prompt + max_tokens need {need} KV blocks, capacity is {capacity}")
+            return
+        params = {
+            "max_new_tokens": rec.max_tokens,
+            "ignore_eos": True,
+            "temperature": 0.0,
+            "custom_params": request_metadata(self.traces[index]),
+        }
+        try:
+            stream: AsyncIterator[dict[str, Any]] = await self.engine.async_generate(
+                input_ids=self.prompts[index],
+                sampling_params=params,
+                stream=True,
+                priority=rec.priority,
+                rid=rec.request_id,
+            )
+            async for out in stream:
+                self.on_output(rec, out.get("meta_info") or {}, self._clock())
+        except Exception as exc:  # the engine refused or lost it: count it, keep replaying
+            log.warning("--engine sglang: request %s failed: %s", rec.request_id, exc)
+        if rec.finish_reason == "":
+            rec.finish_reason, rec.finish_s = "aborted", self._clock()
+
+    def on_output(self, rec: RequestRecord, meta: Mapping[str, Any], clock: float) -> None:
+        """Record one streamed output of ``rec`` (its ``meta_info``) received at ``clock``."""
+        if rec.finish_reason:
+            return
+        tokens = int(meta.get("completion_tokens") or 0)
+        new = tokens - rec.output_tokens
+        entered = self._entered.get(rec.request_id)
+        if rec.scheduled_s is None and entered is not None:
+            rec.scheduled_s = min(max(entered - self._start, rec.arrival_s), clock)
+        if new > 0:
+            if rec.first_token_s is None:
+                rec.first_token_s = clock
+            else:
+                self.recorder.token_gap(clock - self._last_token_s(rec), 1)
+            if new > 1:  # several tokens in one output: no gap between them
+                self.recorder.token_gap(0.0, new - 1)
+            rec.output_tokens = tokens
+            rec.finish_s = clock  # the last token so far; the finish time once it ends
+        reason = meta.get("finish_reason")
+        if reason is None:
+            return
+        kind = reason.get("type", "") if isinstance(reason, Mapping) else str(reason)
+        message = reason.get("message", "") if isinstance(reason, Mapping) else ""
+        if kind == "abort" and isinstance(message, str) and message.startswith("rejected:"):
+            self._reject(rec, message.removeprefix("rejected:").strip() or "rejected")
+            return
+        rec.finish_reason = "aborted" if kind == "abort" else (kind or "stop")
+        rec.finish_s = clock
+        if rec.first_token_s is not None:  # it was scheduled
+            res = self.result
+            rec.cached_tokens = min(int(meta.get("cached_tokens") or 0), rec.prompt_tokens)
+            rec.preemptions = int(meta.get("num_retractions") or 0)
+            res.preemptions += rec.preemptions
+            res.prefix_query_tokens += rec.prompt_tokens
+            res.prefix_hit_tokens += rec.cached_tokens
+
+    @staticmethod
+    def _last_token_s(rec: RequestRecord) -> float:
+        return rec.finish_s if rec.finish_s is not None else rec.first_token_s or 0.0
+
+    def _reject(self, rec: RequestRecord, reason: str) -> None:
+        rec.finish_reason, rec.reject_reason, rec.finish_s = "rejected", reason, None
+        rec.first_token_s = rec.scheduled_s = None
+        rej = self.result.rejections
+        rej[reason] = rej.get(reason, 0) + 1
+
+    def _watch_scheduling(self) -> None:
+        """Note when the scheduler first batched each request, from the time stats that
+        come with every batch of outputs, before the streams see those outputs."""
+        from sglang.srt.managers.io_struct import unwrap_from_pickle
+
+        manager = self.engine.tokenizer_manager
+        handle = manager._handle_batch_output
+        entered = self._entered
+
+        async def handle_batch_output(batch: Any) -> None:
+            batch.time_stats = unwrap_from_pickle(batch.time_stats)  # as handle does first
+            for rid, stats in zip(batch.rids, batch.time_stats or (), strict=False):
+                t = float(getattr(stats, "forward_entry_time", 0.0) or 0.0)
+                if t > 0.0:
+                    entered.setdefault(rid, t)
+            await handle(batch)
+
+        manager._handle_batch_output = handle_batch_output
+
+    async def _sample_load(self) -> None:
+        """Timeline and time-weighted KV usage from SGLang's published load snapshots."""
+        reader = getattr(self.engine.tokenizer_manager, "load_snapshot_reader", None)
+        if reader is None:
+            return
+        last, usage = self._clock(), 0.0
+        while True:
+            await asyncio.sleep(LOAD_POLL_S)
+            try:
+                snapshots = reader.read_all()
+            except Exception as exc:  # no timeline rather than no result
+                log.warning("--engine sglang: cannot read SGLang's load snapshot: %s", exc)
+                return
+            now = self._clock()
+            self.recorder.kv_usage(now - last, usage)
+            last = now
+            if snapshots:
+                usage = sum(float(s.token_usage) for s in snapshots) / len(snapshots)
+                waiting = sum(int(s.num_waiting_reqs) for s in snapshots)
+                running = sum(int(s.num_running_reqs) for s in snapshots)
+                self.recorder.sample(now, waiting, running, usage)
+
+
+def on_cpu() -> bool:
+    """Whether SGLang runs on CPU here: asked for, or no CUDA device."""
+    if os.environ.get("SGLANG_USE_CPU_ENGINE") == "1":
+        return True
+    import torch
+
+    return not torch.cuda.is_available()
+
+
+def engine_kwargs(bench: Bench, info: ModelInfo, max_model_len: int) -> dict[str, Any]:
+    """``sglang.Engine`` arguments for the bench's engine settings."""
+    cfg, spec = bench.sim_config, bench.spec
+    kwargs: dict[str, Any] = {
+        "model_path": str(info.path),
+        "skip_tokenizer_init": True,
+        "context_length": max_model_len,
+        "max_running_requests": cfg.max_num_seqs,
+        "chunked_prefill_size": max(cfg.max_num_batched_tokens, 1),
+        "disable_radix_cache": not cfg.enable_prefix_caching,
+        "schedule_policy": "fcfs",  # stock order under the arm's policies
+        "random_seed": spec.seed,
+        "load_snapshot_publish_interval": 1,  # running/waiting/KV usage after every step
+        "log_level": "warning",
+    }
+    if spec.kv_blocks is not None:
+        kwargs["max_total_tokens"] = spec.kv_blocks * cfg.block_size
+    if on_cpu():
+        kwargs.setdefault("max_total_tokens", CPU_KV_TOKENS)
+        kwargs.update(
+            device="cpu",
+            attention_backend="torch_native",
+            sampling_backend="pytorch",
+            disable_cuda_graph=True,
+            disable_overlap_schedule=True,
+            dtype="bfloat16",
+        )
+    return kwargs
+
+
+def _start_engine(bench: Bench, index: int, kwargs: dict[str, Any]) -> Any:
+    """``sglang.Engine(**kwargs)`` with arm ``index``'s config in the environment its
+    processes start with; this process's environment is restored afterwards."""
+    env = {"HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}
+    env.update(config_environ(bench.configs[index]))
+    env[TIMING_VAR] = "1"  # the scheduler returns each request's forward-entry time
+    if kwargs.get("device") == "cpu":
+        cpu.install()
+        paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        env["SGLANG_USE_CPU_ENGINE"] = "1"
+        if str(cpu.SITE_DIR) not in paths:
+            env["PYTHONPATH"] = os.pathsep.join([str(cpu.SITE_DIR), *paths])
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    try:
+        import sglang
+
+        return sglang.Engine(**kwargs)
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

@@ -1,0 +1,114 @@
+"""The adapter's pieces that need no engine: config from the environment, the version
+check, the plugin's activation rule, the CPU stand-ins."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from schedkit.errors import PolicyConfigError, UnknownPolicyError
+
+from schedkit_sglang import compat, cpu, patches, plugin
+from schedkit_sglang.config import config_environ, resolve_config
+
+
+def test_no_variables_means_no_config() -> None:
+    assert resolve_config({}) is None
+
+
+def test_policy_and_options_variables() -> None:
+    config = resolve_config(
+        {
+            "SCHEDKIT_POLICY": "shortest-prompt+priority",
+            "SCHEDKIT_OPTIONS": '{"shortest-prompt": {"max_wait_s": 5}}',
+        }
+    )
+    assert config is not None
+    assert config.policy == ["shortest-prompt", "priority"]
+    assert config.options == {"shortest-prompt": {"max_wait_s": 5}}
+
+
+def test_config_file_and_json_text(tmp_path: Path) -> None:
+    path = tmp_path / "schedkit.toml"
+    path.write_text('policy = ["priority"]\n')
+    assert resolve_config({"SCHEDKIT_CONFIG": str(path)}).policy == ["priority"]  # type: ignore[union-attr]
+    text = json.dumps({"policy": ["fcfs"]})
+    assert resolve_config({"SCHEDKIT_CONFIG": text}).policy == ["fcfs"]  # type: ignore[union-attr]
+
+
+def test_config_environ_round_trips() -> None:
+    config = resolve_config({"SCHEDKIT_POLICY": "priority"})
+    assert config is not None
+    assert resolve_config(config_environ(config)) == config
+
+
+@pytest.mark.parametrize(
+    ("environ", "message"),
+    [
+        ({"SCHEDKIT_CONFIG": "/no/such/file.toml"}, "neither a JSON object nor a file"),
+        ({"SCHEDKIT_CONFIG": "{}", "SCHEDKIT_POLICY": "fcfs"}, "not both"),
+        ({"SCHEDKIT_OPTIONS": "{}"}, "SCHEDKIT_POLICY is not"),
+        ({"SCHEDKIT_POLICY": "fcfs", "SCHEDKIT_OPTIONS": "{"}, "not valid JSON"),
+    ],
+)
+def test_bad_variables_name_what_is_wrong(environ: dict[str, str], message: str) -> None:
+    with pytest.raises(PolicyConfigError, match=message):
+        resolve_config(environ)
+
+
+def test_supported_versions() -> None:
+    compat.check_version("0.5.23")
+    compat.check_version("0.5.30.post1")
+    for version in ("0.5.22", "0.6.0", "1.0"):
+        with pytest.raises(compat.UnsupportedSglangError, match="supports SGLang"):
+            compat.check_version(version)
+    compat.check_version(compat.installed_version())  # the one these tests run against
+
+
+def _registered() -> dict[str, list[object]]:
+    from sglang.srt.plugins.hook_registry import HookRegistry
+
+    return {target: list(hooks) for target, hooks in HookRegistry._hooks.items()}
+
+
+def test_without_a_config_the_plugin_registers_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("SCHEDKIT_CONFIG", "SCHEDKIT_POLICY", "SCHEDKIT_OPTIONS"):
+        monkeypatch.delenv(name, raising=False)
+    before = _registered()
+    plugin.load()
+    assert _registered() == before
+
+
+def test_a_policy_registers_only_the_patches_it_needs(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sglang.srt.plugins.hook_registry import HookRegistry
+
+    monkeypatch.setattr(HookRegistry, "_hooks", type(HookRegistry._hooks)(list))
+    monkeypatch.setenv("SCHEDKIT_POLICY", "shortest-prompt")
+    plugin.load()
+    targets = set(HookRegistry._hooks)
+    assert f"{patches.POLICY}.calc_priority" in targets
+    assert f"{patches.SCHEDULER}._add_request_to_queue" not in targets  # no admission hook
+    assert f"{patches.BATCH}._get_decode_retraction_order" not in targets
+
+
+def test_an_unknown_policy_stops_the_scheduler_with_the_installed_list(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from sglang.srt.plugins.hook_registry import HookRegistry
+
+    monkeypatch.setattr(HookRegistry, "_hooks", type(HookRegistry._hooks)(list))
+    monkeypatch.setenv("SCHEDKIT_POLICY", "no-such-policy")
+    plugin.load()
+    [(_kind, hook, _source)] = HookRegistry._hooks[f"{patches.SCHEDULER}.__init__"]
+    with pytest.raises(UnknownPolicyError, match="fcfs"):
+        hook(object())
+
+
+def test_cpu_stand_ins_import() -> None:
+    cpu.install()
+    import sgl_kernel  # type: ignore[import-not-found]
+    import torchvision  # type: ignore[import-not-found]
+
+    assert sgl_kernel.anything is not None
+    assert torchvision.__version__ == "0"

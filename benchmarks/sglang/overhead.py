@@ -1,0 +1,175 @@
+"""schedkit-sglang's cost inside the real SGLang scheduler (CPU build, tiny random model).
+
+Two measurements, each arm its own ``sglang.Engine`` fed the identical workload, arms in
+a shuffled order every round:
+
+1. ``step``: the scheduler's own work per step (``ingest_requests`` +
+   ``get_next_batch_to_run`` + ``process_batch_result``, the model forward excluded),
+   stock SGLang vs the default policy (``fcfs``: no hooks) vs ``priority`` (ordering and
+   victims). 256 requests of 32 prompt tokens and 32 output tokens, 64 running at most.
+2. ``order``: one ``SchedulePolicy.calc_priority`` call (what orders the waiting queue)
+   by queue length, SGLang's ``lpm`` vs schedkit ``priority`` and ``shortest-prompt``
+   (which replace it). A burst of 400 one-token requests, 4 running at most, so the
+   queue drains from 400 through 128.
+
+Timing comes from the ``schedkit_bench_timer`` SGLang plugin in ``site/`` (installed for
+the run by putting ``site`` on PYTHONPATH), which wraps those methods outermost.
+
+    HF_HUB_OFFLINE=1 .venv-sglang/bin/python benchmarks/sglang/overhead.py --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path.insert(0, str(REPO / "adapters" / "sglang" / "tests"))
+
+from engine_util import environ, prompt  # noqa: E402
+from schedkit_sglang import cpu  # noqa: E402
+
+STEP_ARMS = {"stock": None, "fcfs": "fcfs", "priority": "priority"}
+ORDER_ARMS = {"lpm": None, "priority": "priority", "shortest-prompt": "shortest-prompt"}
+BUCKETS = ((64, 128), (129, 256), (257, 400))
+
+
+def make_model(path: Path) -> None:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        num_hidden_layers=2,
+        vocab_size=2048,
+        max_position_embeddings=2048,
+    )
+    LlamaForCausalLM(config).save_pretrained(path, safe_serialization=True)
+
+
+def run_arm(model: Path, policy: str | None, kind: str, log: Path) -> list[dict[str, Any]]:
+    import sglang
+
+    env = {
+        "SCHEDKIT_POLICY": policy,
+        "SCHEDKIT_CONFIG": None,
+        "SCHEDKIT_BENCH_TIMER": str(log),
+        "PYTHONPATH": os.pathsep.join([str(HERE / "site"), os.environ.get("PYTHONPATH", "")]),
+    }
+    settings: dict[str, Any] = {
+        "device": "cpu",
+        "attention_backend": "torch_native",
+        "sampling_backend": "pytorch",
+        "disable_cuda_graph": True,
+        "disable_overlap_schedule": True,
+        "dtype": "bfloat16",
+        "skip_tokenizer_init": True,
+        "log_level": "error",
+        "max_total_tokens": 32768,
+    }
+    if kind == "step":
+        settings["max_running_requests"] = 64
+        ids = [prompt(i, 32) for i in range(256)]
+        params = {"max_new_tokens": 32, "ignore_eos": True}
+    else:
+        settings["max_running_requests"] = 4
+        settings["schedule_policy"] = "lpm"
+        rng = random.Random(0)
+        ids = [prompt(i, rng.randint(8, 24)) for i in range(400)]
+        params = {"max_new_tokens": 1, "ignore_eos": True}
+    with environ(env):
+        llm = sglang.Engine(model_path=str(model), **settings)
+    try:
+        llm.generate(input_ids=ids[:8], sampling_params=params)  # warm-up, not logged
+        log.write_text("")
+        llm.generate(input_ids=ids, sampling_params=params)
+    finally:
+        llm.shutdown()
+    return [json.loads(line) for line in log.read_text().splitlines() if line]
+
+
+def step_figures(lines: list[dict[str, Any]]) -> dict[str, float]:
+    steps = [line for line in lines if "sched" in line]
+    sched = [line["sched"] for line in steps]
+    forward = [line["forward"] for line in steps]
+    return {
+        "steps": len(steps),
+        "sched_ms": 1e3 * statistics.fmean(sched),
+        "sched_median_ms": 1e3 * statistics.median(sched),
+        "forward_ms": 1e3 * statistics.fmean(forward),
+    }
+
+
+def order_figures(lines: list[dict[str, Any]]) -> dict[str, float]:
+    calls = [line for line in lines if "order" in line]
+    figures: dict[str, float] = {}
+    for low, high in BUCKETS:
+        times = [c["order"] for c in calls if low <= c["waiting"] <= high]
+        if times:
+            figures[f"{low}-{high}"] = 1e6 * statistics.median(times)
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ["SGLANG_USE_CPU_ENGINE"] = "1"
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [str(cpu.SITE_DIR), os.environ.get("PYTHONPATH", "")]
+    )
+    cpu.install()
+    work = Path(tempfile.mkdtemp(prefix="schedkit-sglang-overhead-"))
+    make_model(work / "model")
+    rng = random.Random(1)
+    step: dict[str, list[dict[str, float]]] = {arm: [] for arm in STEP_ARMS}
+    order: dict[str, list[dict[str, float]]] = {arm: [] for arm in ORDER_ARMS}
+    for round_index in range(args.rounds):
+        arms = [("step", a) for a in STEP_ARMS] + [("order", a) for a in ORDER_ARMS]
+        rng.shuffle(arms)
+        for kind, arm in arms:
+            policy = (STEP_ARMS if kind == "step" else ORDER_ARMS)[arm]
+            lines = run_arm(work / "model", policy, kind, work / f"{kind}-{arm}.jsonl")
+            if kind == "step":
+                step[arm].append(step_figures(lines))
+            else:
+                order[arm].append(order_figures(lines))
+            print(f"round {round_index + 1} {kind} {arm}: done", file=sys.stderr)
+    print("Scheduler work per step (model forward excluded), mean over steps:")
+    print(f"{'arm':<10} {'ms/step (median of rounds)':>28} {'ratio to stock':>16} {'steps':>6}")
+    for arm, rounds in step.items():
+        ratios = [r["sched_ms"] / s["sched_ms"] for r, s in zip(rounds, step["stock"], strict=True)]
+        ms = statistics.median(r["sched_ms"] for r in rounds)
+        print(
+            f"{arm:<10} {ms:>28.3f} {statistics.median(ratios):>15.3f}x"
+            f" {int(statistics.median(r['steps'] for r in rounds)):>6}"
+        )
+    forward = statistics.median(r["forward_ms"] for r in step["stock"])
+    print(f"(model forward, stock: {forward:.2f} ms/step)")
+    print("\nOne calc_priority call, median microseconds by waiting-queue length:")
+    header = "".join(f"{f'{lo}-{hi}':>12}" for lo, hi in BUCKETS)
+    print(f"{'arm':<16}{header}")
+    for arm, rounds in order.items():
+        cells = []
+        for low, high in BUCKETS:
+            values = [r[f"{low}-{high}"] for r in rounds if f"{low}-{high}" in r]
+            cells.append(f"{statistics.median(values):>12.1f}" if values else f"{'-':>12}")
+        print(f"{arm:<16}{''.join(cells)}")
+    if args.json is not None:
+        args.json.write_text(json.dumps({"step": step, "order": order}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
