@@ -22,9 +22,10 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check schedkit plugins
 	$(BIN)/mypy --strict schedkit $(filter-out %.egg-info,$(wildcard plugins/*/schedkit_*))
 
-test: lint lint-vllm
+test: lint lint-vllm lint-sglang
 	$(BIN)/pytest -q tests $(foreach p,$(PLUGINS),$(dir $(p))tests)
 	$(MAKE) test-vllm
+	$(MAKE) test-sglang
 
 # The vLLM adapter's suites run against the real vLLM CPU build in their own environment
 # (.venv-vllm, created on first use by adapters/vllm/scripts/make-venv.sh, ~2 min).
@@ -39,3 +40,18 @@ lint-vllm:
 test-vllm:
 	adapters/vllm/scripts/make-venv.sh
 	HF_HUB_OFFLINE=1 $(VLLM_VENV)/bin/pytest -q adapters/vllm/tests
+
+# The SGLang adapter's suites run against the real SGLang (lean CPU install) in their own
+# environment (.venv-sglang, created on first use by adapters/sglang/scripts/make-venv.sh,
+# ~2 min).
+SGLANG_VENV := .venv-sglang
+.PHONY: test-sglang lint-sglang
+lint-sglang:
+	adapters/sglang/scripts/make-venv.sh
+	$(SGLANG_VENV)/bin/ruff check adapters/sglang benchmarks/sglang
+	$(SGLANG_VENV)/bin/ruff format --check adapters/sglang benchmarks/sglang
+	$(SGLANG_VENV)/bin/mypy --strict --config-file adapters/sglang/pyproject.toml adapters/sglang/schedkit_sglang
+
+test-sglang:
+	adapters/sglang/scripts/make-venv.sh
+	HF_HUB_OFFLINE=1 $(SGLANG_VENV)/bin/pytest -q adapters/sglang/tests

@@ -6,7 +6,7 @@ a shuffled order every round:
 1. ``step``: the scheduler's own work per step (``ingest_requests`` +
    ``get_next_batch_to_run`` + ``process_batch_result``, the model forward excluded),
    stock SGLang vs the default policy (``fcfs``: no hooks) vs ``priority`` (ordering and
-   victims). 256 requests of 32 prompt tokens and 32 output tokens, 64 running at most.
+   victims). 384 requests of 32 prompt tokens and 32 output tokens, 64 running at most.
 2. ``order``: one ``SchedulePolicy.calc_priority`` call (what orders the waiting queue)
    by queue length, SGLang's ``lpm`` vs schedkit ``priority`` and ``shortest-prompt``
    (which replace it). A burst of 400 one-token requests, 4 running at most, so the
@@ -33,6 +33,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO / "adapters" / "sglang" / "tests"))
+# The timer plugin: spawned SGLang processes take sys.path from this one.
+sys.path.append(str(HERE / "site"))
 
 from engine_util import environ, prompt  # noqa: E402
 from schedkit_sglang import cpu  # noqa: E402
@@ -64,7 +66,6 @@ def run_arm(model: Path, policy: str | None, kind: str, log: Path) -> list[dict[
         "SCHEDKIT_POLICY": policy,
         "SCHEDKIT_CONFIG": None,
         "SCHEDKIT_BENCH_TIMER": str(log),
-        "PYTHONPATH": os.pathsep.join([str(HERE / "site"), os.environ.get("PYTHONPATH", "")]),
     }
     settings: dict[str, Any] = {
         "device": "cpu",
@@ -79,7 +80,7 @@ def run_arm(model: Path, policy: str | None, kind: str, log: Path) -> list[dict[
     }
     if kind == "step":
         settings["max_running_requests"] = 64
-        ids = [prompt(i, 32) for i in range(256)]
+        ids = [prompt(i, 32) for i in range(384)]
         params = {"max_new_tokens": 32, "ignore_eos": True}
     else:
         settings["max_running_requests"] = 4
@@ -147,15 +148,18 @@ def main() -> None:
             else:
                 order[arm].append(order_figures(lines))
             print(f"round {round_index + 1} {kind} {arm}: done", file=sys.stderr)
-    print("Scheduler work per step (model forward excluded), mean over steps:")
-    print(f"{'arm':<10} {'ms/step (median of rounds)':>28} {'ratio to stock':>16} {'steps':>6}")
+    print("Scheduler work per step (model forward excluded); per round the mean and the")
+    print("median over steps, then the median over rounds of each and of the paired ratios:")
+    print(f"{'arm':<10} {'mean ms':>9} {'ratio':>8} {'median ms':>10} {'ratio':>8} {'steps':>6}")
+    stock = step["stock"]
     for arm, rounds in step.items():
-        ratios = [r["sched_ms"] / s["sched_ms"] for r, s in zip(rounds, step["stock"], strict=True)]
-        ms = statistics.median(r["sched_ms"] for r in rounds)
-        print(
-            f"{arm:<10} {ms:>28.3f} {statistics.median(ratios):>15.3f}x"
-            f" {int(statistics.median(r['steps'] for r in rounds)):>6}"
-        )
+        cells = []
+        for key in ("sched_ms", "sched_median_ms"):
+            ratios = [r[key] / s[key] for r, s in zip(rounds, stock, strict=True)]
+            value = statistics.median(r[key] for r in rounds)
+            cells.append(f"{value:>9.3f} {statistics.median(ratios):>7.3f}x")
+        steps = int(statistics.median(r["steps"] for r in rounds))
+        print(f"{arm:<10} {cells[0]} {cells[1]:>19} {steps:>6}")
     forward = statistics.median(r["forward_ms"] for r in step["stock"])
     print(f"(model forward, stock: {forward:.2f} ms/step)")
     print("\nOne calc_priority call, median microseconds by waiting-queue length:")

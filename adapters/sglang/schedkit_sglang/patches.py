@@ -1,8 +1,9 @@
 """How each schedkit hook reaches SGLang's scheduler, through SGLang's ``HookRegistry``.
 
 Registered by ``schedkit_sglang.plugin.load`` only when a schedkit config is selected,
-and then only for the hooks the selected policies implement; SGLang's own code runs
-unchanged around them.
+and then only for the hooks the selected policies implement (the default ``fcfs``
+implements none: only ``__init__`` is patched, and no step pays anything); SGLang's own
+code runs unchanged around them.
 
 - Every process: ``Scheduler.__init__`` builds the ``SchedkitRuntime`` (after SGLang's
   own init; a bad config stops the scheduler before the model loads).
@@ -62,11 +63,13 @@ def plan(facade: PolicyFacade, timing: bool = False) -> dict[str, tuple[Callable
     also mark every request so SGLang returns its time stats (for the bench)."""
     patches: dict[str, tuple[Callable[..., Any], str]] = {
         f"{SCHEDULER}.__init__": (_make_init(facade, timing), "AROUND"),
-        f"{SCHEDULER}.get_next_batch_to_run": (_next_batch, "AROUND"),
-        f"{SCHEDULER}.process_batch_result": (_batch_result, "AROUND"),
-        f"{STREAMER}.stream_output": (_stream_output, "AROUND"),
-        f"{SCHEDULER}.send_abort_output": (_abort_output, "AROUND"),
     }
+    if facade.implemented:  # step index, step reports, error metrics; none for fcfs
+        patches[f"{SCHEDULER}.get_next_batch_to_run"] = (_next_batch, "AROUND")
+        patches[f"{SCHEDULER}.process_batch_result"] = (_batch_result, "AROUND")
+    if facade.has_finish_observer:
+        patches[f"{STREAMER}.stream_output"] = (_stream_output, "AROUND")
+        patches[f"{SCHEDULER}.send_abort_output"] = (_abort_output, "AROUND")
     if facade.has_admit or timing:
         patches[f"{SCHEDULER}._add_request_to_queue"] = (_add_request, "AROUND")
     if facade.has_order:

@@ -39,7 +39,7 @@ class SchedkitRuntime:
         self.facade = facade
         self.engine = SglangEngineView(scheduler)
         self.rejections: Counter[str] = Counter()  # by reason
-        self.finished: Counter[str] = Counter()  # by schedkit finish reason
+        self.finished: Counter[str] = Counter()  # by reason, when a policy observes finishes
         self.num_victims_placed = 0
         self.num_evicted_by_policy = 0
         self.observer_errors = 0  # adapter faults while observing (logged, not raised)

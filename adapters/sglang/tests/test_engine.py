@@ -4,6 +4,7 @@ admission, retraction victims, evictions, budgets; without a config it is stock.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from engine_util import engine, finish_order, generate_each, prompt, read_lines
 
@@ -120,3 +121,51 @@ def _max_running(model_dir: Path, tmp_path: Path, policy: str) -> int:
 def test_a_batch_budget_limits_how_many_requests_run(model_dir: Path, tmp_path: Path) -> None:
     assert _max_running(model_dir, tmp_path, "fcfs") == 4
     assert _max_running(model_dir, tmp_path, "test-one-at-a-time") == 1
+
+
+def _preempted_by_priority(model_dir: Path, policy: str | None) -> dict[str, int]:
+    """Two priority-20 requests fill the batch; a priority-0 one arrives and SGLang's
+    priority preemption makes room. Returns num_retractions by tenant."""
+    import asyncio
+
+    long = {"max_new_tokens": 300, "ignore_eos": True}
+
+    async def run(llm: Any) -> list[Any]:
+        tasks = []
+        for i, tenant in enumerate(("victim", "a")):
+            params = {**long, "custom_params": {"tenant": tenant}}
+            request = llm.async_generate(
+                input_ids=prompt(i, 16), sampling_params=params, priority=20
+            )
+            tasks.append(asyncio.ensure_future(request))
+            await asyncio.sleep(0.3)
+        urgent = {"max_new_tokens": 2, "custom_params": {"tenant": "urgent"}}
+        tasks.append(
+            asyncio.ensure_future(
+                llm.async_generate(input_ids=prompt(2, 16), sampling_params=urgent, priority=0)
+            )
+        )
+        return list(await asyncio.gather(*tasks))
+
+    with engine(
+        model_dir,
+        policy,
+        max_running_requests=2,
+        enable_priority_scheduling=True,
+        schedule_low_priority_values_first=True,
+    ) as llm:
+        outputs = llm.loop.run_until_complete(run(llm))
+    tenants = ("victim", "a", "urgent")
+    return {
+        t: int(o["meta_info"]["num_retractions"]) for t, o in zip(tenants, outputs, strict=True)
+    }
+
+
+def test_a_victim_policy_chooses_whom_priority_preemption_takes(model_dir: Path) -> None:
+    # SGLang preempts the newest of the equally low requests: "a".
+    assert _preempted_by_priority(model_dir, None) == {"victim": 0, "a": 1, "urgent": 0}
+    assert _preempted_by_priority(model_dir, "test-marked-victims") == {
+        "victim": 1,
+        "a": 0,
+        "urgent": 0,
+    }

@@ -112,3 +112,46 @@ def test_cpu_stand_ins_import() -> None:
 
     assert sgl_kernel.anything is not None
     assert torchvision.__version__ == "0"
+
+
+def _req(priority: int | None = None, **custom: object) -> object:
+    from array import array
+
+    from sglang.srt.managers.schedule_batch import Req
+    from sglang.srt.sampling.sampling_params import SamplingParams
+
+    params = SamplingParams(max_new_tokens=7, custom_params=custom or None)
+    return Req("r1", "", array("q", [5, 6, 7]), params, priority=priority)
+
+
+def test_request_view_reads_tenant_slo_and_priority_from_sglangs_request() -> None:
+    from schedkit_sglang.views import SglangRequestView
+
+    view = SglangRequestView(_req(3, tenant="acme", slo_ttft_ms=500, slo_tpot_ms="40"), 0.0)
+    assert (view.request_id, view.tenant, view.priority) == ("r1", "acme", 3)
+    assert (view.slo_ttft_ms, view.slo_tpot_ms) == (500.0, 40.0)
+    assert (view.num_prompt_tokens, view.max_tokens, view.num_output_tokens) == (3, 7, 0)
+    assert (view.num_computed_tokens, view.num_preemptions, view.num_cached_tokens) == (0, 0, 0)
+
+
+def test_request_view_defaults_without_metadata() -> None:
+    from schedkit_sglang.views import SglangRequestView
+
+    view = SglangRequestView(_req(None, slo_ttft_ms="soon"), 0.0)
+    assert (view.tenant, view.priority, view.slo_ttft_ms, view.slo_tpot_ms) == (
+        "default",
+        0,
+        None,
+        None,
+    )
+
+
+def test_the_default_policy_patches_nothing_on_the_step_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from sglang.srt.plugins.hook_registry import HookRegistry
+
+    monkeypatch.setattr(HookRegistry, "_hooks", type(HookRegistry._hooks)(list))
+    monkeypatch.setenv("SCHEDKIT_POLICY", "fcfs")
+    plugin.load()
+    assert set(HookRegistry._hooks) == {f"{patches.SCHEDULER}.__init__"}
