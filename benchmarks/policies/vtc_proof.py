@@ -7,8 +7,11 @@ bench`` does (``Bench.run_arm``) and prints, as markdown rows:
 
 - the quiet tenant's p90 TTFT in each arm, with a paired bootstrap 95% CI of the change
   (the bench's own ``paired_bootstrap``, over the quiet tenant's requests);
-- the bench's Jain index (over the tenants' mean TTFT), with a paired bootstrap 95% CI of
-  the change, resampling requests;
+- the bench's ``jain_fairness`` (Jain's index over the tenants' service rates while both
+  are backlogged, ``service_jain``) in each arm; it is not a per-request statistic, so
+  no bootstrap CI: the seeds show its spread;
+- the bench's ``jain_ttft`` (Jain's index over the tenants' mean TTFT), with a paired
+  bootstrap 95% CI of the change, resampling requests;
 - a Jain index over each tenant's *slowdown*: its mean TTFT divided by its mean TTFT when
   it runs alone (the same requests, the other tenant removed). Not a bench metric.
 """
@@ -21,7 +24,7 @@ import random
 from collections.abc import Sequence
 
 from schedkit import PolicyFacade
-from schedkit.bench.metrics import latencies_ms
+from schedkit.bench.metrics import latencies_ms, service_jain
 from schedkit.bench.records import RunResult
 from schedkit.bench.runner import Bench, BenchSpec
 from schedkit.bench.stats import DEFAULT_N_BOOT, Quantile, jain, paired_bootstrap
@@ -85,6 +88,7 @@ def one_seed(seed: int, rate_scale: float) -> None:
         {"p90": ([a[i] for i in quiet], [b[i] for i in quiet], Quantile(90))}, seed=seed
     )["p90"]
     everyone = range(len(tenants))
+    service_a, service_b = (service_jain(x.records, x.duration_s) for x in (fcfs, vtc))
     jain_a, jain_b = (jain(tenant_means(x, tenants, everyone)) for x in (a, b))
     ci = jain_ci(a, b, tenants, seed)
     alone = [alone_mean_ttft(bench, t, rate_scale) for t in TENANTS]
@@ -95,7 +99,8 @@ def one_seed(seed: int, rate_scale: float) -> None:
     lo, hi = boot["rel_ci"] or (float("nan"), float("nan"))
     print(
         f"| {seed} | {boot['a']:,.0f} | {boot['b']:,.0f} | {boot['rel']:+.1%}"
-        f" ({lo:+.1%} .. {hi:+.1%}) | {jain_a:.3f} | {jain_b:.3f} | {jain_b - jain_a:+.3f}"
+        f" ({lo:+.1%} .. {hi:+.1%}) | {service_a:.3f} | {service_b:.3f}"
+        f" | {jain_a:.3f} | {jain_b:.3f} | {jain_b - jain_a:+.3f}"
         f" ({ci[0]:+.3f} .. {ci[1]:+.3f}) | {alone[0]:,.0f} / {alone[1]:,.0f}"
         f" | {slow_a:.3f} | {slow_b:.3f} |"
     )
@@ -108,11 +113,11 @@ def main() -> None:
     args = parser.parse_args()
     print(f"two-tenant-flood at rate-scale {args.rate_scale:g}, fcfs (a) vs vtc (b)\n")
     print(
-        "| seed | quiet p90 TTFT fcfs (ms) | vtc (ms) | change (95% CI) | Jain fcfs | Jain vtc"
-        " | Jain change (95% CI) | alone mean TTFT flood / quiet (ms) | slowdown Jain fcfs"
-        " | slowdown Jain vtc |"
+        "| seed | quiet p90 TTFT fcfs (ms) | vtc (ms) | change (95% CI) | service Jain fcfs"
+        " | service Jain vtc | TTFT Jain fcfs | TTFT Jain vtc | TTFT Jain change (95% CI)"
+        " | alone mean TTFT flood / quiet (ms) | slowdown Jain fcfs | slowdown Jain vtc |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for seed in args.seeds:
         one_seed(seed, args.rate_scale)
 

@@ -19,6 +19,7 @@ miss. Attainment is met / requests, and null when no target applies to any reque
 from __future__ import annotations
 
 import re
+from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -37,6 +38,10 @@ from schedkit.bench.stats import (
 )
 
 COMPLETED_REASONS = frozenset({"length", "stop"})
+#: Service weights of one prompt token and one output token, VTC's defaults
+#: (``plugins/vtc``: ``input_weight`` 1, ``output_weight`` 2).
+SERVICE_INPUT_WEIGHT = 1.0
+SERVICE_OUTPUT_WEIGHT = 2.0
 LATENCIES = ("ttft_ms", "tpot_ms", "e2e_ms", "queue_ms")
 
 
@@ -109,6 +114,148 @@ def per_request_samples(
     return out
 
 
+def _queue_end(record: RequestRecord, duration_s: float) -> float:
+    """When the request leaves the waiting queue: first scheduled, else its finish (say,
+    rejected or aborted while waiting), else its arrival (rejected on arrival), else the
+    end of the run (still waiting)."""
+    if record.scheduled_s is not None:
+        return record.scheduled_s
+    if record.finish_s is not None:
+        return record.finish_s
+    return record.arrival_s if record.rejected else max(duration_s, record.arrival_s)
+
+
+def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Disjoint, sorted union of half-open intervals (empty ones dropped)."""
+    merged: list[tuple[float, float]] = []
+    for start, end in sorted(i for i in intervals if i[1] > i[0]):
+        if merged and start <= merged[-1][1]:
+            if end > merged[-1][1]:
+                merged[-1] = (merged[-1][0], end)
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _intersect(
+    a: list[tuple[float, float]], b: list[tuple[float, float]]
+) -> list[tuple[float, float]]:
+    """Intersection of two disjoint, sorted interval lists, in one merge pass."""
+    out: list[tuple[float, float]] = []
+    i = j = 0
+    while i < len(a) and j < len(b):
+        start, end = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if end > start:
+            out.append((start, end))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+class _Cover:
+    """Disjoint, sorted intervals, queried in O(log n)."""
+
+    __slots__ = ("cum", "ends", "starts")
+
+    def __init__(self, intervals: list[tuple[float, float]]) -> None:
+        self.starts = [s for s, _ in intervals]
+        self.ends = [e for _, e in intervals]
+        self.cum = [0.0]  # cum[i]: measure of the intervals before intervals[i]
+        for s, e in intervals:
+            self.cum.append(self.cum[-1] + (e - s))
+
+    @property
+    def total(self) -> float:
+        return self.cum[-1]
+
+    def measure(self, lo: float, hi: float) -> float:
+        """Measure of the cover inside ``[lo, hi]``."""
+        return self._to(hi) - self._to(lo)
+
+    def _to(self, t: float) -> float:
+        i = bisect_right(self.starts, t) - 1
+        return 0.0 if i < 0 else self.cum[i] + min(t, self.ends[i]) - self.starts[i]
+
+    def holds_before(self, t: float) -> bool:
+        """Whether the cover holds the instant just before ``t``."""
+        i = bisect_left(self.starts, t) - 1
+        return i >= 0 and t <= self.ends[i]
+
+
+def service_jain(
+    records: Sequence[RequestRecord],
+    duration_s: float,
+    *,
+    input_weight: float = SERVICE_INPUT_WEIGHT,
+    output_weight: float = SERVICE_OUTPUT_WEIGHT,
+) -> float | None:
+    """Jain's index over the tenants' service rates while backlogged together (VTC's notion).
+
+    Service (Sheng et al., OSDI'24) is weighted tokens: a request's prompt tokens x
+    ``input_weight`` and its first output token x ``output_weight`` are served at its
+    ``first_token_s`` (prefill completes); its other output tokens x ``output_weight`` are
+    spread uniformly over ``first_token_s .. finish_s`` (records keep no per-token times;
+    an unfinished request's over ``first_token_s .. duration_s``).
+
+    As in the paper, a tenant is *backlogged* while it has a request in the waiting queue:
+    ``[arrival_s, scheduled_s)`` of each request (never scheduled: until ``finish_s``, or
+    never if rejected on arrival without one, or until ``duration_s`` if still waiting;
+    records do not show re-queueing after preemption). ``B`` is the time when at least
+    two tenants are backlogged. A tenant's rate is its service while it is backlogged
+    inside ``B``, over the time it is backlogged inside ``B``; a token served at ``t``
+    counts when that holds just before ``t`` (the step that computed it). Tenants never
+    backlogged inside ``B`` are left out. The index is 1.0 when backlogged tenants were
+    served at equal rates (VTC's goal) and 1/n when one took all; None when no two tenants
+    are ever backlogged at once. Tenants weigh equally. O(n log n) in the records.
+
+    A tenant that asks for less than its share is rarely backlogged, so it seldom counts;
+    a running request's decode is not backlog, because the scheduler cannot speed it up.
+    """
+    by_tenant: dict[str, list[tuple[float, float]]] = {}
+    for r in records:
+        by_tenant.setdefault(r.tenant, []).append((r.arrival_s, _queue_end(r, duration_s)))
+    backlog = {t: _union(iv) for t, iv in by_tenant.items()}
+    # Sweep the tenants' backlog edges; B is where at least two are backlogged.
+    edges = sorted(
+        (t, step) for iv in backlog.values() for s, e in iv for t, step in ((s, 1), (e, -1))
+    )
+    shared: list[tuple[float, float]] = []
+    count, opened = 0, 0.0
+    for t, step in edges:  # ends sort before starts at the same time
+        before = count
+        count += step
+        if before < 2 <= count:
+            opened = t
+        elif count < 2 <= before and t > opened:
+            if shared and shared[-1][1] == opened:
+                shared[-1] = (shared[-1][0], t)
+            else:
+                shared.append((opened, t))
+    if not shared:
+        return None
+    covers = {t: _Cover(_intersect(iv, shared)) for t, iv in backlog.items()}
+    served: dict[str, float] = dict.fromkeys(backlog, 0.0)
+    for r in records:
+        first = r.first_token_s
+        cover = covers[r.tenant]
+        if first is None or not cover.total:
+            continue
+        tokens = r.output_tokens
+        if cover.holds_before(first):
+            served[r.tenant] += input_weight * r.prompt_tokens + output_weight * min(tokens, 1)
+        if tokens > 1:
+            end = r.finish_s if r.finish_s is not None else max(duration_s, first)
+            spread = output_weight * (tokens - 1)
+            if end > first:
+                served[r.tenant] += spread * cover.measure(first, end) / (end - first)
+            elif cover.holds_before(first):
+                served[r.tenant] += spread
+    rates = [served[t] / c.total for t, c in covers.items() if c.total > 0]
+    return jain(rates) if len(rates) > 1 else None
+
+
 def _group(
     records: Sequence[RequestRecord], slo_ttft_ms: float | None, slo_tpot_ms: float | None
 ) -> dict[str, Any]:
@@ -143,9 +290,12 @@ def compute_metrics(
     """Every metric of one arm as a JSON-serialisable dict (see the module docstring).
 
     Latency entries are ``{"mean", "p50", "p90", "p99"}`` in ms, null without samples.
-    With more than one tenant, adds ``tenants`` and ``jain_fairness``: Jain's index over
-    the tenants' mean TTFT (tenants without a TTFT sample left out), 1.0 when every
-    tenant waits the same on average and 1/n when one tenant does all the waiting. With
+    With more than one tenant, adds ``tenants``, ``jain_fairness`` and ``jain_ttft``.
+    ``jain_fairness`` is :func:`service_jain`: Jain's index over the tenants' service
+    rates (VTC-weighted tokens) while at least two have requests waiting, None when no
+    two ever do. ``jain_ttft`` is Jain's index over the tenants' mean TTFT (tenants without a TTFT
+    sample left out), 1.0 when every tenant waits the same on average, 1/n when one does
+    all the waiting; it calls equal waiting fair even when one tenant caused it. With
     more than one priority value, adds ``priorities`` keyed by the value as a string.
     """
     records = run.records
@@ -195,7 +345,8 @@ def compute_metrics(
     if len(tenants) > 1:
         metrics["tenants"] = _breakdown(dict(sorted(tenants.items())), slo_ttft_ms, slo_tpot_ms)
         means = [m for t in metrics["tenants"].values() if (m := t["ttft_ms"]["mean"]) is not None]
-        metrics["jain_fairness"] = jain(means) if means else None
+        metrics["jain_fairness"] = service_jain(records, duration)
+        metrics["jain_ttft"] = jain(means) if means else None
     if len(priorities) > 1:
         by_priority = {str(p): recs for p, recs in sorted(priorities.items())}
         metrics["priorities"] = _breakdown(by_priority, slo_ttft_ms, slo_tpot_ms)

@@ -86,7 +86,7 @@ def test_tenants_get_a_breakdown_and_jain_index(tmp_path: Path) -> None:
     )  # fmt: skip
     m = results["arms"][0]["metrics"]
     assert set(m["tenants"]) == {"flood", "quiet"}
-    assert 0 < m["jain_fairness"] <= 1
+    assert 0 < m["jain_fairness"] <= 1 and 0 < m["jain_ttft"] <= 1
 
 
 def test_goodput_search_finds_a_rate(tmp_path: Path) -> None:

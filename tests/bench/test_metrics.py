@@ -11,7 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schedkit.bench.metrics import compare_arms, compute_metrics, per_request_samples
+from schedkit.bench.metrics import (
+    compare_arms,
+    compute_metrics,
+    per_request_samples,
+    service_jain,
+)
 from schedkit.bench.records import RequestRecord, RunResult
 from schedkit.bench.stats import (
     Mean,
@@ -192,11 +197,12 @@ def test_attainment_is_null_only_when_no_target_applies() -> None:
 def test_single_tenant_has_no_breakdown() -> None:
     m = metrics(run_of([rec("a"), rec("b")]))
     assert "tenants" not in m and "jain_fairness" not in m and "priorities" not in m
+    assert "jain_ttft" not in m
 
 
 def test_jain_over_tenant_mean_ttft() -> None:
     equal = [rec("a", tenant="x", ttft=0.2), rec("b", tenant="y", ttft=0.2)]
-    assert metrics(run_of(equal))["jain_fairness"] == pytest.approx(1.0)
+    assert metrics(run_of(equal))["jain_ttft"] == pytest.approx(1.0)
     unequal = [
         rec("a", tenant="x", ttft=0.1),
         rec("b", tenant="y", ttft=0.2),
@@ -204,11 +210,152 @@ def test_jain_over_tenant_mean_ttft() -> None:
     ]
     m = metrics(run_of(unequal), ttft=250)
     # Means 100 and 300 ms: 400^2 / (2 * (100^2 + 300^2)) = 0.8
-    assert m["jain_fairness"] == pytest.approx(0.8)
+    assert m["jain_ttft"] == pytest.approx(0.8)
     x, y = m["tenants"]["x"], m["tenants"]["y"]
     assert (y["requests"], y["completed"], y["rejected"], y["output_tokens"]) == (2, 2, 0, 22)
     assert x["slo_attainment"] == 1.0 and y["slo_attainment"] == 0.5
     assert y["ttft_ms"]["mean"] == pytest.approx(300.0)
+
+
+def served(
+    tenant: str,
+    arrival: float,
+    scheduled: float | None,
+    first: float | None,
+    finish: float | None,
+    *,
+    prompt: int = 10,
+    tokens: int = 1,
+    reason: str = "length",
+) -> RequestRecord:
+    """A request of ``tenant`` with explicit times (s), prompt and output tokens. It waits
+    in the queue (its tenant is backlogged) from ``arrival`` to ``scheduled``."""
+    return RequestRecord(
+        request_id=f"{tenant}{arrival}{scheduled}{first}",
+        tenant=tenant,
+        priority=0,
+        arrival_s=arrival,
+        prompt_tokens=prompt,
+        max_tokens=max(tokens, 1),
+        output_tokens=tokens,
+        finish_reason=reason,
+        scheduled_s=scheduled,
+        first_token_s=first,
+        finish_s=finish,
+    )
+
+
+def test_service_jain_is_one_when_tenants_are_served_equally() -> None:
+    # Both wait on [0, 1) and get 10 prompt + 1 first token x 2 = 12 at t=1.
+    both = [served("x", 0, 1, 1, 3, tokens=3), served("y", 0, 1, 1, 3, tokens=3)]
+    assert service_jain(both, 10.0) == pytest.approx(1.0)
+    assert metrics(run_of(both))["jain_fairness"] == pytest.approx(1.0)
+
+
+def test_service_jain_drops_when_one_tenant_is_served_while_the_other_waits() -> None:
+    # FCFS-like: x's first request runs at once (12 at t=1) while x's second waits on
+    # [0, 1) and y's only request waits on [0, 2). Both wait on [0, 1): x's rate 12, y's 0.
+    serial = [served("x", 0, 0, 1, 2), served("x", 0, 1, 2, 3), served("y", 0, 2, 3, 4)]
+    assert service_jain(serial, 10.0) == pytest.approx(0.5)
+
+
+def test_service_jain_spreads_output_tokens_and_clips_to_shared_backlog() -> None:
+    # Both wait on [0, 4) (their second requests). x: 12 at t=1, then 2 tokens x 2 = 4
+    # spread over 1..5, 3 of them before 4; y: 12 at t=2. Second requests come after 4.
+    records = [
+        served("x", 0, 0, 1, 5, tokens=3),
+        served("x", 0, 4, 4.5, 5),
+        served("y", 0, 2, 2, 3),
+        served("y", 0, 4, 4.5, 6),
+    ]
+    expected = (15 / 4 + 12 / 4) ** 2 / (2 * ((15 / 4) ** 2 + (12 / 4) ** 2))
+    assert service_jain(records, 10.0) == pytest.approx(expected)
+
+
+def test_service_jain_weights_tokens_like_vtc() -> None:
+    # Both wait on [0, 2). x: 10 prompt + 1 output token; y: 4 prompt + 4 output tokens,
+    # 3 of them spread over 1..1.5. VTC's default weights (1, 2) make both 12.
+    equal_cost = [
+        served("x", 0, 1, 1, 1.5, prompt=10),
+        served("x", 0, 2, 2.5, 3, prompt=0, tokens=0),
+        served("y", 0, 1, 1, 1.5, prompt=4, tokens=4),
+        served("y", 0, 2, 2.5, 3, prompt=0, tokens=0),
+    ]
+    assert service_jain(equal_cost, 10.0) == pytest.approx(1.0)
+    flat = service_jain(equal_cost, 10.0, input_weight=1.0, output_weight=1.0)
+    assert flat == pytest.approx((11 + 8) ** 2 / (2 * (11**2 + 8**2)))
+
+
+def test_service_jain_is_none_without_two_tenants_backlogged_at_once() -> None:
+    assert service_jain([served("x", 0, 1, 1, 2), served("x", 0.5, 2, 2, 3)], 10.0) is None
+    apart = [served("x", 0, 1, 1, 2), served("y", 2, 3, 3, 4)]
+    assert service_jain(apart, 10.0) is None
+    m = metrics(run_of(apart))
+    assert m["jain_fairness"] is None and m["jain_ttft"] == pytest.approx(1.0)
+    # A running request's decode is not backlog: nothing waits here.
+    decoding = [served("x", 0, 0, 0.5, 10, tokens=101), served("y", 1, 1, 1.5, 2)]
+    assert service_jain(decoding, 10.0) is None
+    # A request rejected on arrival (no finish time) never waits.
+    rejected = [served("x", 0, 1, 1, 2), served("y", 0, None, None, None, reason="rejected")]
+    assert service_jain(rejected, 10.0) is None
+
+
+def test_service_jain_counts_a_request_still_waiting_until_the_end() -> None:
+    # y's request is never scheduled: y waits on [0, 10), x on [0, 2), x gets 12 at t=1.
+    records = [
+        served("x", 0, 0, 1, 2),
+        served("x", 0, 2, 3, 4),
+        served("y", 0, None, None, None, tokens=0, reason=""),
+    ]
+    assert service_jain(records, 10.0) == pytest.approx(0.5)
+
+
+def test_service_jain_counts_service_only_inside_each_tenants_shared_backlog() -> None:
+    # x's prefill finishes at t=1, as y arrives: computed before both waited, not counted.
+    # Both wait on [1, 2); y gets 12 at t=2.
+    late = [served("x", 0, 0, 1, 1.1), served("x", 0, 2, 3, 4), served("y", 1, 2, 2, 2.1)]
+    assert service_jain(late, 10.0) == pytest.approx(0.5)
+    # Three tenants: x and y wait on [0, 2), z only on [0, 1); each gets 12 at t=0.5.
+    # z's rate is over its own 1 s: 12 against 6 and 6.
+    three = [served(t, 0, 0, 0.5, 0.6) for t in "xyz"] + [
+        served("x", 0, 2, 3, 4),
+        served("y", 0, 2, 3, 4),
+        served("z", 0, 1, 3, 4),
+    ]
+    assert service_jain(three, 10.0) == pytest.approx(24**2 / (3 * (6**2 + 6**2 + 12**2)))
+
+
+def test_service_jain_differs_from_the_ttft_index() -> None:
+    # VTC-like: x and y get 12 each while both wait on [0, 2), so the service index is
+    # 1.0, but x's second request then waits 20 s: mean TTFT 10.5 s against y's 1.55 s.
+    reordered = [
+        served("x", 0, 0.5, 1, 1.1),
+        served("x", 0, 2, 20, 20.1),
+        served("y", 0, 0.5, 1, 1.1),
+        served("y", 0, 2, 2.1, 2.2),
+    ]
+    m = metrics(run_of(reordered))
+    assert m["jain_fairness"] == pytest.approx(1.0)
+    assert m["jain_ttft"] == pytest.approx(12.05**2 / (2 * (10.5**2 + 1.55**2)))
+    # FCFS-like: equal mean TTFT (1.5 s each, TTFT index 1.0), but while both wait on
+    # [0, 1) only x is served; y's 12 comes at t=1.5, after y stopped waiting.
+    staggered = [served("x", 0, 0, 1, 1.1), served("x", 0, 1, 2, 2.1), served("y", 0, 1, 1.5, 2)]
+    m = metrics(run_of(staggered))
+    assert m["jain_ttft"] == pytest.approx(1.0)
+    assert m["jain_fairness"] == pytest.approx(0.5)
+
+
+def test_service_jain_scales_to_large_traces() -> None:
+    rng = random.Random(0)
+    records = []
+    for i in range(20_000):
+        arrival = rng.uniform(0, 300)
+        scheduled = arrival + rng.uniform(0, 2)
+        first = scheduled + rng.uniform(0.01, 0.5)
+        end = first + rng.uniform(0, 5)
+        records.append(served("xyz"[i % 3], arrival, scheduled, first, end, tokens=64))
+    value = service_jain(records, 310.0)
+    assert value is not None and 0.9 < value <= 1.0
 
 
 def test_priority_breakdown_includes_queue_max() -> None:
