@@ -89,6 +89,19 @@ class SglangRequestView:
         return int(self.req.retraction_count)
 
     @property
+    def block_hashes(self) -> tuple[int, ...]:
+        """Ids of the radix-tree nodes (``SglangNodeView.block_hash``) on the request's
+        last prefix match, root first: the cached nodes it will reuse. SGLang matches a
+        waiting request when it considers it for admission (and in cache-aware
+        ``calc_priority``); empty before the first match."""
+        node = getattr(self.req, "last_node", None)
+        ids: list[int] = []
+        while node is not None and node.parent is not None:
+            ids.append(int(node.id))
+            node = node.parent
+        return tuple(reversed(ids))
+
+    @property
     def num_cached_tokens(self) -> int:
         """Prompt tokens found in the prefix cache when SGLang admitted the request."""
         return int(getattr(self.req, "cached_tokens", 0) or 0)

@@ -132,6 +132,7 @@ def test_request_view_reads_tenant_slo_and_priority_from_sglangs_request() -> No
     assert (view.slo_ttft_ms, view.slo_tpot_ms) == (500.0, 40.0)
     assert (view.num_prompt_tokens, view.max_tokens, view.num_output_tokens) == (3, 7, 0)
     assert (view.num_computed_tokens, view.num_preemptions, view.num_cached_tokens) == (0, 0, 0)
+    assert view.block_hashes == ()  # not matched against the radix tree yet
 
 
 def test_request_view_defaults_without_metadata() -> None:
