@@ -111,9 +111,9 @@ def build_environ(
     *,
     metrics_dir: str | None = None,
 ) -> dict[str, str]:
-    """The server's environment: ``environ`` with the schedkit selection, the CPU stand-ins
-    when SGLang runs on CPU, and ``metrics_dir`` as ``PROMETHEUS_MULTIPROC_DIR`` if given
-    and none is set."""
+    """The server's environment: ``environ`` with the schedkit selection (and ``schedkit``
+    added to an ``SGLANG_PLUGINS`` allow-list), the CPU stand-ins when SGLang runs on CPU,
+    and ``metrics_dir`` as ``PROMETHEUS_MULTIPROC_DIR`` if given and none is set."""
     env = dict(environ)
     if any(env.get(var, "").strip() for var in (CONFIG_VAR, POLICY_VAR, OPTIONS_VAR)):
         selected = resolve_config(env)
@@ -126,6 +126,9 @@ def build_environ(
         for var in (CONFIG_VAR, POLICY_VAR, OPTIONS_VAR):
             env.pop(var, None)
     env.update(config_environ(config))
+    allowed = [name.strip() for name in env.get("SGLANG_PLUGINS", "").split(",") if name.strip()]
+    if allowed and "schedkit" not in allowed:  # SGLang's allow-list would skip the adapter
+        env["SGLANG_PLUGINS"] = ",".join([*allowed, "schedkit"])
     if _on_cpu(engine_args, env):
         env[CPU_ENGINE_VAR] = "1"
         paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]

@@ -139,3 +139,11 @@ def test_metrics_dir_only_with_metrics_on_and_none_set() -> None:
         build_environ(config, metrics, mine, metrics_dir="/fresh")["PROMETHEUS_MULTIPROC_DIR"]
         == "/mine"
     )
+
+
+def test_an_sglang_plugins_allow_list_gets_schedkit_added() -> None:
+    config = load_config({"policy": ["priority"]})
+    env = build_environ(config, ["--model-path", "m"], {"SGLANG_PLUGINS": "other"})
+    assert env["SGLANG_PLUGINS"] == "other,schedkit"
+    env = build_environ(config, ["--model-path", "m"], {})
+    assert "SGLANG_PLUGINS" not in env
