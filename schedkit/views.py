@@ -8,6 +8,7 @@ instead implement a protocol with properties over the engine's own objects.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 
@@ -47,6 +48,21 @@ class RequestView(Protocol):
     def slo_tpot_ms(self) -> float | None: ...
     @property
     def num_preemptions(self) -> int: ...
+    @property
+    def block_hashes(self) -> Sequence[int]:
+        """Hashes of the request's full blocks in token order, as the engine hashed them.
+
+        Each is in the space of ``BlockView.block_hash``: a cached block whose hash is in
+        ``set(request.block_hashes)`` holds a prefix of this request's prompt, which the
+        request will hit if the block and every block before it are still cached when it
+        is admitted. The prompt's full blocks are listed once the request arrives; engines
+        that hash output as it is generated (vLLM) append those blocks too. Empty when
+        the engine does not hash blocks (prefix caching off, or no hashes in a trace).
+        Often the engine's own, growing sequence: copy what you keep, never mutate it.
+
+        .. versionadded:: 0.2
+        """
+        ...
 
 
 class EngineView(Protocol):
@@ -100,6 +116,7 @@ class RequestState:
 
     __slots__ = (
         "arrival_time",
+        "block_hashes",
         "max_tokens",
         "num_cached_tokens",
         "num_computed_tokens",
@@ -124,6 +141,7 @@ class RequestState:
         priority: int = 0,
         slo_ttft_ms: float | None = None,
         slo_tpot_ms: float | None = None,
+        block_hashes: Sequence[int] = (),
     ) -> None:
         self.request_id = request_id
         self.tenant = tenant
@@ -137,6 +155,7 @@ class RequestState:
         self.slo_ttft_ms = slo_ttft_ms
         self.slo_tpot_ms = slo_tpot_ms
         self.num_preemptions = 0
+        self.block_hashes = block_hashes
 
     def __repr__(self) -> str:
         return _repr(self)
@@ -184,5 +203,12 @@ class BlockState:
 
 
 def _repr(obj: RequestState | EngineState | BlockState) -> str:
-    fields = ", ".join(f"{name}={getattr(obj, name)!r}" for name in type(obj).__slots__)
+    fields = ", ".join(f"{name}={_short(getattr(obj, name))}" for name in type(obj).__slots__)
     return f"{type(obj).__name__}({fields})"
+
+
+def _short(value: object) -> str:
+    """A field's repr; a long hash list is shown by its length."""
+    if isinstance(value, list | tuple) and len(value) > 4:
+        return f"<{len(value)} hashes>"
+    return repr(value)

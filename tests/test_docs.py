@@ -11,7 +11,17 @@ from pathlib import Path
 import pytest
 from _policies import make_blocks, make_requests
 
-from schedkit import BatchBudget, EngineState, Policy, PolicyFacade, StepReport, hookspecs
+from schedkit import (
+    BatchBudget,
+    BlockView,
+    EngineState,
+    EngineView,
+    Policy,
+    PolicyFacade,
+    RequestView,
+    StepReport,
+    hookspecs,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 HOOKS_MD = ROOT / "docs" / "hooks.md"
@@ -103,6 +113,15 @@ def test_hook_section_has_an_example(hook: str) -> None:
     assert any(section == hook for section, _, _ in examples()), (
         f"'## {hook}' has no example policy"
     )
+
+
+@pytest.mark.parametrize("view", [RequestView, EngineView, BlockView], ids=lambda v: v.__name__)
+def test_every_view_field_is_documented(view: type) -> None:
+    text = HOOKS_MD.read_text().split("### What policies see", 1)[1].split("\n### ", 1)[0]
+    fields = [name for name, value in vars(view).items() if isinstance(value, property)]
+    assert fields
+    missing = [name for name in fields if f"`{name}`" not in text]
+    assert not missing, f"docs/hooks.md, 'What policies see', does not describe {missing}"
 
 
 @pytest.mark.parametrize(

@@ -116,6 +116,8 @@ class SimEngine:
                 req, f"prompt + max_tokens need {need} KV blocks, capacity is {self.cfg.num_blocks}"
             )
             return
+        if self.cfg.enable_prefix_caching:
+            req.block_hashes = req.hash_blocks(self.cfg.block_size)
         decision = self.facade.admit(req, view)
         if not decision.admitted:
             self._reject(req, decision.reason)
@@ -129,6 +131,7 @@ class SimEngine:
         rej[reason] = rej.get(reason, 0) + 1
         if self.facade.has_finish_observer:
             self.facade.request_finished(req, "rejected", self.view)
+        req.block_hashes = ()
 
     # -- one step -------------------------------------------------------------------
 
@@ -278,6 +281,8 @@ class SimEngine:
         req.num_preemptions += 1
         req.record.preemptions += 1
         self.result.preemptions += 1
+        if self.cfg.enable_prefix_caching:  # its output is prompt now, cached in its own run
+            req.block_hashes = req.hash_blocks(self.cfg.block_size)
         self.waiting.appendleft(req)
 
     def _execute(self, scheduled: dict[SimRequest, int], preempted: list[SimRequest]) -> None:
@@ -427,6 +432,7 @@ class SimEngine:
             if self.facade.has_finish_observer:
                 self._sync_counts()
                 self.facade.request_finished(req, "length", self.view)
+            req.block_hashes = ()
 
     def _observe(self, report: StepReport) -> None:
         self._sync_counts()

@@ -138,7 +138,9 @@ class KVCache:
         for key, entry in self.cached_free.items():
             if isinstance(entry, Run):
                 for j in range(entry.count):
-                    own = BlockState(_own_hash(key, j), entry.first_depth + j, entry.last_access)
+                    own = BlockState(
+                        own_block_hash(key, j), entry.first_depth + j, entry.last_access
+                    )
                     own.num_hits = entry.num_hits
                     candidates.append(own)
                     runs[own.block_hash] = entry
@@ -226,6 +228,8 @@ class KVCache:
         assert set(self.meta) == set(self.in_use) | shared_free
 
 
-def _own_hash(run_key: int, j: int) -> int:
-    """A distinct negative hash for the j-th block of a run (for eviction candidates)."""
+def own_block_hash(run_key: int, j: int) -> int:
+    """A distinct negative hash for a request's j-th own block (the j-th block of its run):
+    the ``block_hash`` of its eviction candidate and an entry of the request's
+    ``block_hashes``. Shared blocks' hashes are >= 0."""
     return run_key * (1 << 24) - j

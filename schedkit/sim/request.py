@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 from schedkit.bench.records import RequestRecord
+from schedkit.sim.kvcache import own_block_hash
 from schedkit.views import RequestState
 
 if TYPE_CHECKING:
@@ -42,6 +43,9 @@ class SimRequest(RequestState):
     Its blocks are ``nblocks`` in all: the first ``num_shared`` carry the trace's prefix
     hashes and are listed in ``shared`` (hash when cached, None when private); the rest
     are its own, of which the first ``own_cached`` are in the prefix cache.
+
+    ``block_hashes`` (the view's) is set by the engine from ``hash_blocks`` when the
+    request arrives and when it is preempted, and emptied when it leaves.
     """
 
     __slots__ = (
@@ -128,6 +132,17 @@ class SimRequest(RequestState):
                 for i in range(self.num_shared)
             )
         return self.hashes
+
+    def hash_blocks(self, block_size: int) -> tuple[int, ...]:
+        """Hashes of its full blocks so far, as the prefix cache names them: the shared
+        blocks' (trace hash ids), then its own (``own_block_hash``), which only it can hit
+        again, after a preemption. Output blocks count once generated, as in vLLM."""
+        shared = self.shared_hashes() if self.num_shared else ()
+        num_own = self.num_tokens // block_size - self.num_shared
+        if num_own <= 0:
+            return shared
+        key = self.run_key
+        return shared + tuple(own_block_hash(key, j) for j in range(num_own))
 
     def cached_prefix(self, kv: KVCache) -> tuple[tuple[int, ...], int]:
         """Leading blocks found in the prefix cache: shared hashes, then own blocks.

@@ -15,7 +15,8 @@ point)::
 
 ``check_policy`` generates random, internally consistent engine states with hypothesis and
 calls every hook the policy implements through a strict ``PolicyFacade``, up to
-``max_examples`` states per hook. The policy conforms when, for every state:
+``max_examples`` states per hook. Requests start with one of a few shared prefixes, so
+their ``block_hashes`` name some of the eviction candidates' blocks. The policy conforms when, for every state:
 
 - every decision passes the facade's validation (``order_waiting`` returns a permutation,
   victims are running requests, enough distinct eviction candidates, budgets within the

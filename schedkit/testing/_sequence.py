@@ -7,7 +7,7 @@ import random
 from typing import Any
 
 from schedkit.decisions import BatchBudget, StepReport
-from schedkit.testing._strategies import _TENANTS
+from schedkit.testing._strategies import _PREFIXES, _TENANTS, _request_hashes
 from schedkit.testing._subject import ConformanceError, _normalize, _Subject
 from schedkit.views import BlockState, EngineState, RequestState
 
@@ -46,7 +46,6 @@ class _MiniEngine:
         self.trace: list[tuple[int, str, object]] = []
         self.action = 0
         self.created = 0
-        self.next_hash = 0
 
     def run(self, actions: int) -> list[tuple[int, str, object]]:
         for action in range(actions):
@@ -71,15 +70,20 @@ class _MiniEngine:
     def arrive(self) -> None:
         rng, engine = self.rng, self.engine
         engine.clock += rng.choice((0.0, 0.01, 0.1))  # 0.0: simultaneous arrivals
+        request_id, prompt = f"req-{self.created}", rng.randint(1, 120)
+        # at most 15 blocks with the output: fits the smallest KV
+        num_blocks, prefix = prompt // 16, rng.randrange(_PREFIXES)
+        hashes = _request_hashes(request_id, num_blocks, prefix, rng.randint(0, num_blocks))
         request = RequestState(
-            f"req-{self.created}",
-            rng.randint(1, 120),  # at most 15 blocks with the output: fits the smallest KV
+            request_id,
+            prompt,
             rng.randint(1, 120),
             arrival_time=engine.clock,
             tenant=rng.choice(_TENANTS),
             priority=rng.randint(0, 3),
             slo_ttft_ms=rng.choice((None, 500.0, 2000.0)),
             slo_tpot_ms=rng.choice((None, 50.0)),
+            block_hashes=tuple(hashes),
         )
         self.created += 1
         if self.call("admit_request", request, engine).admitted:
@@ -119,11 +123,7 @@ class _MiniEngine:
             self.held[request.request_id] = blocks
             scheduled.append((request, n, decoding))
             tokens -= n
-            if self.cached and self.rng.random() < 0.3:  # a prefix-cache hit
-                block = self.cached.pop(self.rng.randrange(len(self.cached)))
-                block.num_hits += 1
-                block.last_access = engine.clock
-                self.cached.append(block)
+            self.hit(request)
         for request, n, _ in scheduled:
             request.num_computed_tokens += n
             if request.num_computed_tokens == request.num_prompt_tokens + request.num_output_tokens:
@@ -197,11 +197,24 @@ class _MiniEngine:
         self.engine.kv_blocks_free += freed
         return freed
 
+    def hit(self, request: RequestState) -> None:
+        """Prefix-cache hits: the cached blocks that start the request's prompt."""
+        cached = {block.block_hash: block for block in self.cached}
+        for block_hash in request.block_hashes:
+            block = cached.get(block_hash)
+            if block is None:
+                break
+            block.num_hits += 1
+            block.last_access = self.engine.clock
+            self.cached.remove(block)
+            self.cached.append(block)
+
     def finish(self, request: RequestState, reason: str) -> None:
         freed = self.release(request)
-        for depth in range(min(freed, request.num_prompt_tokens // 16)):
-            self.next_hash += 1
-            self.cached.append(BlockState(self.next_hash, depth, self.engine.clock))
+        cached = {block.block_hash for block in self.cached}
+        for depth, block_hash in enumerate(request.block_hashes[:freed]):
+            if block_hash not in cached:  # one copy per hash, as in a real prefix cache
+                self.cached.append(BlockState(block_hash, depth, self.engine.clock))
         self.call("on_request_finished", request, reason, self.engine)
 
     def abort(self) -> None:

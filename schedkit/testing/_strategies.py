@@ -5,6 +5,7 @@ hypothesis is imported inside the functions, only when a check runs.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,31 @@ if TYPE_CHECKING:
 
 # tenants for random states and for the stateful sequence (_sequence.py)
 _TENANTS = ("default", "tenant-a", "tenant-b", "tenant-c")
+# Prompts start with one of a few shared prefixes (system prompts, templates), so request
+# block hashes and cached blocks' hashes meet; tokens per block of the hashes drawn here.
+_PREFIXES = 4
+_HASH_BLOCK_TOKENS = 16
+_MAX_HASHED_BLOCKS = 64
+
+
+def _prefix_hash(prefix: int, depth: int) -> int:
+    """Hash of block ``depth`` of shared prefix ``prefix``: the same in every request."""
+    return (prefix + 1) << 32 | depth
+
+
+def _private_hash(request_id: str, depth: int) -> int:
+    """Hash of a block only one request has (its prompt diverged from every prefix)."""
+    digest = hashlib.blake2b(f"{request_id}/{depth}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") | 1 << 63  # never a _prefix_hash
+
+
+def _request_hashes(request_id: str, num_blocks: int, prefix: int, shared: int) -> list[int]:
+    """Block hashes of a prompt of ``num_blocks`` full blocks whose first ``shared``
+    blocks are those of shared prefix ``prefix``."""
+    shared = min(shared, num_blocks)
+    return [_prefix_hash(prefix, d) for d in range(shared)] + [
+        _private_hash(request_id, d) for d in range(shared, num_blocks)
+    ]
 
 
 def _check_hook(subject: _Subject, hook: str, max_examples: int) -> None:
@@ -83,6 +109,10 @@ def _draw_request(draw: DrawFn, request_id: str, clock: float, phase: str) -> Re
         slo_ttft_ms=draw(st.none() | st.floats(1.0, 60_000.0)),
         slo_tpot_ms=draw(st.none() | st.floats(1.0, 1_000.0)),
     )
+    num_blocks = min(prompt // _HASH_BLOCK_TOKENS, _MAX_HASHED_BLOCKS)
+    if num_blocks and draw(st.integers(0, 7)):  # an engine that hashes nothing, now and then
+        prefix, shared = draw(st.integers(0, _PREFIXES - 1)), draw(st.integers(0, num_blocks))
+        request.block_hashes = tuple(_request_hashes(request_id, num_blocks, prefix, shared))
     if phase == "new":
         return request
     request.num_preemptions = draw(st.integers(0, 3))
@@ -174,10 +204,17 @@ def _evictions_args(draw: DrawFn) -> tuple[Any, ...]:
     from hypothesis import strategies as st
 
     clock = _draw_clock(draw)
-    hashes = draw(st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=24, unique=True))
+    # blocks of the shared prefixes, which generated requests' block_hashes list, or others
+    shared = st.builds(
+        lambda prefix, depth: (_prefix_hash(prefix, depth), depth),
+        st.integers(0, _PREFIXES - 1),
+        st.integers(0, _MAX_HASHED_BLOCKS - 1),
+    )
+    other = st.tuples(st.integers(0, 2**64 - 1), st.integers(0, 63))
+    keys = st.lists(shared | other, min_size=1, max_size=24, unique_by=lambda key: key[0])
     blocks = []
-    for block_hash in hashes:
-        block = BlockState(block_hash, draw(st.integers(0, 63)), _draw_time(draw, clock))
+    for block_hash, depth in draw(keys):
+        block = BlockState(block_hash, depth, _draw_time(draw, clock))
         block.num_hits = draw(st.integers(0, 50))
         blocks.append(block)
     blocks.sort(key=lambda b: b.last_access)  # least recently used first

@@ -15,7 +15,7 @@ from schedkit.errors import PluginLoadError, PolicyConfigError, PolicyDecisionEr
 from schedkit.facade import PolicyFacade
 from schedkit.plugins import PolicyRegistry
 from schedkit.policy import Policy, PolicyOptions
-from schedkit.views import BlockState, EngineState, RequestState
+from schedkit.views import BlockState, EngineState, RequestState, _short
 
 # hook -> (PolicyFacade method, argument names as in hookspecs)
 _CALLS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -163,7 +163,7 @@ def _format(value: object) -> str:
         return "[" + "".join(f"\n      {_format(item)}," for item in value) + "\n    ]"
     if isinstance(value, RequestState | EngineState | BlockState):
         names = sorted(value.__slots__, key=lambda s: s != "request_id")  # the id first
-        fields = ", ".join(f"{s}={getattr(value, s)!r}" for s in names)
+        fields = ", ".join(f"{s}={_short(getattr(value, s))}" for s in names)
         return f"{type(value).__name__}({fields})"
     if isinstance(value, StepReport):
         fields = ", ".join(

@@ -40,11 +40,14 @@ from _fixtures import (
 from hypothesis import HealthCheck, currently_in_test_context, event, given, settings
 from hypothesis import strategies as st
 
-from schedkit import Policy
+from schedkit import EngineView, Policy, RequestView, hookimpl
 from schedkit.bench.records import RunResult
 from schedkit.hookspecs import HOOK_NAMES
 from schedkit.policies.builtin import PriorityPolicy
 from schedkit.sim.config import SimConfig, StepCost
+from schedkit.sim.engine import SimEngine
+from schedkit.sim.kvcache import own_block_hash
+from schedkit.sim.request import SimRequest
 from schedkit.sim.workloads import TraceRequest, load_workload
 
 PROPERTY = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -452,6 +455,61 @@ def test_no_prefix_hits_without_caching_or_usable_hashes(config: SimConfig) -> N
     result = engine(requests, config).run()
     assert [r.cached_tokens for r in result.records] == [0, 0]
     assert result.prefix_hit_tokens == 0
+
+
+class WaitingHashes(Policy):
+    """Checks, whenever requests wait, that each one's ``block_hashes`` start with the
+    hashes of the cached blocks it would hit now, as eviction candidates name them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.eng: SimEngine | None = None
+        self.checked: list[tuple[str, int, int]] = []  # (request, shared, own blocks hit)
+
+    @hookimpl
+    def order_waiting(self, waiting: Sequence[RequestView], engine: EngineView) -> None:
+        assert self.eng is not None
+        kv = self.eng.kv
+        for request in waiting:
+            assert isinstance(request, SimRequest)
+            hit, own = request.cached_prefix(kv)
+            names = hit + tuple(own_block_hash(request.run_key, j) for j in range(own))
+            assert tuple(request.block_hashes[: len(names)]) == names
+            assert len(request.block_hashes) == request.num_tokens // kv.block_size
+            for block_hash in hit:  # the same hash as the cached block's view
+                assert kv.meta[block_hash].block_hash == block_hash
+            self.checked.append((request.request_id, len(hit), own))
+
+
+def run_checking_hashes(requests: list[TraceRequest], config: SimConfig) -> WaitingHashes:
+    policy = WaitingHashes()
+    eng = engine(requests, config, [("hashes", policy)])
+    policy.eng = eng
+    eng.run()
+    assert all(not r.block_hashes for r in eng.pending)  # emptied when requests leave
+    return policy
+
+
+def test_a_waiting_request_lists_the_hashes_of_the_cached_blocks_it_will_hit() -> None:
+    requests = [
+        req("a", 0.0, 256, 2, hash_ids=(1, 2, 3, 4)),
+        req("b", 1.0, 200, 2, hash_ids=(1, 2, 9)),  # a's first 2 hash ids: 8 blocks
+    ]
+    policy = run_checking_hashes(requests, HASHED)
+    assert ("b", 8, 0) in policy.checked
+
+
+@PROPERTY
+@given(requests=workloads(), config=configs(min_blocks=8, max_blocks=40))
+def test_waiting_requests_block_hashes_name_the_blocks_they_hit(
+    requests: list[TraceRequest], config: SimConfig
+) -> None:
+    config = config.model_copy(update={"enable_prefix_caching": True})
+    policy = run_checking_hashes(requests, config)
+    if any(hit for _, hit, _ in policy.checked):
+        event("a waiting request would hit shared blocks")
+    if any(own for _, _, own in policy.checked):
+        event("a preempted request would hit its own cached blocks")
 
 
 def lru_scenario(first: int, second: int, ask: int) -> list[TraceRequest]:

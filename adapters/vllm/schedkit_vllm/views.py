@@ -9,11 +9,19 @@ against vLLM's internals, and the version check guards their shape.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 # vLLM stamps Request.arrival_time with time.time(); the engine clock uses the same
 # source so that ``engine.clock - request.arrival_time`` is a wait in seconds.
 _now = time.time
+
+
+def hash_int(key: Any) -> int:
+    """vLLM's block hash (a digest in bytes; for a cached block the digest plus its KV
+    group id) as a stable int: its first 8 bytes, big-endian. A request's hashes and its
+    cached blocks' hashes map alike, so policies can match them."""
+    return int.from_bytes(bytes(key)[:8], "big")
 
 
 def _float_or_none(value: object) -> float | None:
@@ -32,7 +40,16 @@ class VllmRequestView:
     (``sampling_params.extra_args``): keys ``tenant``, ``slo_ttft_ms``, ``slo_tpot_ms``.
     """
 
-    __slots__ = ("_epoch", "num_cached_tokens", "request", "slo_tpot_ms", "slo_ttft_ms", "tenant")
+    __slots__ = (
+        "_epoch",
+        "_hashed",
+        "_hashes",
+        "num_cached_tokens",
+        "request",
+        "slo_tpot_ms",
+        "slo_ttft_ms",
+        "tenant",
+    )
 
     def __init__(self, request: Any, epoch: float) -> None:
         self.request = request
@@ -45,6 +62,8 @@ class VllmRequestView:
         self.slo_tpot_ms: float | None = _float_or_none(extra.get("slo_tpot_ms"))
         # Set by the runtime when vLLM admits the request (prefix-cache hit size).
         self.num_cached_tokens: int = 0
+        self._hashes: list[int] = []  # request.block_hashes converted so far
+        self._hashed: object = None  # the last digest converted, to notice a rewrite
 
     @property
     def request_id(self) -> str:
@@ -77,6 +96,22 @@ class VllmRequestView:
     @property
     def num_preemptions(self) -> int:
         return int(self.request.num_preemptions)
+
+    @property
+    def block_hashes(self) -> Sequence[int]:
+        """``request.block_hashes`` (prompt and output blocks, appended by vLLM as they
+        fill) as ints, each digest converted once for the request's life."""
+        raw = self.request.block_hashes
+        done = self._hashes
+        n = len(done)
+        if len(raw) < n or (n and raw[n - 1] is not self._hashed):
+            # vLLM rewrote the list (a streaming session truncates it): start over.
+            done = self._hashes = []
+            n = 0
+        if len(raw) > n:
+            done.extend(hash_int(key) for key in raw[n:])
+            self._hashed = raw[-1]
+        return done
 
     def __repr__(self) -> str:
         return f"VllmRequestView({self.request_id!r}, tenant={self.tenant!r})"
@@ -128,7 +163,7 @@ class VllmBlockView:
         key = block.block_hash
         # vLLM's key is a digest (bytes) plus the KV group id; its first 8 bytes make a
         # stable int for policies that remember blocks between calls.
-        self.block_hash: int = int.from_bytes(bytes(key)[:8], "big") if key is not None else 0
+        self.block_hash: int = hash_int(key) if key is not None else 0
         num_tokens = block.block_hash_num_tokens
         self.depth: int = max(0, -(-int(num_tokens) // hash_block_size) - 1) if num_tokens else 0
         self.last_access = last_access

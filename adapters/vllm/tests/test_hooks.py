@@ -21,6 +21,8 @@ from schedkit import (
 )
 from vllm.v1.engine import FinishReason
 
+from schedkit_vllm.views import VllmBlockView
+
 # -- admission ------------------------------------------------------------------------
 
 
@@ -255,6 +257,55 @@ def test_block_views_carry_depth_hits_and_access_time(
     assert all(last > 0 for _, _, last in first)
 
 
+class SeesHashes(Policy):
+    """Records each arriving request's block hashes and every eviction candidate."""
+
+    def __init__(self, options: PolicyOptions | None = None) -> None:
+        super().__init__(options)
+        self.requests: dict[str, list[int]] = {}
+        self.candidates: dict[int, int] = {}  # block hash -> depth
+
+    @hookimpl
+    def admit_request(self, request: RequestView) -> None:
+        self.requests[request.request_id] = list(request.block_hashes)
+
+    @hookimpl
+    def select_evictions(self, candidates: Sequence[BlockView]) -> None:
+        self.candidates.update((b.block_hash, b.depth) for b in candidates)
+
+
+def test_a_waiting_request_lists_the_hashes_of_the_cached_blocks_it_shares(
+    make_scheduler: Any, register_policy: Any
+) -> None:
+    register_policy("hashes", SeesHashes)
+    scheduler = make_scheduler({"policy": ["hashes"]}, num_blocks=15)
+    # as in _cache_hit_after_pressure: A, B, then `big` evicts (LRU: tail first)
+    for name, prompt in (("A", _prefix(1)), ("B", _prefix(2)), ("big", _prefix(3) + _prefix(4))):
+        scheduler.add_request(make_request(name, [*prompt, 1], max_tokens=1))
+        run_until_idle(scheduler)
+    scheduler.add_request(make_request("A2", [*_prefix(1), 2], max_tokens=1))
+    policy = scheduler.schedkit.facade.policies[0][1]
+    a, a2 = policy.requests["A"], policy.requests["A2"]
+    assert len(a) == len(a2) == 4 and a == a2  # 64 shared tokens: 4 full blocks
+    assert not set(policy.requests["B"]) & set(a)
+    # A's blocks were eviction candidates when `big` came: the same hashes, in depth order
+    assert [policy.candidates.get(h) for h in a] == [0, 1, 2, 3]
+    # A2 waits: its hashes name the cached blocks it will hit (LRU kept A's first one)
+    pool = scheduler.kv_cache_manager.block_pool
+    cached = {
+        VllmBlockView(b, pool.hash_block_size).block_hash
+        for b in pool.free_block_queue.get_all_free_blocks()
+        if b.block_hash is not None
+    }
+    waiting = scheduler.schedkit.view(scheduler.requests["A2"])
+    assert list(waiting.block_hashes) == a2
+    assert [h in cached for h in a2] == [True, False, False, False]
+    output = scheduler.schedule()
+    hit = {new.req_id: new.num_computed_tokens for new in output.scheduled_new_reqs}["A2"]
+    assert hit == 16
+
+
+# -- observation ------------------------------------------------------------------------
 # -- observation ------------------------------------------------------------------------
 
 

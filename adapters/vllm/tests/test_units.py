@@ -11,7 +11,7 @@ from schedkit.errors import PolicyConfigError
 
 from schedkit_vllm.compat import UnsupportedVllmError, check_version, parse_version
 from schedkit_vllm.config import resolve_config
-from schedkit_vllm.views import VllmRequestView
+from schedkit_vllm.views import VllmRequestView, hash_int
 
 
 def test_importing_the_package_does_not_import_vllm() -> None:
@@ -71,3 +71,17 @@ def test_request_view_reads_vllm_xargs() -> None:
     assert (view.num_output_tokens, view.num_preemptions, view.num_cached_tokens) == (0, 0, 0)
     plain = VllmRequestView(make_request("w", 5, slo_ttft_ms="soon"), epoch=0.0)
     assert (plain.tenant, plain.slo_ttft_ms, plain.slo_tpot_ms) == ("default", None, None)
+
+
+def test_request_view_block_hashes_follow_vllms_list() -> None:
+    request = make_request("h", 40, max_tokens=16)  # 2 full 16-token blocks
+    view = VllmRequestView(request, epoch=0.0)
+    first = view.block_hashes
+    assert list(first) == [int.from_bytes(bytes(h)[:8], "big") for h in request.block_hashes]
+    assert len(first) == 2 and first[0] != first[1]
+    request.append_output_token_ids([7] * 8)  # 48 tokens: vLLM hashes a third block
+    assert len(view.block_hashes) == 3 and list(view.block_hashes)[:2] == list(first)[:2]
+    del request.block_hashes[1:]  # vLLM rewrites the list (a streaming session)
+    request.block_hashes.append(bytes(32))
+    assert list(view.block_hashes) == [hash_int(request.block_hashes[0]), 0]
+    assert VllmRequestView(make_request("e", 15), epoch=0.0).block_hashes == []

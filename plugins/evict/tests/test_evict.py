@@ -9,13 +9,30 @@ from collections.abc import Sequence
 
 import pytest
 from pydantic import ValidationError
-from schedkit import BlockState, BlockView, EngineState, PolicyFacade, PolicyRegistry, load_config
+from schedkit import (
+    Admission,
+    BlockState,
+    BlockView,
+    EngineState,
+    Policy,
+    PolicyFacade,
+    PolicyRegistry,
+    RequestState,
+    RequestView,
+    hookimpl,
+    load_config,
+)
 from schedkit.errors import PolicyConfigError
 from schedkit.testing import conformance_test
 
 from schedkit_evict import LeastFrequentlyUsed, PrefixAware, SegmentedLRU
 
 POLICIES = {"lfu": LeastFrequentlyUsed, "slru": SegmentedLRU, "prefix-aware": PrefixAware}
+HOOKS = {
+    "lfu": ["select_evictions"],
+    "slru": ["select_evictions"],
+    "prefix-aware": ["admit_request", "select_evictions", "on_request_finished"],
+}
 ENGINE = EngineState(kv_blocks_total=64, block_size=16)
 
 
@@ -42,7 +59,7 @@ def test_discovered_and_selectable_only_by_config(name: str, cls: type) -> None:
     entry = PolicyRegistry.discover().entry(name)
     assert entry.distribution == "schedkit-evict"
     assert entry.load() is cls
-    assert PolicyFacade.from_config(name).implemented == {"select_evictions"}
+    assert PolicyFacade.from_config(name).implemented == set(HOOKS[name])
     assert name not in load_config(None).policy
 
 
@@ -127,6 +144,59 @@ def test_prefix_aware_hits_then_deepest_then_least_recent() -> None:
     assert hashes(chosen) == [4, 2, 1, 3, 5]
 
 
+def request(request_id: str, *block_hashes: int) -> RequestState:
+    return RequestState(request_id, 16 * len(block_hashes) + 1, 8, block_hashes=block_hashes)
+
+
+def test_prefix_aware_evicts_blocks_a_queued_request_will_reuse_last() -> None:
+    candidates = lru_sorted(
+        [
+            block(1, hits=0, depth=0, last=0.0),  # the queued request's head
+            block(2, hits=0, depth=1, last=0.0),  # and its next block
+            block(3, hits=4, depth=0, last=1.0),  # popular, but no queued request wants it
+            block(4, hits=0, depth=5, last=2.0),
+            block(5, hits=1, depth=2, last=3.0),
+        ]
+    )
+    policy = PrefixAware()
+    policy.admit_request(request("queued", 1, 2, 99), ENGINE)
+    assert hashes(policy.select_evictions(candidates, 3, ENGINE)) == [4, 5, 3]
+    # within the reused group: the same order (hits, deepest, least recent)
+    assert hashes(policy.select_evictions(candidates, 5, ENGINE)) == [4, 5, 3, 2, 1]
+    policy.on_request_finished(request("queued", 1, 2, 99), "stop", ENGINE)
+    assert hashes(policy.select_evictions(candidates, 5, ENGINE)) == [4, 2, 1, 5, 3]
+
+
+def test_prefix_aware_counts_every_request_that_lists_a_block() -> None:
+    candidates = [block(1, depth=0), block(2, depth=1), block(3, depth=0)]
+    policy = PrefixAware()
+    policy.admit_request(request("a", 1, 2), ENGINE)
+    policy.admit_request(request("b", 1), ENGINE)
+    policy.admit_request(request("b", 3), ENGINE)  # an id the engine reused: replaced
+    assert hashes(policy.select_evictions(candidates, 1, ENGINE)) == [2]  # all reused
+    policy.on_request_finished(request("a", 1, 2), "length", ENGINE)
+    assert hashes(policy.select_evictions(candidates, 2, ENGINE)) == [2, 1]  # b keeps 3
+    policy.on_request_finished(request("b", 3), "aborted", ENGINE)
+    policy.on_request_finished(request("never-admitted", 1), "rejected", ENGINE)
+    assert policy.select_evictions(candidates, 1, ENGINE) == [candidates[1]]
+
+
+class AdmitAll(Policy):
+    @hookimpl
+    def admit_request(self, request: RequestView) -> Admission:
+        return Admission.admit()
+
+
+def test_prefix_aware_sees_arrivals_behind_an_admission_policy() -> None:
+    # Another admission policy configured first answers every arrival; prefix-aware's
+    # admit_request (tryfirst, always None) is still called, and changes nothing.
+    prefix_aware = PrefixAware()
+    facade = PolicyFacade([("admit-all", AdmitAll()), ("prefix-aware", prefix_aware)], strict=True)
+    assert facade.admit(request("queued", 7), ENGINE).admitted
+    candidates = [block(7, depth=0), block(8, depth=0)]
+    assert hashes(facade.select_evictions(candidates, 1, ENGINE) or []) == [8]
+
+
 # --- through the facade -------------------------------------------------------------
 
 
@@ -184,7 +254,7 @@ def test_cli_lists_all_three() -> None:
     listed = {e["name"]: e for e in json.loads(result.stdout)}
     for name in POLICIES:
         assert listed[name]["distribution"] == "schedkit-evict"
-        assert listed[name]["hooks"] == ["select_evictions"]
+        assert listed[name]["hooks"] == HOOKS[name]
     assert set(listed["slru"]["options_schema"]["properties"]) == {
         "promote_hits",
         "protected_fraction",

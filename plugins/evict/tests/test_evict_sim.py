@@ -54,3 +54,32 @@ def test_reused_prefix_survives_the_flood(policy: str) -> None:
     assert run.prefix_hit_tokens > replay("fcfs")[0].prefix_hit_tokens
     assert facade.error_count == 0
     assert all(r.finish_reason == "length" for r in run.records)
+
+
+def queued_scenario() -> list[TraceRequest]:
+    """A prefix used once, then three one-off prompts and, queued behind them, a request
+    for the prefix: each one-off needs blocks the cache only has by evicting."""
+    requests = [prompt("first", 0.0, PREFIX)]
+    for i in range(3):
+        requests.append(prompt(f"one-off-{i}", 1.0, tuple(range(100 + 4 * i, 104 + 4 * i))))
+    requests.append(prompt("queued", 1.0, PREFIX))
+    return requests
+
+
+def replay_queued(policy: str) -> RunResult:
+    facade = PolicyFacade.from_config(policy, strict=True)
+    # One request at a time: `queued` waits while the one-offs run and evict.
+    config = SimConfig(num_blocks=12, max_num_seqs=1, hash_block_tokens=16)
+    engine = SimEngine(queued_scenario(), COST, config, facade, check_invariants=True)
+    return engine.run()
+
+
+@pytest.mark.parametrize("policy", ["fcfs", "lfu", "slru"])
+def test_without_the_queue_a_prefix_used_once_is_evicted(policy: str) -> None:
+    assert cached_tokens(replay_queued(policy), "queued") < 64
+
+
+def test_prefix_aware_keeps_the_blocks_a_queued_request_will_hit() -> None:
+    run = replay_queued("prefix-aware")
+    assert cached_tokens(run, "queued") == 64
+    assert all(cached_tokens(run, f"one-off-{i}") == 0 for i in range(3))
