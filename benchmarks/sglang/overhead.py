@@ -36,27 +36,12 @@ sys.path.insert(0, str(REPO / "adapters" / "sglang" / "tests"))
 # The timer plugin: spawned SGLang processes take sys.path from this one.
 sys.path.append(str(HERE / "site"))
 
-from engine_util import environ, prompt  # noqa: E402
+from engine_util import environ, prompt, tiny_model  # noqa: E402
 from schedkit_sglang import cpu  # noqa: E402
 
 STEP_ARMS = {"stock": None, "fcfs": "fcfs", "priority": "priority"}
 ORDER_ARMS = {"lpm": None, "priority": "priority", "shortest-prompt": "shortest-prompt"}
 BUCKETS = ((64, 128), (129, 256), (257, 400))
-
-
-def make_model(path: Path) -> None:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    config = LlamaConfig(
-        hidden_size=64,
-        intermediate_size=128,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        num_hidden_layers=2,
-        vocab_size=2048,
-        max_position_embeddings=2048,
-    )
-    LlamaForCausalLM(config).save_pretrained(path, safe_serialization=True)
 
 
 def run_arm(model: Path, policy: str | None, kind: str, log: Path) -> list[dict[str, Any]]:
@@ -133,7 +118,7 @@ def main() -> None:
     )
     cpu.install()
     work = Path(tempfile.mkdtemp(prefix="schedkit-sglang-overhead-"))
-    make_model(work / "model")
+    tiny_model(work / "model")
     rng = random.Random(1)
     step: dict[str, list[dict[str, float]]] = {arm: [] for arm in STEP_ARMS}
     order: dict[str, list[dict[str, float]]] = {arm: [] for arm in ORDER_ARMS}

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
+from engine_util import tiny_model
 
 from schedkit_sglang import cpu
 
@@ -24,19 +25,5 @@ cpu.install()
 
 @pytest.fixture(scope="session")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny random-weight Llama (2 layers, hidden 64, vocab 2048) with no tokenizer:
-    start SGLang on it with ``--skip-tokenizer-init`` and send ``input_ids``."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    path = tmp_path_factory.mktemp("tiny-llama")
-    config = LlamaConfig(
-        hidden_size=64,
-        intermediate_size=128,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        num_hidden_layers=2,
-        vocab_size=2048,
-        max_position_embeddings=2048,
-    )
-    LlamaForCausalLM(config).save_pretrained(path, safe_serialization=True)
-    return path
+    """A tiny random-weight Llama with no tokenizer (``engine_util.tiny_model``)."""
+    return tiny_model(tmp_path_factory.mktemp("tiny-llama"))

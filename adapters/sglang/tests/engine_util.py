@@ -75,6 +75,24 @@ def engine(
         llm.shutdown()
 
 
+def tiny_model(path: Path) -> Path:
+    """Save a tiny random-weight Llama (2 layers, hidden 64, vocab 2048, no tokenizer) in
+    ``path``: start SGLang on it with ``skip_tokenizer_init`` and send token ids."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        num_hidden_layers=2,
+        vocab_size=2048,
+        max_position_embeddings=2048,
+    )
+    LlamaForCausalLM(config).save_pretrained(path, safe_serialization=True)
+    return path
+
+
 def prompt(i: int, length: int) -> list[int]:
     """A prompt of ``length`` token ids, distinct for each ``i``."""
     return [(i * 131 + j * 7) % 2000 + 1 for j in range(length)]

@@ -26,22 +26,8 @@ N_REQUESTS = 30
 
 
 @pytest.fixture(scope="session")
-def real_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny random-weight Llama (2 layers, hidden 64, vocab 2048)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    path = tmp_path_factory.mktemp("tiny-llama-real")
-    config = LlamaConfig(
-        hidden_size=64,
-        intermediate_size=128,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        num_hidden_layers=2,
-        vocab_size=2048,
-        max_position_embeddings=2048,
-    )
-    LlamaForCausalLM(config).save_pretrained(path, safe_serialization=True)
-    return path
+def real_model_dir(model_dir: Path) -> Path:
+    return model_dir
 
 
 @pytest.fixture(scope="session")

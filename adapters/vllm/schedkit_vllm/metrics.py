@@ -8,19 +8,7 @@ engine-core process, not the API server, so the API server only sees these when
 sets one; vLLM itself does when ``--api-server-count`` > 1) or when the engine core runs
 in-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``).
 
-Every series carries ``policy``: the configured composition (``"slo+vtc"``), except
-``schedkit_policy_errors_total``, whose ``policy`` is the one that failed.
-
-- ``schedkit_policy_decisions_total{policy,hook}``: hook calls answered with a decision
-  (not "no opinion" and not the engine default).
-- ``schedkit_hook_latency_seconds{policy,hook}``: time in each hook call, through the facade.
-- ``schedkit_rejections_total{policy,reason}``: requests rejected at admission.
-- ``schedkit_preemption_victims_total{policy}``: victims the policy placed for vLLM to
-  preempt; ``schedkit_preemption_victims_skipped_total{policy}``: victims named that vLLM
-  had already granted tokens this step.
-- ``schedkit_evictions_total{policy}``: cached KV blocks evicted by the policy's choice.
-- ``schedkit_policy_errors_total{policy,hook}``: hook calls that raised or answered
-  nonsense (the facade then used the next policy or vLLM's default).
+The series and their labels: ``schedkit.prometheus`` (shared by the engine adapters).
 """
 
 from __future__ import annotations

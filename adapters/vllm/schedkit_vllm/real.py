@@ -29,20 +29,15 @@ really computed.
 from __future__ import annotations
 
 import gc
-import json
 import logging
 import os
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from schedkit.bench.records import RequestRecord, RunResult
-from schedkit.errors import SchedkitError
+from schedkit.bench.replay import ModelInfo, fit_traces, model_info
 from schedkit.facade import PolicyFacade
 from schedkit.sim.recorder import Recorder
-from schedkit.sim.workloads import TraceRequest
 
 from schedkit_vllm._replay import extra_args, new_record, prompt_token_ids
 
@@ -56,41 +51,9 @@ log = logging.getLogger("schedkit.vllm")
 NO_PROGRESS_STEPS = 10_000  # consecutive empty steps with nothing left to arrive: stuck
 
 
-@dataclass(frozen=True, slots=True)
-class ModelInfo:
-    """What the replay needs from the model directory's ``config.json``."""
-
-    path: Path
-    vocab_size: int
-    max_positions: int
-
-
-def model_info(model: str) -> ModelInfo:
-    """The local model directory named by ``--model``, or a ``SchedkitError``."""
-    path = Path(model).expanduser()
-    config_file = path / "config.json"
-    if not config_file.is_file():
-        raise SchedkitError(
-            f"--engine vllm needs --model PATH to a local model directory (with config.json);"
-            f" got {model!r}"
-        )
-    try:
-        config = json.loads(config_file.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise SchedkitError(f"cannot read {config_file}: {exc}") from exc
-    text = config.get("text_config", config) if isinstance(config, dict) else {}
-    vocab = int(text.get("vocab_size") or 0)
-    positions = int(text.get("max_position_embeddings") or 0)
-    if vocab <= 8 or positions <= 1:
-        raise SchedkitError(
-            f"{config_file} needs vocab_size and max_position_embeddings for --engine vllm"
-        )
-    return ModelInfo(path.resolve(), vocab, positions)
-
-
 def run_real_arm(bench: Bench, index: int, rate_scale: float) -> RunResult:
     """``schedkit.engines`` entry point ``vllm``: one arm on a real in-process vLLM."""
-    info = model_info(bench.spec.model)
+    info = model_info(bench.spec.model, "vllm")
     engine = RealEngine(bench, index, rate_scale, info)
     try:
         return engine.run()
@@ -105,7 +68,7 @@ class RealEngine:
         self.bench, self.info = bench, info
         cfg = bench.sim_config
         traces = sorted(bench.workload(rate_scale).requests, key=lambda r: r.arrival_s)
-        self.max_model_len, self.traces, clipped = _fit(traces, info.max_positions)
+        self.max_model_len, self.traces, clipped = fit_traces(traces, info.max_positions)
         if clipped:
             log.warning(
                 "--engine vllm: %d of %d requests clipped to the model's %d positions",
@@ -304,24 +267,6 @@ class RealEngine:
             return output
 
         sched.schedule = wrapped
-
-
-def _fit(traces: Sequence[TraceRequest], max_positions: int) -> tuple[int, list[TraceRequest], int]:
-    """``max_model_len`` for the workload and the traces clipped to fit it."""
-    limit = max(2, max_positions)
-    fitted: list[TraceRequest] = []
-    clipped = 0
-    longest = 1
-    for t in traces:
-        prompt, output = max(1, t.prompt_tokens), max(1, t.output_tokens)
-        if prompt + output > limit:
-            output = min(output, limit - 1)
-            prompt = limit - output
-            clipped += 1
-            t = replace(t, prompt_tokens=prompt, output_tokens=output)
-        fitted.append(t)
-        longest = max(longest, prompt + output)
-    return min(limit, longest + 1), fitted, clipped
 
 
 def _block_size(requested: int) -> int:
