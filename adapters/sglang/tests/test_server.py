@@ -57,8 +57,14 @@ def _engine_args(model: Path, port: int) -> list[str]:
     ]
 
 
+POLICY = "priority+test-reject-long"  # the second from tests/site, on PYTHONPATH
+OPTIONS = '{"test-reject-long": {"max_prompt": 64}}'
+
+
 def _env() -> dict[str, str]:
     env = dict(os.environ)
+    site = str(Path(__file__).with_name("site"))
+    env["PYTHONPATH"] = os.pathsep.join([site, env.get("PYTHONPATH", "")])
     for var in ("SCHEDKIT_CONFIG", "SCHEDKIT_POLICY", "SCHEDKIT_OPTIONS"):
         env.pop(var, None)
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)  # schedkit serve makes a fresh one
@@ -101,7 +107,7 @@ def _group_alive(pgid: int) -> bool:
 def server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     port = _free_port()
     log = tmp_path_factory.mktemp("server-log") / "server.log"
-    command = [SCHEDKIT, "serve", "sglang", "--policy", "priority", "--"]
+    command = [SCHEDKIT, "serve", "sglang", "--policy", POLICY, "--options", OPTIONS, "--"]
     with log.open("wb") as out:
         process = subprocess.Popen(
             command + _engine_args(model_dir, port),
@@ -153,6 +159,14 @@ def test_server_generates_under_the_policy(server: Server) -> None:
         assert result["meta_info"]["completion_tokens"] == MAX_NEW_TOKENS, result
 
 
+def test_a_rejected_request_gets_the_reason_over_http(server: Server) -> None:
+    body = {"input_ids": [7] * 100, "sampling_params": {"max_new_tokens": 2}}
+    with pytest.raises(urllib.error.HTTPError) as error:
+        _post(f"{server.base}/generate", body)
+    assert error.value.code == 503  # as SGLang answers a full queue
+    assert "rejected: prompt of 100 tokens > 64" in error.value.read().decode()
+
+
 def test_metrics_endpoint_has_schedkit_metrics(server: Server) -> None:
     _post(
         f"{server.base}/generate",
@@ -165,9 +179,11 @@ def test_metrics_endpoint_has_schedkit_metrics(server: Server) -> None:
     decisions = [
         line
         for line in schedkit
-        if line.startswith("schedkit_policy_decisions_total{") and 'policy="priority"' in line
+        if line.startswith("schedkit_policy_decisions_total{") and f'policy="{POLICY}"' in line
     ]
     assert decisions, "\n".join(schedkit) or text[-2000:]
+    rejections = [line for line in schedkit if line.startswith("schedkit_rejections_total{")]
+    assert any(line.endswith(" 1.0") for line in rejections), rejections
     assert "sglang:" in text  # SGLang's own metrics still served
 
 
