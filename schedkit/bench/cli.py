@@ -36,8 +36,14 @@ def bench(
         int | None, typer.Option(help="Replay only the first N requests.")
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed for synthetic workloads and bootstrap.")] = 0,
-    slo_ttft_ms: Annotated[float | None, typer.Option(help="TTFT SLO in ms.")] = None,
-    slo_tpot_ms: Annotated[float | None, typer.Option(help="TPOT SLO in ms.")] = None,
+    slo_ttft_ms: Annotated[
+        float | None,
+        typer.Option(help="TTFT SLO in ms, for requests without their own (policies see it)."),
+    ] = None,
+    slo_tpot_ms: Annotated[
+        float | None,
+        typer.Option(help="TPOT SLO in ms, for requests without their own (policies see it)."),
+    ] = None,
     goodput: Annotated[
         bool, typer.Option(help="Search the highest rate meeting SLOs for 90% of requests.")
     ] = False,

@@ -30,7 +30,8 @@ class ArmRunner(Protocol):
 
     Called once per arm (and per rate during a goodput search) with the prepared bench:
     ``bench.workload(rate_scale)``, ``bench.configs[index]``, ``bench.cost``,
-    ``bench.sim_config`` and ``bench.spec`` hold everything an engine needs.
+    ``bench.sim_config`` and ``bench.spec`` hold everything an engine needs. The workload's
+    requests already carry the bench's ``--slo-*`` targets where they had none of their own.
     """
 
     def __call__(self, bench: Bench, index: int, rate_scale: float) -> RunResult: ...
@@ -112,7 +113,10 @@ class Bench:
             base = base.truncated(spec.max_requests)
         if not base.requests:
             raise SchedkitError(f"workload {spec.workload!r} has no requests")
-        self.base = base
+        # Policies see the SLOs the report judges them by: the --slo-* targets become the
+        # requests' own wherever the workload gives none (a request's own SLO wins), so every
+        # engine passes them to policies as RequestView.slo_ttft_ms / slo_tpot_ms.
+        self.base = base.with_default_slos(spec.slo_ttft_ms, spec.slo_tpot_ms)
         model_name = register_model_dir(spec.model) or spec.model
         self.cost, model, gpu = make_cost_model(model_name, spec.gpu, spec.tp, spec.profile)
         blocks = spec.kv_blocks or RooflineCostModel(model, gpu, spec.tp).kv_capacity_blocks(

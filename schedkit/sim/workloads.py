@@ -95,6 +95,35 @@ class Workload:
             return self
         return dataclasses.replace(self, requests=self.requests[:max_requests])
 
+    def with_default_slos(self, ttft_ms: float | None, tpot_ms: float | None) -> Workload:
+        """The same requests, each SLO the workload leaves ``None`` set to ``ttft_ms`` /
+        ``tpot_ms``; a request's own SLO is kept (``None`` arguments change nothing)."""
+        for name, value in (("ttft_ms", ttft_ms), ("tpot_ms", tpot_ms)):
+            if value is not None and not (
+                isinstance(value, int | float)
+                and not isinstance(value, bool)
+                and 0 < value < math.inf
+            ):
+                raise SchedkitError(
+                    f"default SLO {name} must be a finite number of milliseconds > 0 or None,"
+                    f" got {value!r}"
+                )
+        if not any(
+            (ttft_ms is not None and r.slo_ttft_ms is None)
+            or (tpot_ms is not None and r.slo_tpot_ms is None)
+            for r in self.requests
+        ):
+            return self
+        requests = tuple(
+            dataclasses.replace(
+                r,
+                slo_ttft_ms=r.slo_ttft_ms if r.slo_ttft_ms is not None else ttft_ms,
+                slo_tpot_ms=r.slo_tpot_ms if r.slo_tpot_ms is not None else tpot_ms,
+            )
+            for r in self.requests
+        )
+        return dataclasses.replace(self, requests=requests)
+
     def summary(self) -> dict[str, object]:
         """Size, span, rate and length percentiles, for reports and ``schedkit`` listings."""
         reqs = self.requests

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import itertools
 import json
@@ -114,6 +115,33 @@ def test_truncation_keeps_the_first_requests() -> None:
     assert w.truncated(10**9) is w
     with pytest.raises(SchedkitError, match="max_requests"):
         w.truncated(0)
+
+
+def test_default_slos_fill_only_what_requests_leave_unset() -> None:
+    w = Workload(
+        "w",
+        (
+            TraceRequest("a", 0.0, 10, 2),
+            TraceRequest("b", 1.0, 10, 2, slo_ttft_ms=250.0),
+            TraceRequest("c", 2.0, 10, 2, slo_tpot_ms=5.0),
+        ),
+    )
+    filled = w.with_default_slos(800.0, 40.0)
+    assert [(r.slo_ttft_ms, r.slo_tpot_ms) for r in filled.requests] == [
+        (800.0, 40.0),
+        (250.0, 40.0),
+        (800.0, 5.0),
+    ]
+    assert [
+        dataclasses.replace(r, slo_ttft_ms=None, slo_tpot_ms=None) for r in filled.requests
+    ] == [dataclasses.replace(r, slo_ttft_ms=None, slo_tpot_ms=None) for r in w.requests]
+    assert filled.with_default_slos(1.0, 1.0) is filled  # nothing left unset
+    assert w.with_default_slos(None, None) is w
+    ttft_only = w.with_default_slos(800.0, None)
+    assert [r.slo_tpot_ms for r in ttft_only.requests] == [None, None, 5.0]
+    for bad in (0, -1.0, math.inf, math.nan, True, "1000"):
+        with pytest.raises(SchedkitError, match="default SLO ttft_ms"):
+            w.with_default_slos(bad, None)  # type: ignore[arg-type]
 
 
 def test_workload_sorts_requests_stably() -> None:
