@@ -127,9 +127,14 @@ def select_evictions(
 
     Called when the engine must reuse ``num_blocks`` cached blocks for new data, i.e.
     when no never-cached free block is left. Only blocks no request references are
-    candidates.
+    candidates, and only the least recently used of them: the engine's *eviction
+    window* bounds the cost of a call when thousands of blocks are evictable (the
+    simulator offers at most ``max(SimConfig.eviction_window, 4 * num_blocks)``, 4,096
+    by default; ``eviction_window=0`` offers all). Blocks outside the window are newer
+    than every candidate.
 
-    :param candidates: every evictable cached block, least recently used first.
+    :param candidates: the evictable cached blocks, least recently used first, at most
+        the engine's eviction window.
     :param num_blocks: how many blocks the engine needs now, at least 1 and at most
         ``len(candidates)``.
     :param engine: the engine's state at that moment.
@@ -138,6 +143,9 @@ def select_evictions(
     the default (least recently used first).
 
     .. versionadded:: 0.1
+    .. versionchanged:: 0.2
+        ``candidates`` is bounded by the engine's eviction window (it held every
+        evictable block).
     """
 
 

@@ -61,6 +61,13 @@ def bench(
     kv_blocks: Annotated[
         int | None, typer.Option(help="Set the KV capacity in blocks directly.")
     ] = None,
+    eviction_window: Annotated[
+        int | None,
+        typer.Option(
+            help="Simulator: at most this many LRU blocks offered to an eviction policy"
+            " (0 = all; default 4096)."
+        ),
+    ] = None,
 ) -> None:
     """A/B benchmark: replay one workload through several policies, side by side."""
     from schedkit.bench.runner import BenchSpec, run_bench
@@ -73,6 +80,7 @@ def bench(
             max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
             gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
             prefix_caching=not no_prefix_caching, kv_blocks=kv_blocks,
+            eviction_window=eviction_window,
         )  # fmt: skip
     except ValidationError as exc:
         fields = "; ".join(

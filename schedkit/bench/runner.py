@@ -16,7 +16,7 @@ from schedkit.bench.report import compare_arms, write_report
 from schedkit.config import load_config
 from schedkit.errors import SchedkitError
 from schedkit.facade import PolicyFacade
-from schedkit.sim.config import SimConfig
+from schedkit.sim.config import DEFAULT_EVICTION_WINDOW, SimConfig
 from schedkit.sim.costmodel import RooflineCostModel, make_cost_model
 from schedkit.sim.engine import SimEngine, no_cyclic_gc
 from schedkit.sim.profiles import register_model_dir
@@ -97,6 +97,7 @@ class BenchSpec(BaseModel):
     block_size: int = Field(default=16, gt=0)
     prefix_caching: bool = True
     kv_blocks: int | None = Field(default=None, gt=0)
+    eviction_window: int | None = Field(default=None, ge=0)
 
 
 Progress = Callable[[str, int, int], None]  # (arm label, requests done, total)
@@ -129,6 +130,9 @@ class Bench:
             max_num_batched_tokens=spec.max_num_batched_tokens,
             enable_prefix_caching=spec.prefix_caching,
             hash_block_tokens=base.hash_block_tokens,
+            eviction_window=(
+                DEFAULT_EVICTION_WINDOW if spec.eviction_window is None else spec.eviction_window
+            ),
         )
         self.configs = [load_config(p) for p in spec.policies]
         self.labels = _arm_labels(spec.policies, [c.label for c in self.configs])

@@ -63,6 +63,7 @@ class SimEngine:
             prefix_caching=config.enable_prefix_caching,
             facade=facade,
             engine=self.view,
+            eviction_window=config.eviction_window,
         )
         self.pending = [
             SimRequest.from_trace(i, r, config.block_size, config.hash_block_tokens)

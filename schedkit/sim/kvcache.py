@@ -11,6 +11,10 @@ Two kinds of cached data, so cost follows requests rather than blocks:
   per request: its first ``count`` own blocks, which only that request can hit again
   (after a preemption). Evicting from a run drops its last blocks first, as vLLM's
   tail-first order does.
+
+An eviction policy is offered only the oldest evictable blocks, the *eviction window*
+(``SimConfig.eviction_window``), and views are built for those alone: building one per
+evictable block on every call made policy eviction many times slower than LRU.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 from schedkit.facade import PolicyFacade
+from schedkit.sim.config import DEFAULT_EVICTION_WINDOW, EVICTION_WINDOW_PER_BLOCK
 from schedkit.views import BlockState, BlockView, EngineState
 
 
@@ -46,6 +51,7 @@ class KVCache:
         prefix_caching: bool,
         facade: PolicyFacade,
         engine: EngineState,
+        eviction_window: int = DEFAULT_EVICTION_WINDOW,
     ) -> None:
         self.num_blocks = num_blocks
         self.block_size = block_size
@@ -58,6 +64,7 @@ class KVCache:
         self.in_use: dict[int, int] = {}  # shared hash -> requests referencing it
         self.meta: dict[int, BlockState] = {}  # every cached shared hash, in use or free
         self.evictions = 0
+        self.eviction_window = eviction_window  # 0: offer every evictable block
         self._facade = facade
         self._engine = engine
 
@@ -132,12 +139,23 @@ class KVCache:
                 self.cached_blocks -= 1
 
     def _evict_by_policy(self, count: int) -> int:
-        """Ask the policy which blocks to evict; returns how many blocks it freed."""
+        """Ask the policy which blocks to evict; returns how many blocks it freed.
+
+        It sees the least recently used evictable blocks, at most
+        ``max(eviction_window, EVICTION_WINDOW_PER_BLOCK * count)`` of them.
+        """
+        window = self.eviction_window
+        limit = max(window, EVICTION_WINDOW_PER_BLOCK * count) if window else self.cached_blocks
         candidates: list[BlockView] = []
         runs: dict[int, Run] = {}
         for key, entry in self.cached_free.items():
+            left = limit - len(candidates)
+            if left <= 0:
+                break
             if isinstance(entry, Run):
-                for j in range(entry.count):
+                # A run the window cuts offers its last blocks: they go first (tail-first
+                # order), and evicting one drops only blocks inside the window.
+                for j in range(max(0, entry.count - left), entry.count):
                     own = BlockState(
                         own_block_hash(key, j), entry.first_depth + j, entry.last_access
                     )

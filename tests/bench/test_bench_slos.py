@@ -133,3 +133,14 @@ def test_goodput_judges_each_request_as_before(trace: str, monkeypatch: pytest.M
         before["slo_attainment"],
         before["slo_met"],
     )
+
+
+def test_the_eviction_window_reaches_the_simulator(trace: str) -> None:
+    from schedkit.sim.config import DEFAULT_EVICTION_WINDOW
+
+    default = Bench(BenchSpec(workload=trace, policies=["fcfs"], kv_blocks=512))
+    assert default.sim_config.eviction_window == DEFAULT_EVICTION_WINDOW
+    unbounded = Bench(
+        BenchSpec(workload=trace, policies=["fcfs"], kv_blocks=512, eviction_window=0)
+    )
+    assert unbounded.sim_config.eviction_window == 0

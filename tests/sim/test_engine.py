@@ -119,6 +119,43 @@ def test_priority_loses_no_request_and_conserves_kv_blocks(
     check_no_request_lost_and_blocks_conserved(requests, config, priority(), cost, stretch)
 
 
+@PROPERTY
+@given(
+    requests=workloads(),
+    config=configs(),
+    window=st.integers(1, 6),
+    stretch=st.booleans(),
+)
+def test_a_small_eviction_window_loses_no_request_and_conserves_kv_blocks(
+    requests: list[TraceRequest], config: SimConfig, window: int, stretch: bool
+) -> None:
+    config = config.model_copy(update={"eviction_window": window})
+    newest_first = EvictNewestFirst()
+    policies: list[tuple[str, Policy]] = [("mru", newest_first)]
+    check_no_request_lost_and_blocks_conserved(requests, config, policies, TEN_MS, stretch)
+    for candidates, needed in newest_first.calls:
+        assert needed <= len(candidates) <= max(window, 4 * needed)
+
+
+@PROPERTY
+@given(requests=workloads(), config=configs(), stretch=st.booleans())
+def test_an_eviction_window_covering_the_cache_changes_nothing(
+    requests: list[TraceRequest], config: SimConfig, stretch: bool
+) -> None:
+    """A window of the whole cache (``num_blocks``) offers every evictable block, as
+    ``eviction_window=0`` does: the same candidates, decisions and records."""
+    runs = []
+    for window in (0, config.num_blocks):
+        newest_first = EvictNewestFirst()
+        windowed = config.model_copy(update={"eviction_window": window})
+        result, _ = run_probed(requests, windowed, [("mru", newest_first)], stretch=stretch)
+        runs.append((result, newest_first.calls))
+    (unbounded, calls), (covering, covering_calls) = runs
+    assert covering_calls == calls
+    assert record_diffs(unbounded.records, covering.records) == []
+    assert counters(unbounded) == counters(covering)
+
+
 def check_no_request_lost_and_blocks_conserved(
     requests: list[TraceRequest],
     config: SimConfig,

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schedkit import BlockView, EngineState, EngineView, Policy, PolicyFacade, hookimpl
-from schedkit.sim.kvcache import KVCache, Run
+from schedkit.sim.kvcache import KVCache, Run, own_block_hash
 
 BS = 16
 
@@ -174,6 +174,35 @@ def test_an_eviction_policy_chooses_the_blocks_and_sees_every_candidate() -> Non
     assert candidates[:2] == [1, 2]
     assert runs(kv) == {-3: 2} and shared_free(kv) == [1, 2]
     kv.check(2)
+
+
+def test_an_eviction_policy_sees_only_the_oldest_blocks_of_the_window() -> None:
+    newest_first = EvictNewestFirst()
+    kv = KVCache(
+        10,
+        BS,
+        prefix_caching=True,
+        facade=PolicyFacade([("mru", newest_first)]),
+        engine=EngineState(10, BS),
+        eviction_window=5,
+    )
+    kv.take(10)
+    for h in (1, 2, 3):
+        kv.cache_block(h, 0, clock=0.0)
+    kv.free([1], 0, run_key=-1, run=0, run_depth=1, clock=1.0)
+    kv.free([2], 0, run_key=-2, run=0, run_depth=1, clock=2.0)
+    kv.free([], 0, run_key=-3, run=4, run_depth=0, clock=3.0)  # cut by the window
+    kv.free([3], 0, run_key=-4, run=0, run_depth=1, clock=4.0)  # outside it
+    kv.take(1)
+    [(candidates, needed)] = newest_first.calls
+    # Blocks 1, 2, then the run's last three (its tail goes first): 5 of 8 evictable.
+    tail = [own_block_hash(-3, j) for j in (1, 2, 3)]
+    assert needed == 1 and candidates == [1, 2, *tail]
+    assert runs(kv) == {-3: 3} and shared_free(kv) == [1, 2, 3]  # the newest candidate went
+    kv.check(4)  # 3 blocks never freed, 1 taken
+    kv.take(2)  # needs 2: the window grows to 4 x 2 = 8, every evictable block
+    assert len(newest_first.calls[1][0]) == 6
+    kv.check(6)
 
 
 def test_evicting_a_runs_first_block_drops_the_whole_run() -> None:

@@ -7,8 +7,12 @@ hook replaces, on one pool instance only, the queue's ``popleft_n`` (so vLLM's o
 allocation path asks the policy whenever it must evict) and wraps ``free_blocks`` and
 ``touch`` to record when each cached block was last freed or hit, which vLLM does not.
 
-Cost: nothing while never-cached blocks last; under eviction one walk of the free queue
-per allocation (every evictable block is a candidate, as the hook promises).
+Cost: nothing while never-cached blocks last; under eviction one walk of the front of the
+free queue per allocation, up to the eviction window: the ``max(eviction_window, 4 * n)``
+least recently freed cached blocks for an allocation of ``n`` blocks are the candidates
+(the simulator's default window; ``eviction_window=0`` walks the whole queue). Never-
+cached blocks met on the way are handed out first; those further back are newer than
+every candidate and wait their turn, as in vLLM's own front-first order.
 """
 
 from __future__ import annotations
@@ -22,12 +26,24 @@ from schedkit import PolicyFacade
 from schedkit_vllm.metrics import SchedkitMetrics
 from schedkit_vllm.views import VllmBlockView, VllmEngineView
 
+# Candidates per eviction, at least, and per block allocated (schedkit.sim's defaults).
+EVICTION_WINDOW = 4096
+EVICTION_WINDOW_PER_BLOCK = 4
+
 
 class EvictionHook:
     """Installed on one ``BlockPool`` when the selected policies implement eviction."""
 
-    def __init__(self, pool: Any, facade: PolicyFacade, engine: VllmEngineView) -> None:
+    def __init__(
+        self,
+        pool: Any,
+        facade: PolicyFacade,
+        engine: VllmEngineView,
+        *,
+        eviction_window: int = EVICTION_WINDOW,
+    ) -> None:
         self.pool = pool
+        self.eviction_window = eviction_window  # 0: every cached block is a candidate
         self.queue = pool.free_block_queue
         self.facade = facade
         self.engine = engine
@@ -91,11 +107,13 @@ class EvictionHook:
 
     def _choose(self, n: int) -> list[Any] | None:
         """The blocks to hand out: never-cached ones first, then the policy's choice."""
+        window = self.eviction_window
+        limit = max(window, EVICTION_WINDOW_PER_BLOCK * n) if window else -1
         uncached: list[Any] = []
         cached: list[Any] = []
         tail = self.queue.fake_free_list_tail
         block = self.queue.fake_free_list_head.next_free_block
-        while block is not tail:
+        while block is not tail and len(cached) != limit:
             (uncached if block.block_hash is None else cached).append(block)
             block = block.next_free_block
         if len(uncached) >= n:

@@ -236,6 +236,28 @@ def test_eviction_policy_chooses_which_cached_blocks_go(
     assert scheduler.schedkit.eviction.num_evicted_by_policy > 0
 
 
+def test_eviction_candidates_are_the_oldest_blocks_of_the_window(
+    make_scheduler: Any, register_policy: Any
+) -> None:
+    register_policy("mru", MostRecentFirst)
+    scheduler = make_scheduler({"policy": ["mru"]}, num_blocks=15)
+    hook = scheduler.schedkit.eviction
+    hook.eviction_window = 0  # every cached block, as before the window
+    _cache_hit_after_pressure(scheduler)
+    pool = scheduler.kv_cache_manager.block_pool
+    queue = pool.free_block_queue.get_all_free_blocks()
+    cached = [b for b in queue if b.block_hash is not None]
+    assert len(cached) == 9
+    assert queue[:4] == cached[:4]  # after `big`, the queue starts with cached blocks
+    policy = scheduler.schedkit.facade.policies[0][1]
+    policy.seen.clear()
+    hook.eviction_window = 2  # max(2, 4 x 1): the 4 oldest cached blocks of 9
+    [block] = pool.get_new_blocks(1)
+    assert policy.seen == [(4, 1)]
+    assert block is cached[3]  # the most recent of the four
+    pool.free_blocks([block])
+
+
 class RecordBlocks(Policy):
     def __init__(self, options: PolicyOptions | None = None) -> None:
         super().__init__(options)
