@@ -54,7 +54,7 @@ class SchedkitRuntime:
     def view(self, req: Any) -> SglangRequestView:
         view: SglangRequestView | None = getattr(req, _VIEW, None)
         if view is None:
-            view = SglangRequestView(req, self.engine.epoch)
+            view = SglangRequestView(req, self.engine.epoch, self.engine.node)
             setattr(req, _VIEW, view)
         return view
 

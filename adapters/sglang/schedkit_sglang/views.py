@@ -9,7 +9,7 @@ against SGLang's internals, and the version check guards their shape.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 # SGLang stamps request times with time.perf_counter() (rebased across its processes).
@@ -42,10 +42,11 @@ class SglangRequestView:
     ``priority`` field (0 when the client gave none).
     """
 
-    __slots__ = ("_arrival", "req", "slo_tpot_ms", "slo_ttft_ms", "tenant")
+    __slots__ = ("_arrival", "_nodes", "req", "slo_tpot_ms", "slo_ttft_ms", "tenant")
 
-    def __init__(self, req: Any, epoch: float) -> None:
+    def __init__(self, req: Any, epoch: float, nodes: Callable[[int], Any] | None = None) -> None:
         self.req = req
+        self._nodes = nodes  # the radix tree's node by id (the unified cache records ids)
         self._arrival = _arrival(req) - epoch
         custom = getattr(req.sampling_params, "custom_params", None)
         extra: Mapping[str, Any] = custom if isinstance(custom, Mapping) else {}
@@ -93,8 +94,12 @@ class SglangRequestView:
         """Ids of the radix-tree nodes (``SglangNodeView.block_hash``) on the request's
         last prefix match, root first: the cached nodes it will reuse. SGLang matches a
         waiting request when it considers it for admission (and in cache-aware
-        ``calc_priority``); empty before the first match."""
+        ``calc_priority``); empty before the first match, and empty on SGLang's default
+        Rust tree core, whose nodes Python cannot walk (``--radix-cache-backend schedkit``
+        selects the Python one, as eviction policies need)."""
         node = getattr(self.req, "last_node", None)
+        if isinstance(node, int):  # the unified cache records node ids
+            node = self._nodes(node) if self._nodes is not None else None
         ids: list[int] = []
         while node is not None and node.parent is not None:
             ids.append(int(node.id))
@@ -126,6 +131,12 @@ class SglangEngineView:
         allocator = scheduler.token_to_kv_pool_allocator
         self.kv_blocks_total: int = int(allocator.size) // self.block_size
         self.step_index = 0
+
+    def node(self, node_id: int) -> Any:
+        """The radix tree's node ``node_id`` now, or None (evicted, or another cache)."""
+        core = getattr(self._scheduler.tree_cache, "tree_core", None)
+        arena = getattr(core, "_node_arena", None)
+        return arena.get(node_id) if arena is not None else None
 
     @property
     def clock(self) -> float:

@@ -169,3 +169,25 @@ def test_a_victim_policy_chooses_whom_priority_preemption_takes(model_dir: Path)
         "a": 0,
         "urgent": 0,
     }
+
+
+def test_request_views_name_the_cached_prefix_nodes_they_reuse(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    log = tmp_path / "steps.jsonl"
+    a, b = prompt(0, 300), prompt(1, 300)
+    params = {"max_new_tokens": 2, "ignore_eos": True}
+    options = {"test-step-log": {"path": str(log)}}
+    with engine(model_dir, "test-step-log", options, radix_cache_backend="schedkit") as llm:
+        first = llm.generate(input_ids=a, sampling_params=params)
+        again = llm.generate(input_ids=a + prompt(2, 20), sampling_params=params)
+        other = llm.generate(input_ids=b, sampling_params=params)
+    seen: dict[str, list[int]] = {}
+    for line in read_lines(log):  # reported after each step, so after its own insert
+        for rid, hashes in line["block_hashes"].items():
+            seen.setdefault(rid, hashes)
+    head = seen[first["meta_info"]["id"]]
+    assert len(head) == 1  # A's prompt, one radix node
+    assert seen[again["meta_info"]["id"]][0] == head[0]  # reuses it, then its own suffix
+    assert head[0] not in seen[other["meta_info"]["id"]]  # shares nothing
+    assert again["meta_info"]["cached_tokens"] >= 256

@@ -82,6 +82,7 @@ class StepLog(Policy):
             "prefill": report.num_prefill_tokens,
             "decode": report.num_decode_tokens,
             "preempted": [r.request_id for r in report.preempted],
+            "block_hashes": {r.request_id: list(r.block_hashes) for r in report.scheduled},
         }
         with open(self.options.path, "a") as out:  # type: ignore[attr-defined]
             out.write(json.dumps(line) + "\n")
