@@ -53,12 +53,7 @@ def run_arm(model: Path, policy: str | None, kind: str, log: Path) -> list[dict[
         "SCHEDKIT_BENCH_TIMER": str(log),
     }
     settings: dict[str, Any] = {
-        "device": "cpu",
-        "attention_backend": "torch_native",
-        "sampling_backend": "pytorch",
-        "disable_cuda_graph": True,
-        "disable_overlap_schedule": True,
-        "dtype": "bfloat16",
+        **cpu.ENGINE_ARGS,
         "skip_tokenizer_init": True,
         "log_level": "error",
         "max_total_tokens": 32768,
@@ -113,9 +108,7 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ["SGLANG_USE_CPU_ENGINE"] = "1"
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        [str(cpu.SITE_DIR), os.environ.get("PYTHONPATH", "")]
-    )
+    os.environ["PYTHONPATH"] = cpu.pythonpath(os.environ.get("PYTHONPATH", ""))
     cpu.install()
     work = Path(tempfile.mkdtemp(prefix="schedkit-sglang-overhead-"))
     tiny_model(work / "model")

@@ -2,8 +2,7 @@
 
 Everything here drives the real engine, cost models, KV cache and facade; the only test
 double is ``ProbedEngine``, a ``SimEngine`` subclass that counts loop iterations, caps
-steps (so a livelock fails instead of hanging the suite) and notes when a run enters a
-code path with a known, reported engine bug (see the xfail tests in ``test_engine.py``).
+steps (so a livelock fails instead of hanging the suite).
 """
 
 from __future__ import annotations

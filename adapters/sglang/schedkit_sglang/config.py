@@ -12,9 +12,10 @@ Neither set: no schedkit config, the plugin registers nothing, and SGLang is sto
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from schedkit import SchedkitConfig, load_config
@@ -34,6 +35,7 @@ __all__ = [
     "TIMING_VAR",
     "config_environ",
     "resolve_config",
+    "scoped_environ",
 ]
 
 
@@ -71,3 +73,23 @@ def resolve_config(environ: Mapping[str, str] | None = None) -> SchedkitConfig |
 def config_environ(config: SchedkitConfig) -> dict[str, str]:
     """Environment variables that select ``config`` in SGLang processes started later."""
     return {CONFIG_VAR: json.dumps(config.model_dump(mode="json"), separators=(",", ":"))}
+
+
+@contextlib.contextmanager
+def scoped_environ(values: Mapping[str, str | None]) -> Iterator[None]:
+    """Set (or, for ``None``, unset) ``values`` in ``os.environ`` for the block, for SGLang
+    processes started inside it; the previous values come back afterwards."""
+    saved = {key: os.environ.get(key) for key in values}
+    try:
+        for key, value in values.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        yield
+    finally:
+        for key, old in saved.items():
+            if old is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = old

@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import os
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -23,6 +24,22 @@ SITE_DIR = Path(__file__).with_name("_cpu_site")
 """A directory whose ``sitecustomize.py`` calls ``install()`` in every new interpreter."""
 
 STUBBED = ("sgl_kernel", "torchvision")
+
+ENGINE_ARGS: dict[str, object] = {
+    "device": "cpu",
+    "attention_backend": "torch_native",
+    "sampling_backend": "pytorch",
+    "disable_cuda_graph": True,
+    "disable_overlap_schedule": True,
+    "dtype": "bfloat16",
+}
+"""``sglang.Engine`` arguments that run SGLang on CPU (``--device cpu ...`` on the CLI)."""
+
+
+def pythonpath(current: str) -> str:
+    """``current`` (a ``PYTHONPATH`` value) with ``SITE_DIR`` first, once."""
+    site = str(SITE_DIR)
+    return os.pathsep.join([site, *(p for p in current.split(os.pathsep) if p and p != site)])
 
 
 def _missing(name: str) -> bool:

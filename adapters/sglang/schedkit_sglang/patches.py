@@ -252,8 +252,7 @@ def _preempt_to_schedule(original: Callable[..., Any], self: Any, req: Any) -> b
             keep.append(i)
     batch.filter_batch(keep_indices=keep)
     self.preempt_list.extend(victims)
-    runtime._victims = chosen_ids
-    runtime.preempted(victims)
+    runtime.preempted(victims, chosen_ids)
     return True
 
 

@@ -65,7 +65,7 @@ from schedkit.facade import PolicyFacade
 from schedkit.sim.recorder import Recorder
 
 from schedkit_sglang import cpu
-from schedkit_sglang.config import TIMING_VAR, config_environ
+from schedkit_sglang.config import TIMING_VAR, config_environ, scoped_environ
 
 if TYPE_CHECKING:
     from schedkit.bench.runner import Bench
@@ -317,14 +317,7 @@ def engine_kwargs(bench: Bench, info: ModelInfo, max_model_len: int) -> dict[str
         kwargs["max_total_tokens"] = spec.kv_blocks * cfg.block_size
     if on_cpu():
         kwargs.setdefault("max_total_tokens", CPU_KV_TOKENS)
-        kwargs.update(
-            device="cpu",
-            attention_backend="torch_native",
-            sampling_backend="pytorch",
-            disable_cuda_graph=True,
-            disable_overlap_schedule=True,
-            dtype="bfloat16",
-        )
+        kwargs.update(cpu.ENGINE_ARGS)
     return kwargs
 
 
@@ -336,19 +329,9 @@ def _start_engine(bench: Bench, index: int, kwargs: dict[str, Any]) -> Any:
     env[TIMING_VAR] = "1"  # the scheduler returns each request's forward-entry time
     if kwargs.get("device") == "cpu":
         cpu.install()
-        paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
         env["SGLANG_USE_CPU_ENGINE"] = "1"
-        if str(cpu.SITE_DIR) not in paths:
-            env["PYTHONPATH"] = os.pathsep.join([str(cpu.SITE_DIR), *paths])
-    saved = {key: os.environ.get(key) for key in env}
-    os.environ.update(env)
-    try:
+        env["PYTHONPATH"] = cpu.pythonpath(os.environ.get("PYTHONPATH", ""))
+    with scoped_environ(env):
         import sglang
 
         return sglang.Engine(**kwargs)
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value

@@ -130,11 +130,13 @@ class SchedkitRuntime:
         named = set(victims)
         return [i for i in default if i not in named] + victims[::-1]
 
-    def preempted(self, reqs: Sequence[Any]) -> None:
-        """``reqs`` were retracted or preempted this step."""
+    def preempted(self, reqs: Sequence[Any], chosen: set[int] | None = None) -> None:
+        """``reqs`` were retracted or preempted this step; ``chosen``: ``id()`` of those
+        the policy named (default: the victims of the last ``retraction_order``)."""
+        victims = self._victims if chosen is None else chosen
         for req in reqs:
             self._preempted.append(self.view(req))
-            if id(req) in self._victims:
+            if id(req) in victims:
                 self.num_victims_placed += 1
                 if self.metrics is not None:
                     self.metrics.victim_placed()
@@ -222,7 +224,3 @@ class SchedkitRuntime:
         if facade.errors and facade.error_count != self._errors_seen:
             self._errors_seen = facade.error_count
             metrics.sync_errors(facade.errors)
-
-    @property
-    def num_rejected(self) -> int:
-        return sum(self.rejections.values())

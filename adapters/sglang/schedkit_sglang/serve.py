@@ -29,15 +29,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
-from types import FrameType
 
 from schedkit import PolicyFacade, SchedkitConfig
 from schedkit.errors import SchedkitError
+from schedkit.serving import run_server
 
 from schedkit_sglang.config import (
     CONFIG_VAR,
@@ -46,7 +44,7 @@ from schedkit_sglang.config import (
     config_environ,
     resolve_config,
 )
-from schedkit_sglang.cpu import SITE_DIR
+from schedkit_sglang.cpu import pythonpath
 
 SERVER_MODULE = "sglang.launch_server"
 RADIX_CACHE_BACKEND = "schedkit"
@@ -131,9 +129,7 @@ def build_environ(
         env["SGLANG_PLUGINS"] = ",".join([*allowed, "schedkit"])
     if _on_cpu(engine_args, env):
         env[CPU_ENGINE_VAR] = "1"
-        paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-        site = str(SITE_DIR)
-        env["PYTHONPATH"] = os.pathsep.join([site, *(p for p in paths if p != site)])
+        env["PYTHONPATH"] = pythonpath(env.get("PYTHONPATH", ""))
     if metrics_dir is not None and METRICS_DIR_VAR not in env:
         env[METRICS_DIR_VAR] = metrics_dir
     return env
@@ -152,17 +148,7 @@ def serve(config: SchedkitConfig, engine_args: list[str]) -> int:
         env = build_environ(config, engine_args, os.environ, metrics_dir=metrics_dir)
         label = "+".join(config.policy)
         print(f"schedkit: {' '.join(command[:3])} ... (policy {label})", file=sys.stderr)
-        process = subprocess.Popen(command, env=env)
-
-        def forward(signum: int, frame: FrameType | None) -> None:
-            process.send_signal(signum)
-
-        previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
-        try:
-            return process.wait()
-        finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
+        return run_server(command, env)
     finally:
         if metrics_dir is not None:
             shutil.rmtree(metrics_dir, ignore_errors=True)

@@ -17,9 +17,7 @@ from schedkit_sglang import cpu
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["SGLANG_USE_CPU_ENGINE"] = "1"
-_paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-if str(cpu.SITE_DIR) not in _paths:
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(cpu.SITE_DIR), *_paths])
+os.environ["PYTHONPATH"] = cpu.pythonpath(os.environ.get("PYTHONPATH", ""))
 cpu.install()
 
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from schedkit_sglang.config import CONFIG_VAR, OPTIONS_VAR, POLICY_VAR
+from schedkit_sglang import cpu
+from schedkit_sglang.config import CONFIG_VAR, OPTIONS_VAR, POLICY_VAR, scoped_environ
 
 SITE = Path(__file__).with_name("site")  # the test policies, importable by entry point
 # Spawned SGLang processes take sys.path from this process (multiprocessing's spawn),
@@ -19,34 +19,8 @@ SITE = Path(__file__).with_name("site")  # the test policies, importable by entr
 if str(SITE) not in sys.path:
     sys.path.append(str(SITE))
 
-CPU_ENGINE = {
-    "device": "cpu",
-    "attention_backend": "torch_native",
-    "sampling_backend": "pytorch",
-    "disable_cuda_graph": True,
-    "disable_overlap_schedule": True,
-    "dtype": "bfloat16",
-    "skip_tokenizer_init": True,
-    "log_level": "warning",
-}
-
-
-@contextlib.contextmanager
-def environ(values: Mapping[str, str | None]) -> Iterator[None]:
-    saved = {key: os.environ.get(key) for key in values}
-    for key, value in values.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+CPU_ENGINE = {**cpu.ENGINE_ARGS, "skip_tokenizer_init": True, "log_level": "warning"}
+environ = scoped_environ
 
 
 @contextlib.contextmanager

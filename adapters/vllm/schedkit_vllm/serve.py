@@ -23,17 +23,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from importlib import metadata
-from types import FrameType
 from typing import Any
 
 from schedkit import SchedkitConfig
 from schedkit.errors import SchedkitError
+from schedkit.serving import run_server
 
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 SYNC_CLASS = "schedkit_vllm.Scheduler"
@@ -157,17 +155,7 @@ def serve(config: SchedkitConfig, engine_args: list[str]) -> int:
         env["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
     print(f"schedkit: {' '.join(command[:3])} ... --scheduler-cls {command[-3]}", file=sys.stderr)
     try:
-        process = subprocess.Popen(command, env=env)
-
-        def forward(signum: int, frame: FrameType | None) -> None:
-            process.send_signal(signum)
-
-        previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
-        try:
-            return process.wait()
-        finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
+        return run_server(command, env)
     finally:
         if metrics_dir is not None:
             shutil.rmtree(metrics_dir, ignore_errors=True)
