@@ -66,6 +66,9 @@ class PolicyFacade:
         self.has_evictions = "select_evictions" in self.implemented
         self.has_step_observer = "on_step_finished" in self.implemented
         self.has_finish_observer = "on_request_finished" in self.implemented
+        self.has_arrival_observer = "on_request_arrived" in self.implemented
+        # Engines call ``admit`` for every arrival when this is set, else never.
+        self.sees_arrivals = self.has_admit or self.has_arrival_observer
 
     @classmethod
     def from_config(
@@ -101,10 +104,15 @@ class PolicyFacade:
         return sum(self.errors.values())
 
     def _collect(self, hook: str) -> list[Impl]:
+        """The hook's implementations in configured policy order. pluggy would move an
+        implementation marked ``tryfirst``/``trylast`` ahead of or behind the others;
+        schedkit's configuration alone decides who is consulted first."""
         caller = getattr(self._pm.hook, hook)
         spec_args = list(caller.spec.argnames)
+        rank = {name: i for i, (name, _) in enumerate(self.policies)}
+        hookimpls = sorted(caller.get_hookimpls(), key=lambda impl: rank[impl.plugin_name])
         impls: list[Impl] = []
-        for impl in reversed(caller.get_hookimpls()):  # pluggy's call order
+        for impl in hookimpls:
             if impl.hookwrapper or impl.wrapper:
                 raise PluginLoadError(
                     f"policy {impl.plugin_name!r}: hook {hook} is marked as a wrapper;"
@@ -151,7 +159,11 @@ class PolicyFacade:
     # -- decisions ------------------------------------------------------------------
 
     def admit(self, request: RequestView, engine: EngineView) -> Admission:
-        """Admission of a new request; admits when no policy has an opinion."""
+        """A new request arrived: tell the arrival observers, then decide its admission
+        (admits when no policy has an opinion). Engines call this once per request they
+        receive, when ``sees_arrivals`` is set."""
+        if self.has_arrival_observer:
+            self._observe("on_request_arrived", (request, engine))
         if not self.has_admit:
             return ADMIT
         result = self._decide("admit_request", (request, engine), _check_admission)
@@ -207,18 +219,17 @@ class PolicyFacade:
     # -- observation ----------------------------------------------------------------
 
     def step_finished(self, report: StepReport, engine: EngineView) -> None:
-        for policy, fn in self._impls["on_step_finished"]:
-            try:
-                fn(report, engine)
-            except Exception as exc:
-                self._fault(policy, "on_step_finished", f"raised {type(exc).__name__}: {exc}")
+        self._observe("on_step_finished", (report, engine))
 
     def request_finished(self, request: RequestView, reason: str, engine: EngineView) -> None:
-        for policy, fn in self._impls["on_request_finished"]:
+        self._observe("on_request_finished", (request, reason, engine))
+
+    def _observe(self, hook: str, args: tuple[Any, ...]) -> None:
+        for policy, fn in self._impls[hook]:
             try:
-                fn(request, reason, engine)
+                fn(*args)
             except Exception as exc:
-                self._fault(policy, "on_request_finished", f"raised {type(exc).__name__}: {exc}")
+                self._fault(policy, hook, f"raised {type(exc).__name__}: {exc}")
 
 
 def _reorder(fn: Callable[..., Any], indices: list[int]) -> Callable[..., Any]:

@@ -2,7 +2,8 @@
 
 A policy implements any subset of these as methods marked with ``schedkit.hookimpl``.
 Engines never call them directly: ``schedkit.facade.PolicyFacade`` does, consulting the
-selected policies in configured order, isolating faults and validating every decision.
+selected policies in configured order (``tryfirst``/``trylast`` marks are ignored:
+the configuration decides), isolating faults and validating every decision.
 A hook that no selected policy implements is never called.
 
 Decision hooks return ``None`` for "no opinion": the next policy is consulted, then the
@@ -24,6 +25,25 @@ hookspec = pluggy.HookspecMarker(PROJECT)
 # -------------------------------------------------------------------------
 # Admission
 # -------------------------------------------------------------------------
+
+
+@hookspec
+def on_request_arrived(request: RequestView, engine: EngineView) -> None:
+    """Observe a request the engine has just received, before admission decides on it.
+
+    All implementations are called; results are ignored.
+
+    Called exactly once per request the engine receives (also for those that
+    ``admit_request`` then rejects), before ``admit_request``, whatever policy answers
+    that. A policy that learns from arrivals (e.g. which prefixes queued requests will
+    reuse) implements this rather than an ``admit_request`` that answers ``None``, which
+    a policy configured before it may pre-empt.
+
+    :param request: the new request; it has computed nothing yet.
+    :param engine: the engine's state at arrival (``num_waiting`` excludes ``request``).
+
+    .. versionadded:: 0.3
+    """
 
 
 @hookspec(firstresult=True)
@@ -193,5 +213,5 @@ DECISION_HOOKS = (
     "select_victims",
     "select_evictions",
 )
-OBSERVATION_HOOKS = ("on_step_finished", "on_request_finished")
+OBSERVATION_HOOKS = ("on_request_arrived", "on_step_finished", "on_request_finished")
 HOOK_NAMES = DECISION_HOOKS + OBSERVATION_HOOKS

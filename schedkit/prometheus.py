@@ -30,6 +30,7 @@ from typing import Any
 __all__ = ["HOOKS", "SchedkitMetrics", "try_create"]
 
 HOOKS = (
+    "on_request_arrived",
     "admit_request",
     "order_waiting",
     "plan_batch",

@@ -67,6 +67,10 @@ def _select_evictions(self: Scripted, candidates: Any, num_blocks: Any, engine: 
     return self.reply("select_evictions", candidates, num_blocks, engine)
 
 
+def _on_request_arrived(self: Scripted, request: Any, engine: Any) -> Any:
+    return self.reply("on_request_arrived", request, engine)
+
+
 def _on_step_finished(self: Scripted, report: Any, engine: Any) -> Any:
     return self.reply("on_step_finished", report, engine)
 
@@ -83,6 +87,7 @@ _IMPLS: dict[str, Callable[..., Any]] = {
         _plan_batch,
         _select_victims,
         _select_evictions,
+        _on_request_arrived,
         _on_step_finished,
         _on_request_finished,
     )

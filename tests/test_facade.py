@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import types
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -60,6 +61,9 @@ def call(facade: PolicyFacade, hook: str, w: World) -> Any:
         return facade.select_victims(w.running, w.running[0], w.engine)
     if hook == "select_evictions":
         return facade.select_evictions(w.blocks, w.num_blocks, w.engine)
+    if hook == "on_request_arrived":
+        facade.admit(w.waiting[0], w.engine)
+        return None
     if hook == "on_step_finished":
         return facade.step_finished(w.report, w.engine)
     return facade.request_finished(w.waiting[0], "stop", w.engine)
@@ -132,6 +136,27 @@ def test_configured_order_not_registration_order_decides(hook: str, world: World
 
     assert result == answered(b, hook)
     assert a.calls == []
+
+
+@pytest.mark.parametrize("hook", DECISION_HOOKS)
+@pytest.mark.parametrize("mark", ["tryfirst", "trylast"])
+def test_hookimpl_marks_cannot_change_the_configured_order(
+    hook: str, mark: str, world: World
+) -> None:
+    # pluggy would call a tryfirst implementation first (trylast last) whatever the
+    # registration order; schedkit's configuration alone decides.
+    first, second = scripted(**{hook: FIRST[hook]}), scripted(**{hook: SECOND[hook]})
+    marked = second if mark == "tryfirst" else first
+    plain = getattr(type(marked), hook)
+    # A copy of the function, so the mark does not leak to other Scripted classes.
+    impl = types.FunctionType(plain.__code__, plain.__globals__, plain.__name__)
+    setattr(type(marked), hook, hookimpl(**{mark: True})(impl))
+
+    facade = PolicyFacade([("a", first), ("b", second)])
+    result = call(facade, hook, world)
+
+    assert result == answered(first, hook)
+    assert second.calls == []
 
 
 @pytest.mark.parametrize("hook", DECISION_HOOKS)
@@ -524,6 +549,10 @@ class SubsetPolicy(Policy):
         return list(candidates[:num_blocks])
 
     @hookimpl
+    def on_request_arrived(self, engine: Any) -> None:
+        self.seen["on_request_arrived"] = (engine,)
+
+    @hookimpl
     def on_step_finished(self, engine: Any, report: Any) -> None:
         self.seen["on_step_finished"] = (engine, report)
 
@@ -547,6 +576,7 @@ def test_impls_taking_a_subset_of_arguments_receive_the_right_ones(world: World)
     facade.request_finished(w.waiting[1], "length", w.engine)
 
     assert policy.seen == {
+        "on_request_arrived": (w.engine,),
         "admit_request": (w.engine,),
         "order_waiting": (),
         "plan_batch": (DEFAULT,),

@@ -173,6 +173,31 @@ def test_hook_select_evictions_too_few_blocks_is_refused(engine: EngineState) ->
 # -- observation ------------------------------------------------------------------------
 
 
+def test_hook_on_request_arrived_sees_every_arrival_before_admission(
+    engine: EngineState,
+) -> None:
+    [request] = make_requests(1)
+    calls: list[str] = []
+    gate = scripted(admit_request=lambda r, e: calls.append("admit") or Admission.reject("full"))
+    watcher = scripted(on_request_arrived=lambda r, e: calls.append("arrived"))
+    # The watcher is configured after the admission policy that answers: it still sees it.
+    facade = PolicyFacade([("gate", gate), ("watcher", watcher)])
+
+    assert facade.sees_arrivals and facade.has_arrival_observer
+    assert not facade.admit(request, engine).admitted
+    assert calls == ["arrived", "admit"]
+    assert watcher.calls_to("on_request_arrived") == [(request, engine)]
+
+
+def test_hook_on_request_arrived_raising_does_not_stop_admission(engine: EngineState) -> None:
+    [request] = make_requests(1)
+    facade = PolicyFacade([("broken", scripted(on_request_arrived=raising(KeyError("x"))))])
+
+    assert not facade.has_admit and facade.sees_arrivals
+    assert facade.admit(request, engine) is ADMIT
+    assert facade.errors == {("broken", "on_request_arrived"): 1}
+
+
 def test_hook_on_step_finished_all_policies_called_even_when_one_raises(
     engine: EngineState,
 ) -> None:

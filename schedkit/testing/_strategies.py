@@ -264,6 +264,7 @@ def _finished_args(draw: DrawFn) -> tuple[Any, ...]:
 
 
 _ARGS: dict[str, Callable[[DrawFn], tuple[Any, ...]]] = {
+    "on_request_arrived": _admit_args,
     "admit_request": _admit_args,
     "order_waiting": _order_args,
     "plan_batch": _plan_args,

@@ -19,6 +19,7 @@ from schedkit.views import BlockState, EngineState, RequestState, _short
 
 # hook -> (PolicyFacade method, argument names as in hookspecs)
 _CALLS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "on_request_arrived": ("admit", ("request", "engine")),
     "admit_request": ("admit", ("request", "engine")),
     "order_waiting": ("order_waiting", ("waiting", "engine")),
     "plan_batch": ("plan_batch", ("engine", "default")),

@@ -291,6 +291,10 @@ class Faulty(Policy):
             raise RuntimeError(f"{hook} failed")
 
     @hookimpl
+    def on_request_arrived(self, request: RequestView, engine: EngineView) -> None:
+        self._call("on_request_arrived")
+
+    @hookimpl
     def admit_request(self, request: RequestView, engine: EngineView) -> None:
         self._call("admit_request")
 

@@ -24,8 +24,8 @@ class PrefixAware(Policy):
     1. Blocks that a request in the engine lists in its ``block_hashes`` are evicted only
        when every other candidate is gone: a queued request will hit them when admitted,
        saving their prefill. The policy remembers each request's hashes from
-       ``admit_request`` (it answers ``None``, marked ``tryfirst`` so that it sees every
-       arrival whatever admission policy is configured) until ``on_request_finished``.
+       ``on_request_arrived`` (which sees every arrival, whatever admission policy is
+       configured before it) until ``on_request_finished``.
        Running requests reference their own blocks, so in practice the protected
        candidates are those of waiting requests.
     2. Fewest prefix-cache hits first: a block no request has come back to is the least
@@ -46,8 +46,8 @@ class PrefixAware(Policy):
         self._hashes: dict[str, tuple[int, ...]] = {}  # request id -> its block hashes
         self._reuse: dict[int, int] = {}  # block hash -> requests listing it
 
-    @hookimpl(tryfirst=True)
-    def admit_request(self, request: RequestView, engine: EngineView) -> None:
+    @hookimpl
+    def on_request_arrived(self, request: RequestView, engine: EngineView) -> None:
         self._forget(request.request_id)  # an id the engine reuses
         hashes = tuple(request.block_hashes)
         if hashes:

@@ -31,7 +31,7 @@ POLICIES = {"lfu": LeastFrequentlyUsed, "slru": SegmentedLRU, "prefix-aware": Pr
 HOOKS = {
     "lfu": ["select_evictions"],
     "slru": ["select_evictions"],
-    "prefix-aware": ["admit_request", "select_evictions", "on_request_finished"],
+    "prefix-aware": ["select_evictions", "on_request_arrived", "on_request_finished"],
 }
 ENGINE = EngineState(kv_blocks_total=64, block_size=16)
 
@@ -159,7 +159,7 @@ def test_prefix_aware_evicts_blocks_a_queued_request_will_reuse_last() -> None:
         ]
     )
     policy = PrefixAware()
-    policy.admit_request(request("queued", 1, 2, 99), ENGINE)
+    policy.on_request_arrived(request("queued", 1, 2, 99), ENGINE)
     assert hashes(policy.select_evictions(candidates, 3, ENGINE)) == [4, 5, 3]
     # within the reused group: the same order (hits, deepest, least recent)
     assert hashes(policy.select_evictions(candidates, 5, ENGINE)) == [4, 5, 3, 2, 1]
@@ -170,9 +170,9 @@ def test_prefix_aware_evicts_blocks_a_queued_request_will_reuse_last() -> None:
 def test_prefix_aware_counts_every_request_that_lists_a_block() -> None:
     candidates = [block(1, depth=0), block(2, depth=1), block(3, depth=0)]
     policy = PrefixAware()
-    policy.admit_request(request("a", 1, 2), ENGINE)
-    policy.admit_request(request("b", 1), ENGINE)
-    policy.admit_request(request("b", 3), ENGINE)  # an id the engine reused: replaced
+    policy.on_request_arrived(request("a", 1, 2), ENGINE)
+    policy.on_request_arrived(request("b", 1), ENGINE)
+    policy.on_request_arrived(request("b", 3), ENGINE)  # an id the engine reused: replaced
     assert hashes(policy.select_evictions(candidates, 1, ENGINE)) == [2]  # all reused
     policy.on_request_finished(request("a", 1, 2), "length", ENGINE)
     assert hashes(policy.select_evictions(candidates, 2, ENGINE)) == [2, 1]  # b keeps 3
@@ -189,7 +189,7 @@ class AdmitAll(Policy):
 
 def test_prefix_aware_sees_arrivals_behind_an_admission_policy() -> None:
     # Another admission policy configured first answers every arrival; prefix-aware's
-    # admit_request (tryfirst, always None) is still called, and changes nothing.
+    # on_request_arrived is still called before it, and changes nothing.
     prefix_aware = PrefixAware()
     facade = PolicyFacade([("admit-all", AdmitAll()), ("prefix-aware", prefix_aware)], strict=True)
     assert facade.admit(request("queued", 7), ENGINE).admitted

@@ -1,0 +1,42 @@
+"""The adapter kit: what every engine adapter needs besides its views and its driver.
+
+An adapter translates one engine's scheduler into schedkit's views and decisions. The
+pieces that do not depend on the engine live here, written once:
+
+- ``AdapterRuntime`` (``runtime``): the per-scheduler glue around the facade: hook
+  timing and metrics through one place, rejection and finish bookkeeping (each request
+  observed finishing exactly once), and step reports through a ``StepLedger``.
+- ``StepLedger`` (``steps``): step reports keyed to the step they describe, so a
+  pipelined scheduler (vLLM's async scheduling, SGLang's overlap loop), whose results
+  arrive one or more steps late, can neither lose nor shift them.
+- ``parse_metadata`` (``metadata``): tenant, priority and SLO targets from the mapping a
+  request carries (vLLM's ``vllm_xargs``, SGLang's ``custom_params``), one meaning
+  everywhere.
+- ``check_engine_version`` (``versions``): the supported-version check with an error that
+  names the installed and supported versions and the install command.
+- ``warn_unsupported`` (``schedkit.capabilities``): the launch warning for hooks an engine
+  honours only in part.
+
+The real-engine replay helpers are ``schedkit.bench.replay``; the serve launcher is
+``schedkit.serving.run_server``. An adapter adds a ``RequestView``/``EngineView`` over its
+engine's objects and a driver (patches or a scheduler subclass) that calls the runtime.
+"""
+
+from __future__ import annotations
+
+from schedkit.adapter.metadata import RequestMetadata, parse_metadata, parse_priority
+from schedkit.adapter.runtime import REJECTED, AdapterRuntime
+from schedkit.adapter.steps import StepLedger
+from schedkit.adapter.versions import UnsupportedEngineError, check_engine_version, parse_version
+
+__all__ = [
+    "REJECTED",
+    "AdapterRuntime",
+    "RequestMetadata",
+    "StepLedger",
+    "UnsupportedEngineError",
+    "check_engine_version",
+    "parse_metadata",
+    "parse_priority",
+    "parse_version",
+]
