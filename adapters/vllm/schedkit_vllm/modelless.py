@@ -2,6 +2,11 @@
 
 The twin engine, the tests and the overhead benchmark drive vLLM's scheduler and KV cache
 manager this way: one attention layer's worth of KV spec, blocks counted, nothing computed.
+
+Nothing here needs a device, so it runs wherever vLLM imports: on the CPU build, on an
+accelerator, and with the official CUDA wheel on a machine without a GPU, where vLLM
+cannot infer a device and the config is built for the CPU (``model_less_device``)
+instead of asking the user for ``VLLM_TARGET_DEVICE=cpu``.
 """
 
 from __future__ import annotations
@@ -12,6 +17,23 @@ from pathlib import Path
 from typing import Any
 
 from schedkit_vllm._replay import stub_model_dir
+
+
+def model_less_device() -> str:
+    """The ``DeviceConfig.device`` of a model-less config: ``"auto"`` (vLLM's default)
+    where vLLM detects a platform, ``"cpu"`` where it detects none.
+
+    An accelerator wheel on a host without its accelerator (e.g. the official CUDA wheel
+    in a CPU-only CI job) resolves to vLLM's ``UnspecifiedPlatform``, whose empty
+    ``device_type`` makes ``DeviceConfig("auto")`` fail with "Failed to infer device
+    type". The scheduler and KV cache manager never touch the device, so any concrete
+    device will do; ``"cpu"`` is the one every host has. The platform stays unspecified:
+    vLLM applies no platform defaults (the CPU platform's forced-off async scheduling
+    among them), which is why ``build_scheduler`` sets ``async_scheduling`` itself.
+    """
+    from vllm.platforms import current_platform
+
+    return "auto" if current_platform.device_type else "cpu"
 
 
 def build_scheduler(
@@ -36,7 +58,8 @@ def build_scheduler(
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
-    from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
+    from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
+    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
     from vllm.v1.structured_output import StructuredOutputManager
 
@@ -58,12 +81,14 @@ def build_scheduler(
         enable_chunked_prefill=True,
         long_prefill_token_threshold=long_prefill_token_threshold,
         policy=policy,
+        async_scheduling=issubclass(cls, AsyncScheduler),
     )
     cache_config = CacheConfig(block_size=block_size, enable_prefix_caching=prefix_caching)
     vllm_config = VllmConfig(
         scheduler_config=scheduler_config,
         model_config=model_config,
         cache_config=cache_config,
+        device_config=DeviceConfig(device=model_less_device()),
         additional_config={"schedkit": dict(schedkit)} if schedkit is not None else {},
     )
     spec = FullAttentionSpec(
