@@ -60,7 +60,8 @@ class AdapterRuntime:
         """The rejection reason for a new request, or None to admit it."""
         started = time.perf_counter()
         decision = self.facade.admit(view, self.engine)
-        self.timed("admit_request", started, decision is not ADMIT)
+        hook = "admit_request" if self.facade.has_admit else "on_request_arrived"
+        self.timed(hook, started, decision is not ADMIT)
         if decision.admitted:
             return None
         reason = str(decision.reason)

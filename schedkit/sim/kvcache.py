@@ -153,9 +153,11 @@ class KVCache:
             if left <= 0:
                 break
             if isinstance(entry, Run):
-                # A run the window cuts offers its last blocks: they go first (tail-first
-                # order), and evicting one drops only blocks inside the window.
-                for j in range(max(0, entry.count - left), entry.count):
+                # A run's blocks were freed tail first, so its last block is the least
+                # recently used (vLLM's free queue order): offered last block first. A run
+                # the window cuts offers its last blocks; evicting one drops only blocks
+                # inside the window.
+                for j in reversed(range(max(0, entry.count - left), entry.count)):
                     own = BlockState(
                         own_block_hash(key, j), entry.first_depth + j, entry.last_access
                     )

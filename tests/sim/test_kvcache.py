@@ -168,11 +168,14 @@ def test_an_eviction_policy_chooses_the_blocks_and_sees_every_candidate() -> Non
     kv.free([1], 0, run_key=-1, run=0, run_depth=1, clock=1.0)
     kv.free([2], 0, run_key=-2, run=0, run_depth=1, clock=2.0)
     kv.free([], 1, run_key=-3, run=3, run_depth=0, clock=3.0)
-    kv.take(2)  # 1 uncached + 1 evicted: the newest is the run's last block
+    kv.take(2)  # 1 uncached + 1 evicted
     [(candidates, needed)] = newest_first.calls
     assert needed == 1 and len(candidates) == 5  # two shared blocks, three of the run
-    assert candidates[:2] == [1, 2]
-    assert runs(kv) == {-3: 2} and shared_free(kv) == [1, 2]
+    # A request's blocks are freed tail first, so the newest is the run's first block;
+    # evicting it drops the run (nothing can reach the rest), freeing 2 blocks more.
+    assert candidates == [1, 2, *(own_block_hash(-3, j) for j in (2, 1, 0))]
+    assert runs(kv) == {} and shared_free(kv) == [1, 2]
+    assert kv.free_uncached == 2
     kv.check(2)
 
 
@@ -195,14 +198,15 @@ def test_an_eviction_policy_sees_only_the_oldest_blocks_of_the_window() -> None:
     kv.free([3], 0, run_key=-4, run=0, run_depth=1, clock=4.0)  # outside it
     kv.take(1)
     [(candidates, needed)] = newest_first.calls
-    # Blocks 1, 2, then the run's last three (its tail goes first): 5 of 8 evictable.
-    tail = [own_block_hash(-3, j) for j in (1, 2, 3)]
+    # Blocks 1, 2, then the run's last three, last block first (LRU order): 5 of 8.
+    tail = [own_block_hash(-3, j) for j in (3, 2, 1)]
     assert needed == 1 and candidates == [1, 2, *tail]
-    assert runs(kv) == {-3: 3} and shared_free(kv) == [1, 2, 3]  # the newest candidate went
+    # The newest candidate, the run's second block, went with the blocks after it.
+    assert runs(kv) == {-3: 1} and shared_free(kv) == [1, 2, 3]
     kv.check(4)  # 3 blocks never freed, 1 taken
-    kv.take(2)  # needs 2: the window grows to 4 x 2 = 8, every evictable block
-    assert len(newest_first.calls[1][0]) == 6
-    kv.check(6)
+    kv.take(4)  # 2 uncached + 2 evicted: the window grows to 4 x 2 = 8, every evictable block
+    assert len(newest_first.calls[1][0]) == 4
+    kv.check(8)
 
 
 def test_evicting_a_runs_first_block_drops_the_whole_run() -> None:

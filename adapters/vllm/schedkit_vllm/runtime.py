@@ -1,56 +1,42 @@
 """The per-scheduler glue between vLLM and the policy facade.
 
-``SchedkitRuntime`` holds the facade, the view caches and the counters, and does the
-work each scheduler override delegates to it. It never decides anything itself: every
+``SchedkitRuntime`` is the core kit's ``AdapterRuntime`` (facade, counters, metrics,
+step ledger) plus what only vLLM needs: the view cache, rejected requests owed a final
+output, the eviction hook and the victim plan. It never decides anything itself: every
 decision comes from ``PolicyFacade``, and every default is vLLM's own behaviour. It is
 built only when a schedkit config is present; without one the scheduler is stock vLLM.
 """
 
 from __future__ import annotations
 
-import logging
 import time
-from collections import Counter
-from dataclasses import dataclass
 from typing import Any, cast
 
-from schedkit import BatchBudget, PolicyFacade, RequestView, StepReport
-from schedkit.decisions import ADMIT
+from schedkit import BatchBudget, PolicyFacade, RequestView
+from schedkit.adapter import REJECTED, AdapterRuntime
+from schedkit.adapter.runtime import report_of
 
 from schedkit_vllm.eviction import EvictionHook
-from schedkit_vllm.metrics import SchedkitMetrics, try_create
 from schedkit_vllm.views import VllmEngineView, VllmRequestView
 
-log = logging.getLogger("schedkit.vllm")
-
-REJECTED = "rejected"
+__all__ = ["REJECTED", "SchedkitRuntime"]
 
 
-@dataclass(slots=True)
-class _PendingStep:
-    started: float
-    report: StepReport | None
-
-
-class SchedkitRuntime:
+class SchedkitRuntime(AdapterRuntime):
     """What the schedkit scheduler subclass keeps in ``scheduler.schedkit``."""
 
-    def __init__(self, scheduler: Any, facade: PolicyFacade) -> None:
+    engine: VllmEngineView
+
+    def __init__(
+        self, scheduler: Any, facade: PolicyFacade, engine: VllmEngineView | None = None
+    ) -> None:
+        super().__init__(facade, engine or VllmEngineView(scheduler), engine_name="vllm")
         self.scheduler = scheduler
-        self.facade = facade
-        self.engine = VllmEngineView(scheduler)
         self.views: dict[str, VllmRequestView] = {}
-        self.rejections: Counter[str] = Counter()  # by reason
-        self.finished: Counter[str] = Counter()  # by schedkit finish reason
-        self.num_victims_placed = 0
-        self.num_victims_skipped = 0  # named by the policy but already scheduled this step
         self._rejected: dict[str, str] = {}  # request id -> reason, until finished
         self._unreported: list[tuple[Any, str]] = []  # rejected requests owed an output
         self._victim_plan: tuple[int, str, list[Any]] | None = None  # (step, needing id, plan)
-        self._pending: _PendingStep | None = None
-        self.metrics: SchedkitMetrics | None = try_create(facade.label, facade.implemented)
-        self._errors_seen = 0
-        self._evicted_seen = 0
+        self._step_started = 0.0
         self.eviction: EvictionHook | None = None
         if facade.has_evictions:
             self.eviction = EvictionHook(scheduler.kv_cache_manager.block_pool, facade, self.engine)
@@ -59,10 +45,6 @@ class SchedkitRuntime:
     @property
     def num_rejected(self) -> int:
         return sum(self.rejections.values())
-
-    @property
-    def policy_errors(self) -> int:
-        return int(self.facade.error_count)
 
     def view(self, request: Any) -> VllmRequestView:
         view = self.views.get(request.request_id)
@@ -73,22 +55,13 @@ class SchedkitRuntime:
 
     # -- admission ------------------------------------------------------------------
 
-    def admission_reason(self, request: Any) -> str | None:
+    def admit(self, request: Any) -> str | None:
         """The rejection reason for a new request, or None to admit it."""
-        metrics = self.metrics
-        started = time.perf_counter()
-        decision = self.facade.admit(self.view(request), self.engine)
-        if metrics is not None:
-            metrics.hook("admit_request", time.perf_counter() - started, decision is not ADMIT)
-        if decision.admitted:
-            return None
-        self.rejections[decision.reason] += 1
-        if metrics is not None:
-            metrics.rejection(str(decision.reason))
-        self._rejected[request.request_id] = decision.reason
-        self._unreported.append((request, decision.reason))
-        log.info("schedkit: rejected request %s: %s", request.request_id, decision.reason)
-        return str(decision.reason)
+        reason = self.admission_reason(self.view(request))
+        if reason is not None:
+            self._rejected[request.request_id] = reason
+            self._unreported.append((request, reason))
+        return reason
 
     def take_rejections(self) -> list[tuple[Any, str]]:
         """Rejected requests whose final output has not been sent yet."""
@@ -101,16 +74,14 @@ class SchedkitRuntime:
         """Reorder the waiting queue; return this step's budget when it differs."""
         scheduler = self.scheduler
         self.engine.step_index += 1
+        self._step_started = time.perf_counter()
         facade = self.facade
-        if facade.has_step_observer:
-            self._pending = _PendingStep(time.perf_counter(), None)
         waiting = scheduler.waiting
         if facade.has_order and waiting and len(scheduler.running) < scheduler.max_num_active_reqs:
             requests = list(waiting)
             started = time.perf_counter()
             order = facade.order_waiting([self.view(r) for r in requests], self.engine)
-            if self.metrics is not None:
-                self.metrics.hook("order_waiting", time.perf_counter() - started, order is not None)
+            self.timed("order_waiting", started, order is not None)
             if order is not None:
                 waiting.replace([cast(VllmRequestView, v).request for v in order])
         if not facade.has_plan:
@@ -122,19 +93,19 @@ class SchedkitRuntime:
         )
         started = time.perf_counter()
         budget = facade.plan_batch(self.engine, default)
-        if self.metrics is not None:
-            self.metrics.hook("plan_batch", time.perf_counter() - started, budget != default)
+        self.timed("plan_batch", started, budget != default)
         return None if budget == default else budget
 
     def after_schedule(self, output: Any) -> None:
-        """Record prefix-cache hits of admitted requests; start the step report."""
+        """Record prefix-cache hits of admitted requests; open the step's report, keyed by
+        the ``SchedulerOutput`` that ``update_from_output`` will receive back (with async
+        scheduling that is one or more steps later)."""
         requests = self.scheduler.requests
         for new in output.scheduled_new_reqs:
             request = requests.get(new.req_id)
             if request is not None:
                 self.view(request).num_cached_tokens = int(new.num_computed_tokens)
-        pending = self._pending
-        if pending is None:
+        if not self.facade.has_step_observer:
             return
         scheduled: list[RequestView] = []
         counts: list[int] = []
@@ -153,109 +124,52 @@ class SchedkitRuntime:
         preempted = [
             self.view(requests[rid]) for rid in output.preempted_req_ids if rid in requests
         ]
-        pending.report = StepReport(
-            num_steps=1,
-            duration_s=0.0,
-            num_prefill_tokens=prefill,
-            num_decode_tokens=decode,
-            scheduled=scheduled,
-            num_scheduled_tokens=counts,
-            preempted=preempted,
-        )
+        report = report_of(scheduled, counts, prefill, decode, preempted)
+        self.open_step(output, report, self._step_started)
 
-    def after_update(self) -> None:
-        metrics = self.metrics
-        if metrics is not None:
-            self._sync_metrics(metrics)
-        pending, self._pending = self._pending, None
-        if pending is None or pending.report is None:
-            return
-        started = time.perf_counter()
-        pending.report.duration_s = started - pending.started
-        self.facade.step_finished(pending.report, self.engine)
-        if metrics is not None:
-            metrics.hook("on_step_finished", time.perf_counter() - started, False)
-
-    def _sync_metrics(self, metrics: SchedkitMetrics) -> None:
-        """Counts kept elsewhere: the facade's errors, the eviction hook's evictions."""
-        facade = self.facade
-        if facade.errors and facade.error_count != self._errors_seen:
-            self._errors_seen = facade.error_count
-            metrics.sync_errors(facade.errors)
+    def after_update(self, scheduler_output: Any) -> None:
+        """The results of the step ``scheduler_output`` describes were processed."""
+        self.sync_metrics()
         eviction = self.eviction
-        if eviction is not None and eviction.num_evicted_by_policy != self._evicted_seen:
-            metrics.evicted(eviction.num_evicted_by_policy - self._evicted_seen)
-            self._evicted_seen = eviction.num_evicted_by_policy
+        if eviction is not None and eviction.num_evicted_by_policy != self.num_evicted_by_policy:
+            self.evicted(eviction.num_evicted_by_policy - self.num_evicted_by_policy)
+        self.close_step(scheduler_output)
 
     # -- preemption -----------------------------------------------------------------
 
-    def place_next_victim(self, needing: Any) -> None:
-        """vLLM (FCFS mode) is about to preempt ``running[-1]`` so that ``needing`` fits:
-        move the policy's next victim there.
+    def next_victim(self, needing: Any) -> Any | None:
+        """The running request to preempt so that ``needing`` fits: the policy's next
+        victim still running, or None for vLLM's default.
 
-        vLLM walks ``running`` front to back, so requests before ``needing`` already
-        hold tokens of this step; only ``needing`` and the requests after it can be
-        preempted without undoing that. Victims the policy names among the earlier ones
-        are skipped (and counted); when the policy's list runs out, vLLM's default
-        (the last request in ``running``) continues.
+        The policy is asked once per (step, needing request); its list is consumed one
+        victim per failed allocation, as the simulator consumes it. A victim may sit
+        anywhere in ``running``: one vLLM already scheduled this step is unscheduled
+        (its tokens go back to the budget), as vLLM does for its own priority victims.
         """
         running: list[Any] = self.scheduler.running
-        step = self.engine.step_index
-        plan_key = (step, needing.request_id)
+        plan_key = (self.engine.step_index, needing.request_id)
         if self._victim_plan is None or self._victim_plan[:2] != plan_key:
             views = [self.view(r) for r in running]
             started = time.perf_counter()
             chosen = self.facade.select_victims(views, self.view(needing), self.engine)
-            metrics = self.metrics
-            if metrics is not None:
-                metrics.hook("select_victims", time.perf_counter() - started, chosen is not None)
-            plan: list[Any] = []
-            if chosen is not None:
-                index = _index(running, needing)
-                later = {id(r) for r in running[index + 1 :]}
-                for victim in chosen:
-                    request = cast(VllmRequestView, victim).request
-                    if request is needing:
-                        plan.append(request)
-                        break  # preempting `needing` ends the search
-                    if id(request) in later:
-                        plan.append(request)
-                    else:
-                        self.num_victims_skipped += 1
-                        if metrics is not None:
-                            metrics.victims_skipped(1)
-            self._victim_plan = (step, needing.request_id, plan)
+            self.timed("select_victims", started, chosen is not None)
+            plan = [cast(VllmRequestView, v).request for v in chosen or ()]
+            self._victim_plan = (plan_key[0], plan_key[1], plan)
         plan = self._victim_plan[2]
+        present = {id(r) for r in running} if plan else set()
         while plan:
             victim = plan.pop(0)
-            position = _index(running, victim)
-            if position < 0:  # finished or preempted meanwhile
-                continue
-            if position != len(running) - 1:
-                # Only `needing` and later requests are moved, and moving `needing`
-                # happens only when vLLM is about to preempt it and leave the loop.
-                del running[position]
-                running.append(victim)
-            self.num_victims_placed += 1
-            if self.metrics is not None:
-                self.metrics.victim_placed()
-            return
+            if id(victim) in present:  # else finished or preempted meanwhile
+                self.victims_placed()
+                return victim
+            self.victims_skipped(1)
+        return None
 
     # -- finishing ------------------------------------------------------------------
 
     def request_freed(self, request: Any, status_reason: str) -> None:
         reason = REJECTED if self._rejected.pop(request.request_id, None) else status_reason
-        self.finished[reason] += 1
-        if self.facade.has_finish_observer:
-            started = time.perf_counter()
-            self.facade.request_finished(self.view(request), reason, self.engine)
-            if self.metrics is not None:
-                self.metrics.hook("on_request_finished", time.perf_counter() - started, False)
-        self.views.pop(request.request_id, None)
-
-
-def _index(running: list[Any], request: Any) -> int:
-    for position, item in enumerate(running):
-        if item is request:
-            return position
-    return -1
+        view = self.views.pop(request.request_id, None)
+        if view is None or view.request is not request:
+            view = VllmRequestView(request, self.engine.epoch)
+        self.request_finished(view, reason)

@@ -8,35 +8,42 @@ scheduler is stock vLLM.
 
 How each hook reaches vLLM (vLLM's own code runs unchanged in every case):
 
-- ``admit_request``: in ``add_request``. A rejected request is added and immediately
-  finished as ``FINISHED_ABORTED``; the next ``update_from_output`` sends the client a
-  final output with ``finish_reason="abort"`` and ``stop_reason="rejected: <reason>"``.
+- ``on_request_arrived`` and ``admit_request``: in ``add_request``. A rejected request
+  is added and immediately finished as ``FINISHED_ABORTED``; the next
+  ``update_from_output`` sends the client a final output with ``finish_reason="abort"``
+  and ``stop_reason="rejected: <reason>"``.
 - ``order_waiting``: ``self.waiting`` becomes an ``OrderedRequestQueue`` (FCFS semantics,
   plus ``replace``) and is reordered before each step. ``kv_holding_waiting`` (requests
   that hold KV blocks, which vLLM always drains first) keeps vLLM's order.
 - ``plan_batch``: ``max_num_scheduled_tokens``, ``max_num_active_reqs`` (admission into
   running) and ``long_prefill_token_threshold`` are set for one ``schedule()`` call and
   restored after it. A tighter ``max_running`` stops admissions; it does not preempt.
-- ``select_victims``: vLLM's FCFS mode preempts ``running[-1]`` when a running request
-  cannot get blocks; the adapter wraps this scheduler's ``allocate_slots`` and, on such a
-  failure, moves the policy's next victim to the end of ``running`` (see
-  ``SchedkitRuntime.place_next_victim``). vLLM's priority mode picks victims by
-  ``max(priority, arrival)`` with no way to steer it, so a victim policy requires
-  ``--scheduling-policy fcfs`` (schedkit's ``priority`` policy reproduces vLLM's).
+- ``select_victims``: when a running request cannot get blocks, vLLM preempts a victim
+  inline in ``schedule()``. The adapter wraps this scheduler's ``allocate_slots``; on such
+  a failure it asks the runtime for the policy's next victim and makes vLLM's own
+  preemption code take it, wherever it sits in ``running``: a victim other than the
+  needing request goes through vLLM's priority-mode branch (which unschedules a victim
+  already scheduled this step and returns its tokens to the budget), with ``running``
+  yielding only that victim to the branch's ``max()``; the needing request itself goes
+  through the FCFS branch (moved to the end and popped), which ends the running loop on
+  every supported vLLM, as the simulator does. When the policy's list runs out, the
+  configured ``--scheduling-policy``'s default victim continues.
 - ``select_evictions``: see ``schedkit_vllm.eviction``.
-- ``on_step_finished`` after ``update_from_output``; ``on_request_finished`` from
+- ``on_step_finished`` after ``update_from_output`` of the step the report describes
+  (keyed by its ``SchedulerOutput``: with async scheduling, one step late, never shifted);
+  ``on_request_finished`` from
   ``_free_request``, the one place vLLM finishes every request.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import vllm
 from schedkit import PolicyFacade
-from schedkit.errors import PolicyConfigError
+from schedkit.capabilities import warn_unsupported
 
 from schedkit_vllm.compat import check_version
 
@@ -61,7 +68,13 @@ else:
 
 log = logging.getLogger("schedkit.vllm")
 
-__all__ = ["AsyncScheduler", "OrderedRequestQueue", "SchedkitSchedulerMixin", "Scheduler"]
+__all__ = [
+    "AsyncScheduler",
+    "OrderedRequestQueue",
+    "SchedkitSchedulerMixin",
+    "Scheduler",
+    "SteeredRunning",
+]
 
 _FINISH_REASONS = {
     RequestStatus.FINISHED_STOPPED: "stop",
@@ -71,6 +84,26 @@ _FINISH_REASONS = {
     RequestStatus.FINISHED_ABORTED: "aborted",
     RequestStatus.FINISHED_ERROR: "aborted",
 }
+
+
+class SteeredRunning(list):  # type: ignore[type-arg]
+    """vLLM's ``running`` list while the adapter steers a preemption: iterating it once
+    yields only ``victim`` (vLLM's priority branch takes ``max(running, ...)``), then it
+    is an ordinary list again. vLLM replaces ``running`` with a plain list when requests
+    finish, so this costs nothing outside steps that preempt."""
+
+    __slots__ = ("victim",)
+
+    def __init__(self, items: Iterable[Any] = ()) -> None:
+        super().__init__(items)
+        self.victim: Any = None
+
+    def __iter__(self) -> Iterator[Any]:
+        victim = self.victim
+        if victim is None:
+            return super().__iter__()
+        self.victim = None
+        return iter((victim,))
 
 
 class OrderedRequestQueue(FCFSRequestQueue):  # type: ignore[misc]
@@ -87,6 +120,8 @@ class SchedkitSchedulerMixin(_Base):  # type: ignore[misc]
     schedkit: SchedkitRuntime | None
     # vLLM's attributes this mixin reassigns (vLLM is typed Any here).
     waiting: Any
+    running: list[Any]
+    policy: Any
     max_num_scheduled_tokens: int
     max_num_active_reqs: int
 
@@ -94,15 +129,16 @@ class SchedkitSchedulerMixin(_Base):  # type: ignore[misc]
         self.schedkit = None
         super().__init__(*args, **kwargs)
         config = resolve_config(self.vllm_config.additional_config)
-        if config is None:
-            return
-        facade = PolicyFacade.from_config(config)
-        if facade.has_victims and self.policy == SchedulingPolicy.PRIORITY:
-            raise PolicyConfigError(
-                f"schedkit policy {facade.label!r} chooses preemption victims, which vLLM's"
-                " --scheduling-policy priority does itself; use --scheduling-policy fcfs"
-                " and add 'priority' to the schedkit policies for vLLM's priority order"
-            )
+        if config is not None:
+            self.install_schedkit(PolicyFacade.from_config(config))
+
+    def install_schedkit(self, facade: PolicyFacade) -> SchedkitRuntime:
+        """Put ``facade``'s policies in charge of this (so far stock) scheduler, before
+        any request arrives. ``__init__`` does this from the config; drivers that build
+        policy objects themselves (the contract suite) call it directly."""
+        if self.schedkit is not None or self.requests:
+            raise RuntimeError("install_schedkit: the scheduler already has policies or requests")
+        warn_unsupported(facade, "vllm")
         runtime = SchedkitRuntime(self, facade)
         if facade.has_order:
             queue = OrderedRequestQueue()
@@ -116,31 +152,53 @@ class SchedkitSchedulerMixin(_Base):  # type: ignore[misc]
             facade.label,
             ", ".join(sorted(facade.implemented)) or "none",
         )
+        return runtime
 
     def _install_victim_hook(self, runtime: SchedkitRuntime) -> None:
         manager = self.kv_cache_manager
         allocate = manager.allocate_slots
         running_status = RequestStatus.RUNNING
+        configured = self.policy
 
         def allocate_slots(request: Any, *args: Any, **kwargs: Any) -> Any:
             blocks = allocate(request, *args, **kwargs)
-            # Only the running-request loop preempts after a failed allocation.
-            if blocks is None and request.status == running_status:
-                runtime.place_next_victim(request)
+            # Only the running-request loop preempts after a failed allocation, and
+            # vLLM's next statements pick the victim (unless a KV connector defers).
+            if blocks is None and request.status == running_status and self.connector is None:
+                self._steer_victim(runtime.next_victim(request), request, configured)
             return blocks
 
         manager.allocate_slots = allocate_slots
+
+    def _steer_victim(self, victim: Any, needing: Any, configured: Any) -> None:
+        """Make vLLM's preemption branch that runs next take ``victim``."""
+        if victim is None:  # the configured policy's default
+            self.policy = configured
+            return
+        running = self.running
+        if victim is needing:
+            # FCFS branch: pops running[-1] and, being the needing request, ends the loop.
+            self.policy = SchedulingPolicy.FCFS
+            if running[-1] is not needing:
+                running.remove(needing)  # only unscheduled requests come after it
+                running.append(needing)
+            return
+        # Priority branch: max(running) is the victim; vLLM unschedules it if needed.
+        if type(running) is not SteeredRunning:
+            running = self.running = SteeredRunning(running)
+        running.victim = victim
+        self.policy = SchedulingPolicy.PRIORITY
 
     def add_request(self, request: Any) -> None:
         runtime = self.schedkit
         if (
             runtime is None
-            or not runtime.facade.has_admit
+            or not runtime.facade.sees_arrivals
             or request.request_id in self.requests  # a streaming session's next chunk
         ):
             super().add_request(request)
             return
-        reason = runtime.admission_reason(request)
+        reason = runtime.admit(request)
         super().add_request(request)
         if reason is not None:
             self.finish_requests(request.request_id, RequestStatus.FINISHED_ABORTED)
@@ -151,7 +209,7 @@ class SchedkitSchedulerMixin(_Base):  # type: ignore[misc]
             return super().schedule(*args, **kwargs)
         budget = runtime.before_step()
         if budget is None:
-            output = super().schedule(*args, **kwargs)
+            output = self._schedule_steered(args, kwargs)
         else:
             config = self.scheduler_config
             saved = (
@@ -163,7 +221,7 @@ class SchedkitSchedulerMixin(_Base):  # type: ignore[misc]
             self.max_num_active_reqs = budget.max_running
             config.long_prefill_token_threshold = budget.prefill_chunk
             try:
-                output = super().schedule(*args, **kwargs)
+                output = self._schedule_steered(args, kwargs)
             finally:
                 (
                     self.max_num_scheduled_tokens,
@@ -172,6 +230,18 @@ class SchedkitSchedulerMixin(_Base):  # type: ignore[misc]
                 ) = saved
         runtime.after_schedule(output)
         return output
+
+    def _schedule_steered(self, args: Any, kwargs: Any) -> Any:
+        if self.schedkit is None or not self.schedkit.facade.has_victims:
+            return super().schedule(*args, **kwargs)
+        configured = self.policy
+        try:
+            return super().schedule(*args, **kwargs)
+        finally:
+            self.policy = configured
+            running = self.running
+            if type(running) is SteeredRunning:
+                running.victim = None
 
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
         outputs = super().update_from_output(scheduler_output, model_runner_output)
@@ -192,7 +262,7 @@ class SchedkitSchedulerMixin(_Base):  # type: ignore[misc]
                 outputs[request.client_index] = EngineCoreOutputs(outputs=[final])
             else:
                 bundle.outputs.append(final)
-        runtime.after_update()
+        runtime.after_update(scheduler_output)
         return outputs
 
     def _free_request(self, request: Any, *args: Any, **kwargs: Any) -> Any:

@@ -88,6 +88,11 @@ class TwinEngine:
             schedkit=schedkit.model_dump(),  # schedkit's `priority` orders when selected
         )
         runtime = self.scheduler.schedkit
+        # Policies see the simulated clock, the one arrival times are on, as in the
+        # simulator (not the wall clock vLLM stamps requests with).
+        self.clock = 0.0
+        if runtime is not None:
+            runtime.engine.use_clock(lambda: self.clock)
         self.facade: PolicyFacade = (
             runtime.facade if runtime is not None else PolicyFacade.from_config(schedkit)
         )
@@ -115,7 +120,7 @@ class TwinEngine:
         while nxt < len(traces) or sched.has_requests():
             unfinished = sched.get_num_unfinished_requests()
             if not unfinished and nxt < len(traces) and clock < traces[nxt].arrival_s:
-                clock = traces[nxt].arrival_s
+                clock = self.clock = traces[nxt].arrival_s
             while nxt < len(traces) and traces[nxt].arrival_s <= clock:
                 self._arrive(nxt, by_id)
                 nxt += 1
@@ -158,7 +163,7 @@ class TwinEngine:
                 self.on_step(steps, clock, dict(counts), sorted(preempted))
             if not counts and not preempted and unfinished:
                 if nxt < len(traces):  # nothing fits until something arrives
-                    clock = max(clock, traces[nxt].arrival_s)
+                    clock = self.clock = max(clock, traces[nxt].arrival_s)
                     sched.update_from_output(output, _empty_output(ModelRunnerOutput))
                     continue
                 raise RuntimeError(
@@ -168,6 +173,7 @@ class TwinEngine:
             used = pool.num_gpu_blocks - 1 - pool.get_num_free_blocks()
             recorder.kv_usage(duration, used / usable)
             clock += duration
+            self.clock = clock
             steps += 1 if counts else 0
             ids = list(counts)
             model_output = ModelRunnerOutput(

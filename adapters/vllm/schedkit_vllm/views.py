@@ -9,8 +9,10 @@ against vLLM's internals, and the version check guards their shape.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
+
+from schedkit.adapter import parse_metadata, parse_priority
 
 # vLLM stamps Request.arrival_time with time.time(); the engine clock uses the same
 # source so that ``engine.clock - request.arrival_time`` is a wait in seconds.
@@ -22,15 +24,6 @@ def hash_int(key: Any) -> int:
     group id) as a stable int: its first 8 bytes, big-endian. A request's hashes and its
     cached blocks' hashes map alike, so policies can match them."""
     return int.from_bytes(bytes(key)[:8], "big")
-
-
-def _float_or_none(value: object) -> float | None:
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        return float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return None
 
 
 class VllmRequestView:
@@ -55,11 +48,10 @@ class VllmRequestView:
         self.request = request
         self._epoch = epoch
         params = getattr(request, "sampling_params", None)
-        extra = getattr(params, "extra_args", None) or {}
-        tenant = extra.get("tenant")
-        self.tenant: str = str(tenant) if tenant not in (None, "") else "default"
-        self.slo_ttft_ms: float | None = _float_or_none(extra.get("slo_ttft_ms"))
-        self.slo_tpot_ms: float | None = _float_or_none(extra.get("slo_tpot_ms"))
+        meta = parse_metadata(getattr(params, "extra_args", None))
+        self.tenant: str = meta.tenant
+        self.slo_ttft_ms: float | None = meta.slo_ttft_ms
+        self.slo_tpot_ms: float | None = meta.slo_tpot_ms
         # Set by the runtime when vLLM admits the request (prefix-cache hit size).
         self.num_cached_tokens: int = 0
         self._hashes: list[int] = []  # request.block_hashes converted so far
@@ -71,7 +63,7 @@ class VllmRequestView:
 
     @property
     def priority(self) -> int:
-        return int(self.request.priority)
+        return parse_priority(self.request.priority)
 
     @property
     def arrival_time(self) -> float:
@@ -118,22 +110,45 @@ class VllmRequestView:
 
 
 class VllmEngineView:
-    """A ``schedkit.EngineView`` over a vLLM scheduler; one object for the engine's life."""
+    """A ``schedkit.EngineView`` over a vLLM scheduler; one object for the engine's life.
 
-    __slots__ = ("_pool", "_scheduler", "block_size", "epoch", "kv_blocks_total", "step_index")
+    ``clock`` is seconds since the view was made, read from ``now`` (default
+    ``time.time``, the source vLLM stamps ``Request.arrival_time`` with) so that
+    ``clock - request.arrival_time`` is a wait in seconds. A driver with its own clock
+    (the twin engine's simulated time, with arrival times on it) passes ``now`` and
+    ``epoch=0.0``.
+    """
 
-    def __init__(self, scheduler: Any) -> None:
+    __slots__ = (
+        "_now",
+        "_pool",
+        "_scheduler",
+        "block_size",
+        "epoch",
+        "kv_blocks_total",
+        "step_index",
+    )
+
+    def __init__(
+        self, scheduler: Any, now: Callable[[], float] = _now, epoch: float | None = None
+    ) -> None:
         self._scheduler = scheduler
         self._pool = scheduler.kv_cache_manager.block_pool
-        self.epoch = _now()
+        self._now = now
+        self.epoch = now() if epoch is None else epoch
         self.block_size: int = int(scheduler.block_size)
         # Block 0 is vLLM's null block and never allocatable.
         self.kv_blocks_total: int = int(self._pool.num_gpu_blocks) - 1
         self.step_index = 0
 
+    def use_clock(self, now: Callable[[], float], epoch: float = 0.0) -> None:
+        """Read the clock from ``now`` from here on (before any request arrives)."""
+        self._now = now
+        self.epoch = epoch
+
     @property
     def clock(self) -> float:
-        return _now() - self.epoch
+        return self._now() - self.epoch
 
     @property
     def kv_blocks_free(self) -> int:

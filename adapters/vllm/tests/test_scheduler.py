@@ -67,9 +67,21 @@ def test_bad_options_fail_construction(make_scheduler: Any) -> None:
         make_scheduler({"policy": ["fcfs"], "options": {"priority": {}}})
 
 
-def test_victim_policy_needs_vllm_fcfs_mode(make_scheduler: Any) -> None:
-    with pytest.raises(PolicyConfigError, match="scheduling-policy fcfs"):
-        make_scheduler({"policy": ["priority"]}, policy="priority")
+def test_victim_policy_runs_in_vllm_priority_mode_too(make_scheduler: Any) -> None:
+    # The adapter steers vLLM's own preemption branch, so --scheduling-policy priority
+    # (vLLM's priority waiting heap) works with a victim policy: the policy's victim is
+    # preempted, and vLLM's policy is restored after every step.
+    from vllm.v1.core.sched.request_queue import SchedulingPolicy
+
+    scheduler = make_scheduler({"policy": ["priority"]}, policy="priority", num_blocks=17)
+    for i, prio in enumerate([0, 5, 0, 0]):
+        scheduler.add_request(
+            make_request(f"r{i}", 64, max_tokens=40, priority=prio, arrival_time=1000.0 + i)
+        )
+    run = run_until_idle(scheduler)
+    assert next(p for p in run.preempted if p) == ["r1"]
+    assert scheduler.policy == SchedulingPolicy.PRIORITY
+    assert len(run.finished) == 4
 
 
 def test_config_file_from_environment(

@@ -1,0 +1,138 @@
+"""The contract suite's vLLM driver: a scenario through vLLM's real scheduler, model-less.
+
+``run_vllm`` drives ``schedkit_vllm.Scheduler`` or ``AsyncScheduler`` the way vLLM's
+``EngineCore`` does: with ``batch_queue=1`` as ``EngineCore.step`` (schedule, execute,
+update), with ``batch_queue=2`` as ``EngineCore.step_with_batch_queue`` under async
+scheduling, where ``schedule()`` for step N+1 runs before ``update_from_output`` of step
+N. The fabricated model output samples one token for every scheduled request that vLLM
+did not mark a prefill chunk when it scheduled it (what a worker returns), and aborts
+listed in ``aborts`` (step index -> request ids) land just before the update that
+follows that step, as ``_process_aborts_queue`` runs them. ``policies=None`` drives the
+class as built (vLLM's own classes: stock vLLM, for equivalence checks). Every step
+lasts ``scenario.step_s`` on the engine clock the policies see, as on the simulator.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from schedkit.policy import Policy
+from schedkit.testing.contract import Outcome, Scenario, facade_of
+
+from schedkit_vllm._replay import new_record
+from schedkit_vllm.modelless import build_scheduler
+
+__all__ = ["run_vllm"]
+
+_EPS = 1e-9
+
+
+def run_vllm(
+    scenario: Scenario,
+    policies: Sequence[tuple[str, Policy]] | None,
+    *,
+    cls: type | None = None,
+    batch_queue: int = 1,
+    aborts: Mapping[int, Sequence[str]] | None = None,
+    max_steps: int = 20_000,
+) -> Outcome:
+    from vllm.v1.outputs import ModelRunnerOutput
+    from vllm.v1.request import RequestStatus
+
+    from schedkit_vllm.twin import _make_request
+
+    cfg = scenario.config
+    name = "vllm" if batch_queue == 1 else f"vllm-batch-queue-{batch_queue}"
+    if cls is not None:
+        name += f"[{cls.__name__}]"
+    outcome = Outcome(name, batches_comparable=batch_queue == 1)
+    longest = max(r.prompt_tokens + r.output_tokens for r in scenario.requests)
+    scheduler = build_scheduler(
+        num_blocks=cfg.num_blocks + 1,  # vLLM keeps one block as its null block
+        block_size=cfg.block_size,
+        max_num_seqs=cfg.max_num_seqs,
+        max_num_batched_tokens=cfg.max_num_batched_tokens,
+        max_model_len=max(cfg.block_size, longest + 1),
+        long_prefill_token_threshold=cfg.long_prefill_token_threshold,
+        prefix_caching=cfg.enable_prefix_caching,
+        cls=cls,
+    )
+    clock = [0.0]
+    runtime = None  # policies=None: the scheduler as built (stock vLLM for vLLM's classes)
+    if policies is not None:
+        runtime = scheduler.install_schedkit(facade_of(policies, outcome.recorder))
+        runtime.engine.use_clock(lambda: clock[0])
+    pool = scheduler.kv_cache_manager.block_pool
+    free_at_start = pool.get_num_free_blocks()
+    traces = sorted(scenario.requests, key=lambda r: r.arrival_s)
+    pending = deque((i, t) for i, t in enumerate(traces))
+    aborts = aborts or {}
+    queue: deque[tuple[int, Any, Any]] = deque()  # (step, SchedulerOutput, model output)
+    steps = 0
+
+    def arrive() -> None:
+        while pending and pending[0][1].arrival_s <= clock[0] + _EPS:
+            index, trace = pending.popleft()
+            request = _make_request(trace, index, new_record(trace), cfg)
+            scheduler.add_request(request)
+
+    def update(step: int, output: Any, model_output: Any) -> None:
+        if step in aborts:  # a client abort gets no engine output: it ends here
+            live = [rid for rid in aborts[step] if rid in scheduler.requests]
+            scheduler.finish_requests(live, RequestStatus.FINISHED_ABORTED)
+            outcome.finished.update(dict.fromkeys(live, "aborted"))
+        engine_outputs = scheduler.update_from_output(output, model_output)
+        for bundle in engine_outputs.values():
+            for out in bundle.outputs:
+                rid = out.request_id
+                outcome.output_tokens[rid] = outcome.output_tokens.get(rid, 0) + len(
+                    out.new_token_ids
+                )
+                if out.finish_reason is None:
+                    continue
+                stop = out.stop_reason
+                if isinstance(stop, str) and stop.startswith("rejected: "):
+                    outcome.finished[rid] = "rejected"
+                    outcome.rejected[rid] = stop.removeprefix("rejected: ")
+                else:
+                    reason = str(out.finish_reason)
+                    outcome.finished[rid] = "aborted" if reason == "abort" else reason
+
+    for _ in range(max_steps):
+        arrive()
+        if not pending and not scheduler.has_requests() and not queue:
+            break
+        if not scheduler.has_requests() and not queue:
+            clock[0] = pending[0][1].arrival_s  # idle until the next arrival
+            continue
+        if len(queue) < batch_queue and scheduler.has_requests():
+            output = scheduler.schedule()
+            scheduled = dict(output.num_scheduled_tokens)
+            if scheduled or output.preempted_req_ids:
+                outcome.steps.append(scheduled)
+                outcome.preempted.append(sorted(output.preempted_req_ids))
+            for new in output.scheduled_new_reqs:
+                if new.req_id not in outcome.admitted:
+                    outcome.admitted.append(new.req_id)
+            ids = list(scheduled)
+            sampled = [[] if scheduler.requests[rid].is_prefill_chunk else [7] for rid in ids]
+            model_output = ModelRunnerOutput(
+                req_ids=ids,
+                req_id_to_index={rid: i for i, rid in enumerate(ids)},
+                sampled_token_ids=sampled,
+            )
+            queue.appendleft((steps, output, model_output))
+            steps += 1
+            if scheduled:
+                clock[0] += scenario.step_s
+            if len(queue) < batch_queue and (scheduled or scheduler.has_requests()):
+                continue  # fill the batch queue before waiting on a result
+        step, output, model_output = queue.pop()
+        update(step, output, model_output)
+    else:
+        raise AssertionError(f"{name}: {scenario.name} still busy after {max_steps} steps")
+    outcome.blocks_leaked = free_at_start - pool.get_num_free_blocks()
+    outcome.policy_errors = runtime.policy_errors if runtime is not None else 0
+    return outcome

@@ -1,0 +1,392 @@
+"""The cross-engine contract suite: the same scripted scenarios through every engine.
+
+A *scenario* is a short request stream (``TraceRequest``s, arrival times in seconds), an
+engine config (``SimConfig``) and a step time: every step lasts ``step_s`` seconds on
+every engine, so arrival times mean the same step everywhere. A *driver* replays a
+scenario through one engine with a set of policies and returns an ``Outcome``: what the
+engine did (the batches it scheduled, whom it preempted, how each request ended) and
+what the policies were told (every arrival, step report and finish, recorded by a
+``ContractRecorder`` appended after the policies under test).
+
+``check_outcome`` asserts what must hold on any engine: every request ends exactly once
+with its full output (or its rejection), each scheduled token is reported to the
+policies exactly once, arrivals and finishes are observed once per request, and no KV
+block leaks. ``compare_outcomes`` asserts that two engines made the same decisions:
+identical batches at every step where both engines schedule alike (the simulator and
+vLLM's synchronous scheduler), else the same admissions, victims and per-request
+outcomes. Adapter authors write a driver (``Driver``) and run ``SCENARIOS`` through it;
+the simulator's driver is ``run_sim``.
+
+    from schedkit.testing.contract import SCENARIOS, check_outcome, compare_outcomes, run_sim
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from schedkit import hookimpl
+from schedkit.decisions import Admission, BatchBudget, StepReport
+from schedkit.facade import PolicyFacade
+from schedkit.policy import Policy, PolicyOptions
+from schedkit.sim.config import SimConfig
+from schedkit.sim.workloads import TraceRequest
+from schedkit.views import BlockView, RequestView
+
+__all__ = [
+    "SCENARIOS",
+    "ContractRecorder",
+    "Driver",
+    "Flaky",
+    "Outcome",
+    "Scenario",
+    "check_outcome",
+    "compare_outcomes",
+    "run_sim",
+]
+
+# -------------------------------------------------------------------------
+# Scenarios
+# -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A scripted request stream on a small engine."""
+
+    name: str
+    requests: tuple[TraceRequest, ...]
+    config: SimConfig
+    step_s: float = 0.01  # every step lasts this long on every engine
+    what: str = ""
+
+
+class FixedStep:
+    """A cost model whose every step takes ``seconds``: steps line up across engines."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def step_time(self, prefill: int, decode: int, kv_tokens: int, attn: int = 0) -> float:
+        return self.seconds
+
+    def decode_run_time(self, n: int, kv0: int, k: int) -> float:
+        return self.seconds * k
+
+    def decode_steps_before(self, n: int, kv0: int, budget_s: float, k_max: int) -> int:
+        return max(0, min(k_max, int(budget_s / self.seconds)))
+
+
+def _req(
+    rid: str,
+    prompt: int,
+    output: int,
+    at: float = 0.0,
+    **fields: Any,
+) -> TraceRequest:
+    return TraceRequest(rid, at, prompt, output, **fields)
+
+
+def _scenarios() -> tuple[Scenario, ...]:
+    tenants = ("a", "b")
+    return (
+        Scenario(
+            "arrival-order",
+            tuple(
+                _req(f"o{i}", p, 4, at=0.0, priority=prio, tenant=tenants[i % 2])
+                for i, (p, prio) in enumerate(
+                    [(200, 2), (40, 1), (120, 0), (16, 3), (90, 0), (300, 1), (60, 2)]
+                )
+            ),
+            SimConfig(num_blocks=400, max_num_seqs=2, max_num_batched_tokens=512),
+            what="seven requests at once, two may run: the order decides who waits",
+        ),
+        Scenario(
+            "staggered",
+            tuple(
+                _req(f"s{i}", 32 + 48 * (i % 3), 6, at=0.01 * (i // 2), tenant=tenants[i % 2])
+                for i in range(8)
+            ),
+            SimConfig(num_blocks=400, max_num_seqs=3, max_num_batched_tokens=128),
+            what="arrivals over four steps while others decode",
+        ),
+        Scenario(
+            "kv-pressure",
+            tuple(
+                _req(f"k{i}", 64, 40, at=0.0, priority=5 if i == 0 else 0) for i in range(4)
+            ),
+            SimConfig(num_blocks=16, max_num_seqs=16, max_num_batched_tokens=512),
+            what="four 64-token prompts fill the 16 blocks; decoding forces preemption",
+        ),
+        Scenario(
+            "chunked-prefill",
+            tuple(_req(f"c{i}", 400 - 100 * i, 8, at=0.0) for i in range(3)),
+            SimConfig(
+                num_blocks=200,
+                max_num_seqs=8,
+                max_num_batched_tokens=256,
+                long_prefill_token_threshold=96,
+            ),
+            what="long prompts prefilled in chunks under a token budget",
+        ),
+        Scenario(
+            "shared-prefix",
+            tuple(
+                _req(f"p{i}", 64, 4, at=0.01 * i, hash_ids=(i % 3, 10 + i))
+                for i in range(9)
+            ),
+            SimConfig(
+                num_blocks=14, max_num_seqs=4, max_num_batched_tokens=512, hash_block_tokens=32
+            ),
+            what="three shared 32-token prefixes in a cache that must evict",
+        ),
+        Scenario(
+            "two-tenant",
+            tuple(
+                [_req(f"f{i}", 48, 8, at=0.0, tenant="flood") for i in range(8)]
+                + [_req(f"q{i}", 48, 8, at=0.02 * i, tenant="quiet") for i in range(3)]
+            ),
+            SimConfig(num_blocks=400, max_num_seqs=2, max_num_batched_tokens=256),
+            what="a flooding tenant ahead of a quiet one",
+        ),
+        Scenario(
+            "slo-mix",
+            tuple(
+                _req(
+                    f"l{i}",
+                    64 * (1 + i % 4),
+                    4 + i % 3,
+                    at=0.01 * i,
+                    slo_ttft_ms=(2.0, 1000.0, None)[i % 3],
+                    slo_tpot_ms=(None, 20.0)[i % 2],
+                )
+                for i in range(8)
+            ),
+            SimConfig(num_blocks=400, max_num_seqs=2, max_num_batched_tokens=128),
+            what="requests with tight, loose and no SLO targets",
+        ),
+    )
+
+
+SCENARIOS: tuple[Scenario, ...] = _scenarios()
+
+# -------------------------------------------------------------------------
+# What the policies were told
+# -------------------------------------------------------------------------
+
+
+class ContractRecorder(Policy):
+    """Records every observation; appended after the policies under test (observers are
+    all called, so it decides nothing and sees everything)."""
+
+    def __init__(self, options: PolicyOptions | None = None) -> None:
+        super().__init__(options)
+        self.arrived: Counter[str] = Counter()
+        self.reported: Counter[str] = Counter()  # tokens per request over all step reports
+        self.reports = 0
+        self.finished: dict[str, list[str]] = {}
+        self.preempted: list[str] = []
+
+    @hookimpl
+    def on_request_arrived(self, request: RequestView) -> None:
+        self.arrived[request.request_id] += 1
+
+    @hookimpl
+    def on_step_finished(self, report: StepReport) -> None:
+        self.reports += 1
+        for request, tokens in zip(report.scheduled, report.num_scheduled_tokens, strict=True):
+            self.reported[request.request_id] += tokens
+        self.preempted.extend(r.request_id for r in report.preempted)
+
+    @hookimpl
+    def on_request_finished(self, request: RequestView, reason: str) -> None:
+        self.finished.setdefault(request.request_id, []).append(reason)
+
+
+class Flaky(Policy):
+    """Implements every decision hook; raises on about ``fault_rate`` of calls and answers
+    nonsense on as many, otherwise has no opinion. Put first, it must change nothing."""
+
+    class Options(PolicyOptions):
+        seed: int = 0
+        fault_rate: float = 0.2
+
+    def __init__(self, options: PolicyOptions | None = None, **kwargs: Any) -> None:
+        super().__init__(options, **kwargs)
+        self.rng = random.Random(self.options.seed)  # type: ignore[attr-defined]
+
+    def _answer(self, nonsense: Any) -> Any:
+        roll = self.rng.random()
+        rate: float = self.options.fault_rate  # type: ignore[attr-defined]
+        if roll < rate:
+            raise RuntimeError("flaky policy")
+        if roll < 2 * rate:
+            return nonsense
+        return None
+
+    @hookimpl
+    def admit_request(self) -> Admission | None:
+        return self._answer("yes")  # type: ignore[no-any-return]
+
+    @hookimpl
+    def order_waiting(self, waiting: Sequence[RequestView]) -> list[RequestView] | None:
+        return self._answer(list(waiting)[1:] + list(waiting)[:1] * 2)  # type: ignore[no-any-return]
+
+    @hookimpl
+    def plan_batch(self, default: BatchBudget) -> BatchBudget | None:
+        nonsense = dataclasses.replace(default, token_budget=default.token_budget * 2)
+        return self._answer(nonsense)  # type: ignore[no-any-return]
+
+    @hookimpl
+    def select_victims(self, running: Sequence[RequestView]) -> list[RequestView] | None:
+        return self._answer([running[0], running[0]])  # type: ignore[no-any-return]
+
+    @hookimpl
+    def select_evictions(self, candidates: Sequence[BlockView]) -> list[BlockView] | None:
+        return self._answer([])  # type: ignore[no-any-return]
+
+
+# -------------------------------------------------------------------------
+# What an engine did
+# -------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    """One scenario on one engine."""
+
+    engine: str
+    steps: list[dict[str, int]] = field(default_factory=list)  # scheduled tokens per step
+    preempted: list[list[str]] = field(default_factory=list)  # per step, sorted
+    admitted: list[str] = field(default_factory=list)  # order of first scheduling
+    finished: dict[str, str] = field(default_factory=dict)  # id -> finish reason
+    output_tokens: dict[str, int] = field(default_factory=dict)
+    rejected: dict[str, str] = field(default_factory=dict)  # id -> reason
+    blocks_leaked: int = 0  # KV blocks not free (or evictable) at the end
+    policy_errors: int = 0
+    recorder: ContractRecorder = field(default_factory=ContractRecorder)
+    batches_comparable: bool = True  # False where the engine's steps differ by design
+
+    @property
+    def scheduled(self) -> Counter[str]:
+        """Tokens the engine scheduled per request, from its own step outputs."""
+        total: Counter[str] = Counter()
+        for step in self.steps:
+            total.update(step)
+        return total
+
+
+class Driver(Protocol):
+    """Replays ``scenario`` through one engine with ``policies`` (fresh instances) and
+    the recorder appended last."""
+
+    def __call__(self, scenario: Scenario, policies: Sequence[tuple[str, Policy]]) -> Outcome: ...
+
+
+def facade_of(policies: Sequence[tuple[str, Policy]], recorder: ContractRecorder) -> PolicyFacade:
+    return PolicyFacade([*policies, ("contract-recorder", recorder)])
+
+
+def check_outcome(scenario: Scenario, outcome: Outcome, aborted: Sequence[str] = ()) -> None:
+    """What must hold on any engine, whatever the policies decided. ``aborted``: requests
+    the driver aborted, which end ``"aborted"`` with at most their output."""
+    where = f"{scenario.name} on {outcome.engine}"
+    ids = [r.request_id for r in scenario.requests]
+    rec = outcome.recorder
+    assert sorted(outcome.finished) == sorted(ids), f"{where}: not every request ended"
+    for r in scenario.requests:
+        rid = r.request_id
+        assert rec.arrived[rid] == 1, f"{where}: {rid} arrival observed {rec.arrived[rid]}x"
+        assert rec.finished.get(rid) == [outcome.finished[rid]], (
+            f"{where}: {rid} finish observed as {rec.finished.get(rid)},"
+            f" the engine says {outcome.finished[rid]!r}"
+        )
+        if rid in aborted and rid not in outcome.rejected:
+            assert outcome.finished[rid] == "aborted", f"{where}: {rid} ended {outcome.finished[rid]}"
+            assert outcome.output_tokens.get(rid, 0) <= r.output_tokens
+        elif rid in outcome.rejected:
+            assert outcome.finished[rid] == "rejected", f"{where}: {rid} rejected, not finished so"
+            assert outcome.scheduled[rid] == 0, f"{where}: rejected {rid} was scheduled"
+        else:
+            assert outcome.finished[rid] == "length", f"{where}: {rid} ended {outcome.finished[rid]}"
+            assert outcome.output_tokens[rid] == r.output_tokens, (
+                f"{where}: {rid} generated {outcome.output_tokens[rid]} of {r.output_tokens} tokens"
+            )
+    scheduled = outcome.scheduled
+    assert dict(rec.reported) == {k: v for k, v in scheduled.items() if v}, (
+        f"{where}: step reports disagree with what the engine scheduled:"
+        f" reported {dict(rec.reported)}, scheduled {dict(scheduled)}"
+    )
+    preempted = sorted(r for step in outcome.preempted for r in step)
+    assert sorted(rec.preempted) == preempted, f"{where}: preemptions reported {rec.preempted}"
+    assert outcome.blocks_leaked == 0, f"{where}: {outcome.blocks_leaked} KV blocks leaked"
+
+
+def compare_outcomes(a: Outcome, b: Outcome, scenario: Scenario) -> None:
+    """``a`` and ``b`` made the same decisions on ``scenario``."""
+    where = f"{scenario.name}: {a.engine} vs {b.engine}"
+    assert a.rejected == b.rejected, f"{where}: rejections {a.rejected} vs {b.rejected}"
+    assert a.finished == b.finished, f"{where}: finish reasons differ"
+    assert a.output_tokens == b.output_tokens, f"{where}: output tokens differ"
+    if a.batches_comparable and b.batches_comparable:
+        for i, (x, y) in enumerate(zip(a.steps, b.steps, strict=False)):
+            assert (x, a.preempted[i]) == (y, b.preempted[i]), (
+                f"{where}: step {i} differs: {x} preempting {a.preempted[i]}"
+                f" vs {y} preempting {b.preempted[i]}"
+            )
+        assert len(a.steps) == len(b.steps), f"{where}: {len(a.steps)} vs {len(b.steps)} steps"
+    else:
+        assert a.admitted == b.admitted, f"{where}: admission order {a.admitted} vs {b.admitted}"
+        assert [p for p in a.preempted if p] == [p for p in b.preempted if p], (
+            f"{where}: victims differ"
+        )
+
+
+# -------------------------------------------------------------------------
+# The simulator's driver
+# -------------------------------------------------------------------------
+
+
+def run_sim(scenario: Scenario, policies: Sequence[tuple[str, Policy]]) -> Outcome:
+    """``scenario`` through the simulated engine, one step at a time."""
+    from schedkit.sim.engine import SimEngine
+
+    outcome = Outcome("sim")
+    facade = facade_of(policies, outcome.recorder)
+
+    class Observed(SimEngine):
+        def _execute(self, scheduled: Any, preempted: Any) -> None:
+            if scheduled or preempted:
+                outcome.steps.append({r.request_id: n for r, n in scheduled.items()})
+                outcome.preempted.append(sorted(r.request_id for r in preempted))
+                for r in scheduled:
+                    if r.request_id not in outcome.admitted:
+                        outcome.admitted.append(r.request_id)
+            super()._execute(scheduled, preempted)
+
+    engine = Observed(
+        scenario.requests, FixedStep(scenario.step_s), scenario.config, facade, stretch=False
+    )
+    result = engine.run()
+    for record in result.records:
+        outcome.finished[record.request_id] = record.finish_reason
+        outcome.output_tokens[record.request_id] = record.output_tokens
+        if record.finish_reason == "rejected":
+            outcome.rejected[record.request_id] = record.reject_reason
+    outcome.blocks_leaked = scenario.config.num_blocks - engine.kv.num_free
+    outcome.policy_errors = result.policy_errors
+    return outcome
+
+
+def shipped_policies() -> list[str]:
+    """Every installed policy, built-ins included (what the suite runs by default)."""
+    from schedkit.plugins import PolicyRegistry
+
+    return sorted(entry.name for entry in PolicyRegistry.discover().entries())
+
+
+PolicyFactory = Callable[[], Sequence[tuple[str, Policy]]]
