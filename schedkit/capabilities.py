@@ -17,7 +17,15 @@ from typing import Literal
 
 from schedkit.hookspecs import HOOK_NAMES
 
-__all__ = ["ENGINES", "MATRIX", "Capability", "differences", "render_markdown", "warn_unsupported"]
+__all__ = [
+    "ENGINES",
+    "MATRIX",
+    "Capability",
+    "differences",
+    "matrix_engine",
+    "render_markdown",
+    "warn_unsupported",
+]
 
 log = logging.getLogger("schedkit")
 
@@ -90,6 +98,11 @@ MATRIX: dict[str, dict[str, Capability]] = {
     "on_request_finished": {"sim": FULL, "vllm": FULL, "sglang": FULL},
 }
 assert set(MATRIX) == set(HOOK_NAMES), "every hook has a row"
+
+
+def matrix_engine(engine: str) -> str:
+    """The matrix column of a bench engine name (``vllm-twin`` runs vLLM's scheduler)."""
+    return "vllm" if engine.startswith("vllm") else engine
 
 
 def differences(hooks: Iterable[str], engine: str) -> list[tuple[str, Capability]]:

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from schedkit.bench.metrics import compute_metrics
 from schedkit.bench.records import RunResult
 from schedkit.bench.report import compare_arms, write_report
+from schedkit.capabilities import matrix_engine, warn_unsupported
 from schedkit.config import load_config
 from schedkit.errors import SchedkitError
 from schedkit.facade import PolicyFacade
@@ -136,8 +137,14 @@ class Bench:
         )
         self.configs = [load_config(p) for p in spec.policies]
         self.labels = _arm_labels(spec.policies, [c.label for c in self.configs])
-        for cfg in self.configs:  # fail on unknown policies or bad options before running
-            PolicyFacade.from_config(cfg)
+        # Fail on unknown policies or bad options before running, and warn (the capability
+        # matrix's words) where the engine honours a hook a policy uses only in part.
+        self.warnings: list[str] = []
+        for cfg in self.configs:
+            facade = PolicyFacade.from_config(cfg)
+            for message in warn_unsupported(facade, matrix_engine(spec.engine)):
+                if message not in self.warnings:
+                    self.warnings.append(message)
         self.engine_info: dict[str, Any] = {
             "engine": spec.engine,
             "model": model.name,
@@ -232,6 +239,7 @@ def run_bench(spec: BenchSpec, out_dir: Path, progress: Progress | None = None) 
         "engine": bench.engine_info,
         "slo": {"ttft_ms": spec.slo_ttft_ms, "tpot_ms": spec.slo_tpot_ms},
         "arms": arms,
+        "warnings": bench.warnings,
     }
     results["comparisons"] = compare_arms(
         runs,
