@@ -22,19 +22,26 @@ code runs unchanged around them.
   the policy's victims are retracted first, then SGLang's order continues) and, with
   ``--enable-priority-scheduling``, the prefill adder's priority preemption
   (``PrefillAdder.preempt_to_schedule``: the policy orders the candidates, SGLang's
-  priority threshold still decides who may be preempted).
+  priority threshold still decides who may be preempted). A step observer alone wraps
+  ``retract_decode`` and ``preempt_to_schedule`` too, changing nothing, so that reports
+  name the requests SGLang preempted.
 - ``select_evictions``: the ``schedkit`` radix-cache backend, see
   ``schedkit_sglang.eviction``.
-- ``on_step_finished``: after ``Scheduler.process_batch_result``;
-  ``on_request_finished``: when the output streamer sends a finished request, or SGLang
-  sends an abort.
+- ``on_step_finished``: a batch's report is taken when ``Scheduler.run_batch`` launches
+  it and given to the policies after ``Scheduler.process_batch_result`` processed that
+  batch's results (keyed by the result object ``run_batch`` returned, so SGLang's overlap
+  loop, which processes step N after launching step N+1, reports each step once and as
+  its own); ``on_request_finished``: when the output streamer sends a finished request,
+  or SGLang sends an abort.
+- Counters: ``Scheduler.get_internal_state`` adds ``schedkit`` (policy errors by hook,
+  steps, rejections) to SGLang's internal state, which ``Engine.get_server_info()`` and
+  ``/server_info`` return; ``schedkit bench --engine sglang`` reads it.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import sys
 from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any
@@ -66,7 +73,10 @@ def plan(facade: PolicyFacade, timing: bool = False) -> dict[str, tuple[Callable
     }
     if facade.implemented:  # step index, step reports, error metrics; none for fcfs
         patches[f"{SCHEDULER}.get_next_batch_to_run"] = (_next_batch, "AROUND")
+        patches[f"{SCHEDULER}.run_batch"] = (_run_batch, "AROUND")
         patches[f"{SCHEDULER}.process_batch_result"] = (_batch_result, "AROUND")
+    if facade.implemented or timing:  # counters for /server_info and the bench
+        patches[f"{SCHEDULER}.get_internal_state"] = (_internal_state, "AROUND")
     if facade.has_finish_observer:
         patches[f"{STREAMER}.stream_output"] = (_stream_output, "AROUND")
         patches[f"{SCHEDULER}.send_abort_output"] = (_abort_output, "AROUND")
@@ -79,6 +89,7 @@ def plan(facade: PolicyFacade, timing: bool = False) -> dict[str, tuple[Callable
         patches[f"{SCHEDULER}.get_num_allocatable_reqs"] = (_allocatable, "AROUND")
     if facade.has_victims:
         patches[f"{BATCH}._get_decode_retraction_order"] = (_retraction_order, "AROUND")
+    if facade.has_victims or facade.has_step_observer:  # reports name the preempted
         patches[f"{BATCH}.retract_decode"] = (_retract_decode, "AROUND")
         patches[f"{ADDER}.preempt_to_schedule"] = (_preempt_to_schedule, "AROUND")
     return patches
@@ -214,12 +225,16 @@ def _preempt_to_schedule(original: Callable[..., Any], self: Any, req: Any) -> b
     runtime = _active()
     if runtime is None:
         return bool(original(self, req))
+    valid = [r for r in self.running_batch.reqs if r not in self.preempt_list and not r.finished()]
+    chosen = runtime.victims(valid, req) if valid and runtime.facade.has_victims else None
+    if chosen is None:  # SGLang's own choice, noted for the step report
+        before = len(self.preempt_list)
+        preempted = bool(original(self, req))
+        if preempted:
+            runtime.preempted(self.preempt_list[before:], set())
+        return preempted
     from sglang.srt.managers.schedule_policy import CLIP_MAX_NEW_TOKENS
 
-    valid = [r for r in self.running_batch.reqs if r not in self.preempt_list and not r.finished()]
-    chosen = runtime.victims(valid, req) if valid else None
-    if chosen is None:
-        return bool(original(self, req))
     # schedkit's priority: lower values first (the init check makes SGLang agree).
     threshold = self.priority_scheduling_preemption_threshold
     need = (
@@ -230,8 +245,9 @@ def _preempt_to_schedule(original: Callable[..., Any], self: Any, req: Any) -> b
         - self.rem_total_tokens
     )
     victims = []
+    priority = runtime.priority  # the policies' scale, and SGLang's (see unset_priority)
     for running in chosen:
-        if running is req or _priority(running) - _priority(req) <= threshold:
+        if running is req or priority(running) - priority(req) <= threshold:
             continue
         victims.append(running)
         need -= self._get_running_request_total_token_offset(running)
@@ -256,10 +272,6 @@ def _preempt_to_schedule(original: Callable[..., Any], self: Any, req: Any) -> b
     return True
 
 
-def _priority(req: Any) -> int:
-    return int(req.priority) if req.priority is not None else sys.maxsize
-
-
 # -- observation ----------------------------------------------------------------------
 
 
@@ -282,14 +294,33 @@ def _observe(runtime: SchedkitRuntime, what: Callable[[], None]) -> None:
             log.exception("schedkit: observing the scheduler failed (logged once)")
 
 
-def _batch_result(
+def _run_batch(
     original: Callable[..., Any], self: Any, batch: Any, *args: Any, **kwargs: Any
 ) -> Any:
     result = original(self, batch, *args, **kwargs)
     runtime: SchedkitRuntime | None = self.schedkit
     if runtime is not None:
-        _observe(runtime, lambda: runtime.step_finished(batch))
+        _observe(runtime, lambda: runtime.batch_launched(batch, result))
     return result
+
+
+def _batch_result(
+    original: Callable[..., Any], self: Any, batch: Any, result: Any, *args: Any, **kwargs: Any
+) -> Any:
+    out = original(self, batch, result, *args, **kwargs)
+    runtime: SchedkitRuntime | None = self.schedkit
+    if runtime is not None:
+        _observe(runtime, lambda: runtime.step_finished(result))
+    return out
+
+
+def _internal_state(original: Callable[..., Any], self: Any, *args: Any, **kwargs: Any) -> Any:
+    output = original(self, *args, **kwargs)
+    runtime: SchedkitRuntime | None = self.schedkit
+    state = getattr(output, "internal_state", None)
+    if runtime is not None and isinstance(state, dict):
+        state["schedkit"] = runtime.internal_state()
+    return output
 
 
 def _stream_output(

@@ -28,8 +28,12 @@ What is measured, in seconds from the start of the replay (``time.perf_counter``
   prompt) and ``num_retractions``; recomputed tokens are not observed and stay 0.
 - The timeline and KV usage come from SGLang's load snapshots (running and waiting
   requests, token usage), published every step and sampled every ``LOAD_POLL_S``.
-  Scheduler steps and policy errors happen in SGLang's scheduler process and are not
-  counted here (0).
+- ``steps``, ``policy_errors`` and ``policy_errors_by_hook``: the policies run in SGLang's
+  scheduler process, so this process's facade (which only names the arm) never sees a
+  fault. After the replay they are read from the scheduler through SGLang's
+  internal-state readback (``Engine.get_server_info()``, where the plugin adds
+  ``schedkit``: ``SchedkitRuntime.internal_state``), summed over the schedulers that
+  answer (one per data-parallel rank); ``steps`` is SGLang's count of batches run.
 
 Prompts are token ids (``skip_tokenizer_init``) built as for every engine
 (``schedkit.bench.replay``), mixed into the model's vocabulary; shared prefixes stay
@@ -50,6 +54,7 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from schedkit.bench.records import RequestRecord, RunResult
@@ -70,7 +75,7 @@ from schedkit_sglang.config import TIMING_VAR, config_environ, scoped_environ
 if TYPE_CHECKING:
     from schedkit.bench.runner import Bench
 
-__all__ = ["CPU_KV_TOKENS", "RealEngine", "run_real_arm"]
+__all__ = ["CPU_KV_TOKENS", "RealEngine", "SchedulerCounters", "run_real_arm", "scheduler_counters"]
 
 log = logging.getLogger("schedkit.sglang")
 
@@ -153,7 +158,11 @@ class RealEngine:
         records = self.records
         end = time.perf_counter() - self._start
         duration = max((r.finish_s or 0.0 for r in records), default=0.0) or end
-        return self.recorder.finish(duration, 0, self.facade, self._start)
+        counters = scheduler_counters(self.engine.get_server_info())
+        result = self.recorder.finish(duration, counters.steps, self.facade, self._start)
+        result.policy_errors = counters.policy_errors
+        result.policy_errors_by_hook = counters.policy_errors_by_hook
+        return result
 
     async def _replay(self) -> None:
         sampler = asyncio.ensure_future(self._sample_load())
@@ -287,6 +296,31 @@ class RealEngine:
                 waiting = sum(int(s.num_waiting_reqs) for s in snapshots)
                 running = sum(int(s.num_running_reqs) for s in snapshots)
                 self.recorder.sample(now, waiting, running, usage)
+
+
+@dataclass(slots=True)
+class SchedulerCounters:
+    """What SGLang's schedulers counted for schedkit (``SchedkitRuntime.internal_state``)."""
+
+    steps: int = 0
+    policy_errors: int = 0
+    policy_errors_by_hook: dict[str, int] = field(default_factory=dict)
+
+
+def scheduler_counters(server_info: Mapping[str, Any]) -> SchedulerCounters:
+    """The schedkit counters in ``Engine.get_server_info()``, summed over its schedulers;
+    zeros where the plugin added none (no schedkit config)."""
+    counters = SchedulerCounters()
+    for state in server_info.get("internal_states") or ():
+        ours = state.get("schedkit") if isinstance(state, Mapping) else None
+        if not isinstance(ours, Mapping):
+            continue
+        counters.steps += int(ours.get("steps") or 0)
+        counters.policy_errors += int(ours.get("policy_errors") or 0)
+        by_hook = counters.policy_errors_by_hook
+        for hook, count in (ours.get("policy_errors_by_hook") or {}).items():
+            by_hook[str(hook)] = by_hook.get(str(hook), 0) + int(count)
+    return counters
 
 
 def on_cpu() -> bool:

@@ -12,15 +12,21 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 
 from schedkit import BatchBudget, PolicyFacade, RequestView, StepReport
 from schedkit.decisions import ADMIT
 from schedkit.prometheus import SchedkitMetrics, try_create
 
-from schedkit_sglang.views import SglangEngineView, SglangNodeView, SglangRequestView
+from schedkit_sglang.views import (
+    SglangEngineView,
+    SglangNodeView,
+    SglangRequestView,
+    unset_priority,
+)
 
 log = logging.getLogger("schedkit.sglang")
 
@@ -28,7 +34,18 @@ REJECTED = "rejected"
 _VIEW = "_schedkit_view"  # the view rides on SGLang's Req and dies with it
 _FINISH_REASONS = {"FINISH_LENGTH": "length", "FINISH_ABORT": "aborted"}
 
+_MAX_OPEN_STEPS = 64  # launched batches awaiting their results (the overlap loop keeps 1)
+
 ACTIVE: SchedkitRuntime | None = None
+
+
+@dataclass(slots=True)
+class _Step:
+    """A launched batch awaiting its results: index, when it began forming, report."""
+
+    index: int
+    started: float
+    report: StepReport
 
 
 class SchedkitRuntime:
@@ -38,6 +55,7 @@ class SchedkitRuntime:
         self.scheduler = scheduler
         self.facade = facade
         self.engine = SglangEngineView(scheduler)
+        self.unset_priority = unset_priority(scheduler)
         self.rejections: Counter[str] = Counter()  # by reason
         self.finished: Counter[str] = Counter()  # by reason, when a policy observes finishes
         self.num_victims_placed = 0
@@ -47,16 +65,22 @@ class SchedkitRuntime:
         self.budget: BatchBudget | None = None  # this step's, while it differs
         self.metrics: SchedkitMetrics | None = try_create(facade.label, facade.implemented)
         self._errors_seen = 0
+        self.num_batches = 0  # batches SGLang ran (run_batch): the last step's index
         self._step_started = 0.0
-        self._preempted: list[RequestView] = []
+        self._preempted: list[RequestView] = []  # since the last batch launched
+        self._open: OrderedDict[int, tuple[Any, _Step]] = OrderedDict()  # id(key) -> step
         self._victims: set[int] = set()  # id() of Reqs the policy put first to retract
 
     def view(self, req: Any) -> SglangRequestView:
         view: SglangRequestView | None = getattr(req, _VIEW, None)
         if view is None:
-            view = SglangRequestView(req, self.engine.epoch, self.engine.node)
+            view = SglangRequestView(req, self.engine.epoch, self.engine.node, self.unset_priority)
             setattr(req, _VIEW, view)
         return view
+
+    def priority(self, req: Any) -> int:
+        """``req``'s priority as policies see it (``SglangRequestView.priority``)."""
+        return self.view(req).priority
 
     def _timed(self, hook: str, started: float, decided: bool) -> None:
         if self.metrics is not None:
@@ -172,37 +196,66 @@ class SchedkitRuntime:
     # -- observation ----------------------------------------------------------------
 
     def step_started(self) -> None:
-        self.engine.step_index += 1
+        """SGLang starts forming a batch (``get_next_batch_to_run``): decisions made now
+        see the index the batch will have if it runs."""
+        self.engine.step_index = self.num_batches + 1
         self._step_started = time.perf_counter()
 
-    def step_finished(self, batch: Any) -> None:
-        """Report the batch SGLang just ran (``process_batch_result``)."""
-        metrics = self.metrics
-        if metrics is not None:
-            self._sync_errors(metrics)
+    def batch_launched(self, batch: Any, key: Any) -> None:
+        """SGLang ran ``batch`` (``run_batch`` returned ``key``): it is step
+        ``num_batches``, reported with the requests preempted while it was formed.
+
+        ``key`` comes back with the batch (a copy of it in the overlap loop) to
+        ``process_batch_result``: at once in SGLang's normal loop, one iteration later in
+        its overlap loop (``event_loop_overlap``, the GPU default), which forms and
+        launches step N+1 before it processes step N's results. Keying the report to
+        ``key`` reports each step once, with its own requests, tokens and index."""
+        self.num_batches += 1
+        self.engine.step_index = self.num_batches
         preempted, self._preempted = self._preempted, []
         if not self.facade.has_step_observer:
             return
-        mode = batch.forward_mode
         reqs = list(batch.reqs)
         lens = getattr(batch, "extend_lens", None)
-        if mode.is_extend() and lens is not None and len(lens) == len(reqs):
+        if batch.forward_mode.is_extend() and lens is not None and len(lens) == len(reqs):
             counts = [int(n) for n in lens]
             prefill, decode = sum(counts), 0
         else:
             counts = [1] * len(reqs)
             prefill, decode = 0, len(reqs)
-        started = time.perf_counter()
         report = StepReport(
             num_steps=1,
-            duration_s=started - self._step_started,
+            duration_s=0.0,  # set when its results are processed
             num_prefill_tokens=prefill,
             num_decode_tokens=decode,
             scheduled=[self.view(r) for r in reqs],
             num_scheduled_tokens=counts,
             preempted=preempted,
         )
-        self.facade.step_finished(report, self.engine)
+        self._open[id(key)] = (key, _Step(self.num_batches, self._step_started, report))
+        while len(self._open) > _MAX_OPEN_STEPS:  # batches whose results never came
+            self._open.popitem(last=False)
+
+    def step_finished(self, key: Any) -> None:
+        """SGLang processed the results of the batch whose ``run_batch`` returned ``key``:
+        report that step, with ``engine.step_index`` its own index meanwhile (in the
+        overlap loop the next batch is already formed; decisions see its index)."""
+        metrics = self.metrics
+        if metrics is not None:
+            self._sync_errors(metrics)
+        entry = self._open.pop(id(key), None)
+        if entry is None or entry[0] is not key:
+            return
+        step = entry[1]
+        report = step.report
+        started = time.perf_counter()
+        report.duration_s = started - step.started
+        engine = self.engine
+        current, engine.step_index = engine.step_index, step.index
+        try:
+            self.facade.step_finished(report, engine)
+        finally:
+            engine.step_index = current
         self._timed("on_step_finished", started, False)
 
     def request_finished(self, req: Any, reason: str | None = None) -> None:
@@ -218,6 +271,25 @@ class SchedkitRuntime:
             started = time.perf_counter()
             self.facade.request_finished(self.view(req), reason, self.engine)
             self._timed("on_request_finished", started, False)
+
+    def internal_state(self) -> dict[str, Any]:
+        """schedkit's counters in this scheduler, for SGLang's internal-state readback
+        (``Engine.get_server_info()["internal_states"][i]["schedkit"]``, ``/server_info``):
+        the bench reads policy errors and steps there, since policies run here and not in
+        the process that launched SGLang."""
+        by_hook: Counter[str] = Counter()
+        for (policy, hook), count in self.facade.errors.items():
+            by_hook[f"{policy}.{hook}"] += count
+        return {
+            "policy": self.facade.label,
+            "policy_errors": self.facade.error_count,
+            "policy_errors_by_hook": dict(by_hook),
+            "steps": int(getattr(self.scheduler, "forward_ct", self.num_batches)),
+            "rejections": dict(self.rejections),
+            "victims_placed": self.num_victims_placed,
+            "evicted_by_policy": self.num_evicted_by_policy,
+            "observer_errors": self.observer_errors,
+        }
 
     def _sync_errors(self, metrics: SchedkitMetrics) -> None:
         facade = self.facade

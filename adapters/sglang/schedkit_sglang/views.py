@@ -8,6 +8,7 @@ against SGLang's internals, and the version check guards their shape.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -25,6 +26,25 @@ def _float_or_none(value: object) -> float | None:
         return None
 
 
+def unset_priority(scheduler: Any) -> int:
+    """The priority of a request that came without one, as SGLang's scheduler resolves it.
+
+    Without ``--enable-priority-scheduling`` SGLang ignores priorities: schedkit's default,
+    0 (as on vLLM and the simulator). With it, SGLang gives such a request
+    ``--default-priority-value`` (``TokenizerManager._set_default_priority``), or, when that
+    is unset, the value it schedules after every other (``Scheduler._set_or_validate_priority``:
+    ``sys.maxsize`` with ``--schedule-low-priority-values-first``, ``-sys.maxsize - 1``
+    without). Reporting SGLang's value keeps a request's priority the same before and after
+    SGLang's queue entry, and keeps policies and SGLang's preemption threshold on one scale.
+    """
+    if not getattr(scheduler, "enable_priority_scheduling", False):
+        return 0
+    default = getattr(getattr(scheduler, "server_args", None), "default_priority_value", None)
+    if default is not None:
+        return int(default)
+    return sys.maxsize if scheduler.schedule_low_priority_values_first else -sys.maxsize - 1
+
+
 def _arrival(req: Any) -> float:
     stats = req.time_stats
     for name in ("created_time", "scheduler_recv_time", "wait_queue_entry_time"):
@@ -39,13 +59,21 @@ class SglangRequestView:
 
     Tenant and SLO targets come from the request's ``sampling_params.custom_params``
     (keys ``tenant``, ``slo_ttft_ms``, ``slo_tpot_ms``). Priority is SGLang's own
-    ``priority`` field (0 when the client gave none).
+    ``priority`` field; a request without one has ``unset_priority`` (the scheduler's
+    ``unset_priority()``: 0 unless SGLang's priority scheduling gives it another value).
     """
 
-    __slots__ = ("_arrival", "_nodes", "req", "slo_tpot_ms", "slo_ttft_ms", "tenant")
+    __slots__ = ("_arrival", "_nodes", "_unset", "req", "slo_tpot_ms", "slo_ttft_ms", "tenant")
 
-    def __init__(self, req: Any, epoch: float, nodes: Callable[[int], Any] | None = None) -> None:
+    def __init__(
+        self,
+        req: Any,
+        epoch: float,
+        nodes: Callable[[int], Any] | None = None,
+        unset_priority: int = 0,
+    ) -> None:
         self.req = req
+        self._unset = unset_priority
         self._nodes = nodes  # the radix tree's node by id (the unified cache records ids)
         self._arrival = _arrival(req) - epoch
         custom = getattr(req.sampling_params, "custom_params", None)
@@ -62,7 +90,7 @@ class SglangRequestView:
     @property
     def priority(self) -> int:
         priority = self.req.priority
-        return int(priority) if priority is not None else 0
+        return int(priority) if priority is not None else self._unset
 
     @property
     def arrival_time(self) -> float:

@@ -19,7 +19,7 @@ from schedkit.bench.records import RequestRecord
 from schedkit.bench.replay import model_info
 from schedkit.bench.runner import Bench, BenchSpec
 
-from schedkit_sglang.real import RealEngine
+from schedkit_sglang.real import RealEngine, run_real_arm, scheduler_counters
 
 SCHEDKIT = str(Path(sys.executable).with_name("schedkit"))
 N_REQUESTS = 30
@@ -84,6 +84,7 @@ def test_bench_two_arms_on_sglang(
         assert m["e2e_ms"]["p50"] >= m["ttft_ms"]["p50"] and m["throughput_tok_s"] > 0
         # Families after their first request reuse the 32-token shared prefix.
         assert 0 < m["prefix_hit_rate"] < 1
+        assert m["policy_errors"] == 0 and m["steps"] > 0  # SGLang's batches, read back
     assert (out / "report.md").is_file() and (out / "report.html").is_file()
 
 
@@ -103,6 +104,36 @@ def test_engine_sglang_needs_a_model_directory(tmp_path: Path) -> None:
     assert missing.returncode != 0 and "Traceback" not in missing.stderr
     assert "unknown model" in " ".join(missing.stderr.split())
     assert not (tmp_path / "out" / "results.json").exists()
+
+
+def test_policy_errors_in_sglangs_scheduler_reach_the_result(
+    real_model_dir: Path, tmp_path: Path
+) -> None:
+    # The policies run in SGLang's scheduler process; the bench reads their faults there.
+    config = tmp_path / "flaky.json"
+    options = {"test-flaky": {"seed": 3, "fault_rate": 0.2}}
+    config.write_text(json.dumps({"policy": ["test-flaky"], "options": options}))
+    spec = BenchSpec(
+        workload="poisson:rate=40,n=12,prompt=32,output=8",
+        policies=[str(config)],
+        engine="sglang",
+        model=str(real_model_dir),
+    )
+    result = run_real_arm(Bench(spec), 0, 1.0)
+    assert all(r.finish_reason == "length" for r in result.records)  # none lost
+    assert result.policy_errors > 0
+    assert sum(result.policy_errors_by_hook.values()) == result.policy_errors
+    assert all(key.startswith("test-flaky.") for key in result.policy_errors_by_hook)
+    assert result.steps > 0
+
+
+def test_scheduler_counters_sum_over_schedulers_and_default_to_zero() -> None:
+    ours = {"steps": 5, "policy_errors": 2, "policy_errors_by_hook": {"p.order_waiting": 2}}
+    info = {"internal_states": [{"schedkit": ours}, {"schedkit": ours}, {"other": 1}]}
+    counters = scheduler_counters(info)
+    assert (counters.steps, counters.policy_errors) == (10, 4)
+    assert counters.policy_errors_by_hook == {"p.order_waiting": 4}
+    assert scheduler_counters({}).policy_errors == 0
 
 
 # -- reading streamed outputs (no engine started) --------------------------------------

@@ -147,6 +147,55 @@ def test_request_view_defaults_without_metadata() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("enabled", "low_first", "default"),
+    [
+        (False, False, None),
+        (False, True, 7),
+        (True, True, None),
+        (True, False, None),
+        (True, True, 7),
+    ],
+)
+def test_a_request_without_priority_has_the_priority_sglang_schedules_it_by(
+    enabled: bool, low_first: bool, default: int | None
+) -> None:
+    """schedkit's default is 0; with --enable-priority-scheduling SGLang gives such a
+    request --default-priority-value (tokenizer) or its "last" value (scheduler, at queue
+    entry). Policies and the priority preemption see that value, before and after."""
+    from types import SimpleNamespace
+
+    from schedkit import PolicyFacade, SchedkitConfig
+    from sglang.srt.managers.scheduler import Scheduler
+    from sglang.srt.managers.tokenizer_manager import TokenizerManager
+
+    from schedkit_sglang.runtime import SchedkitRuntime
+
+    scheduler = SimpleNamespace(
+        enable_priority_scheduling=enabled,
+        schedule_low_priority_values_first=low_first,
+        abort_on_priority_when_disabled=False,
+        server_args=SimpleNamespace(default_priority_value=default),
+        page_size=1,
+        token_to_kv_pool_allocator=SimpleNamespace(size=64),
+    )
+    runtime = SchedkitRuntime(
+        scheduler, PolicyFacade.from_config(SchedkitConfig(policy=["priority"]))
+    )
+    req = _req(None)
+    seen = runtime.view(req).priority  # at admission, before SGLang's queue entry
+    assert runtime.priority(req) == seen  # what the priority preemption compares
+    # What SGLang does: the tokenizer's default, then the scheduler's at queue entry.
+    sent = SimpleNamespace(priority=None)
+    TokenizerManager._set_default_priority(
+        SimpleNamespace(enable_priority_scheduling=enabled, default_priority_value=default), sent
+    )
+    req.priority = sent.priority  # type: ignore[attr-defined]
+    assert Scheduler._set_or_validate_priority(scheduler, req)
+    sglang = req.priority if req.priority is not None else 0  # type: ignore[attr-defined]
+    assert seen == sglang == runtime.view(req).priority == runtime.priority(req)
+
+
 def test_the_default_policy_patches_nothing_on_the_step_path(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -65,8 +65,9 @@ class OneAtATime(Policy):
 
 
 class StepLog(Policy):
-    """Appends one JSON line per step to ``path``: KV pages free and total, running,
-    waiting, tokens, and the ids of the requests preempted."""
+    """Appends one JSON line per step to ``path``: its index, KV pages free and total,
+    running, waiting, tokens (in all and per request), its duration, and the ids of the
+    requests preempted."""
 
     class Options(PolicyOptions):
         path: str = ""
@@ -81,6 +82,11 @@ class StepLog(Policy):
             "waiting": engine.num_waiting,
             "prefill": report.num_prefill_tokens,
             "decode": report.num_decode_tokens,
+            "tokens": [
+                [r.request_id, n]
+                for r, n in zip(report.scheduled, report.num_scheduled_tokens, strict=True)
+            ],
+            "duration_s": report.duration_s,
             "preempted": [r.request_id for r in report.preempted],
             "block_hashes": {r.request_id: list(r.block_hashes) for r in report.scheduled},
         }
