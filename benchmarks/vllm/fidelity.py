@@ -13,8 +13,8 @@ preempted the same requests. Steps that schedule and preempt nothing are not cou
 The first diverging step is printed with both batches. TTFT/TPOT p50/p90 come from
 ``compute_metrics`` on each RunResult (the same figures ``schedkit bench`` reports).
 
-    HF_HUB_OFFLINE=1 .venv-vllm/bin/python benchmarks/vllm/fidelity.py            # all settings
-    HF_HUB_OFFLINE=1 .venv-vllm/bin/python benchmarks/vllm/fidelity.py --only kv
+    HF_HUB_OFFLINE=1 .venv-vllm/bin/python benchmarks/vllm/fidelity.py  # all settings x policies
+    HF_HUB_OFFLINE=1 .venv-vllm/bin/python benchmarks/vllm/fidelity.py --only kv --policy lcf
     # attribute a divergence: vLLM without its whole-prompt admission check
     HF_HUB_OFFLINE=1 .venv-vllm/bin/python benchmarks/vllm/fidelity.py --no-reserve-full-isl
 """
@@ -36,6 +36,7 @@ from schedkit.bench.records import RunResult
 from schedkit.bench.runner import Bench, BenchSpec
 from schedkit.facade import PolicyFacade
 from schedkit.sim.engine import SimEngine, no_cyclic_gc
+from schedkit.testing.contract import shipped_policies
 
 Batch = tuple[frozenset[tuple[str, int]], frozenset[str]]
 
@@ -48,6 +49,7 @@ SETTINGS: dict[str, dict[str, Any]] = {
         "max_requests": 300,
         "prefix_caching": False,
     },
+    "two-tenant": {"workload": "two-tenant-flood", "max_requests": 600, "kv_blocks": 2000},
 }
 
 
@@ -153,10 +155,27 @@ def compare(
     return out
 
 
+def summary_line(r: dict[str, Any]) -> str:
+    """One table row: setting, policy, same-batch rate, TTFT/TPOT p50/p90 deviation."""
+    m = r["metrics"]
+    devs = " ".join(
+        f"{(m[k]['rel_dev'] or 0.0) * 100:+.1f}%"
+        for k in ("ttft_ms_p50", "ttft_ms_p90", "tpot_ms_p50", "tpot_ms_p90")
+    )
+    return (
+        f"| {r['setting']} | {r['policy']} | {r['steps_sim']:,} / {r['steps_twin']:,} |"
+        f" {r['same_batch_fraction'] * 100:.1f}% | {r['first_divergence']} | {devs} |"
+        f" {m['preemptions']['sim']} / {m['preemptions']['twin']} |"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--only", choices=sorted(SETTINGS))
-    parser.add_argument("--policy", default="fcfs")
+    parser.add_argument("--only", choices=sorted(SETTINGS), action="append")
+    parser.add_argument(
+        "--policy", action="append", help="repeatable; default: every installed policy"
+    )
+    parser.add_argument("--max-requests", type=int, help="cap every setting's requests")
     parser.add_argument("--json", help="write the figures here")
     parser.add_argument(
         "--no-reserve-full-isl",
@@ -164,14 +183,23 @@ def main() -> None:
         help="turn off vLLM's whole-prompt admission check (the simulator has none)",
     )
     args = parser.parse_args()
+    import vllm
+
+    policies = args.policy or shipped_policies()
+    print(f"vllm {vllm.__version__}; policies {', '.join(policies)}", flush=True)
     results = []
     for name, kw in SETTINGS.items():
-        if args.only and name != args.only:
+        if args.only and name not in args.only:
             continue
-        spec = BenchSpec(policies=[args.policy], **kw)
-        result = compare(name, spec, reserve_full_isl=not args.no_reserve_full_isl)
-        results.append(result)
-        print(json.dumps(result, indent=1, default=str), flush=True)
+        if args.max_requests:
+            kw = {**kw, "max_requests": min(kw["max_requests"], args.max_requests)}
+        for policy in policies:
+            spec = BenchSpec(policies=[policy], **kw)
+            result = compare(name, spec, reserve_full_isl=not args.no_reserve_full_isl)
+            result["policy"] = policy
+            result["vllm"] = vllm.__version__
+            results.append(result)
+            print(summary_line(result), flush=True)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(results, fh, indent=1, default=str)

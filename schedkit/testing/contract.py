@@ -1,7 +1,8 @@
 """The cross-engine contract suite: the same scripted scenarios through every engine.
 
 A *scenario* is a short request stream (``TraceRequest``s, arrival times in seconds), an
-engine config (``SimConfig``) and a step time: every step lasts ``step_s`` seconds on
+engine config (``SimConfig``; 32-token blocks, which vLLM's CPU attention requires) and a
+step time: every step lasts ``step_s`` seconds on
 every engine, so arrival times mean the same step everywhere. A *driver* replays a
 scenario through one engine with a set of policies and returns an ``Outcome``: what the
 engine did (the batches it scheduled, whom it preempted, how each request ended) and
@@ -102,7 +103,7 @@ def _scenarios() -> tuple[Scenario, ...]:
                     [(200, 2), (40, 1), (120, 0), (16, 3), (90, 0), (300, 1), (60, 2)]
                 )
             ),
-            SimConfig(num_blocks=400, max_num_seqs=2, max_num_batched_tokens=512),
+            SimConfig(num_blocks=200, block_size=32, max_num_seqs=2, max_num_batched_tokens=512),
             what="seven requests at once, two may run: the order decides who waits",
         ),
         Scenario(
@@ -111,22 +112,21 @@ def _scenarios() -> tuple[Scenario, ...]:
                 _req(f"s{i}", 32 + 48 * (i % 3), 6, at=0.01 * (i // 2), tenant=tenants[i % 2])
                 for i in range(8)
             ),
-            SimConfig(num_blocks=400, max_num_seqs=3, max_num_batched_tokens=128),
+            SimConfig(num_blocks=200, block_size=32, max_num_seqs=3, max_num_batched_tokens=128),
             what="arrivals over four steps while others decode",
         ),
         Scenario(
             "kv-pressure",
-            tuple(
-                _req(f"k{i}", 64, 40, at=0.0, priority=5 if i == 0 else 0) for i in range(4)
-            ),
-            SimConfig(num_blocks=16, max_num_seqs=16, max_num_batched_tokens=512),
-            what="four 64-token prompts fill the 16 blocks; decoding forces preemption",
+            tuple(_req(f"k{i}", 64, 40, at=0.0, priority=5 if i == 0 else 0) for i in range(4)),
+            SimConfig(num_blocks=8, block_size=32, max_num_seqs=16, max_num_batched_tokens=512),
+            what="four 64-token prompts fill the 8 blocks; decoding forces preemption",
         ),
         Scenario(
             "chunked-prefill",
             tuple(_req(f"c{i}", 400 - 100 * i, 8, at=0.0) for i in range(3)),
             SimConfig(
-                num_blocks=200,
+                num_blocks=100,
+                block_size=32,
                 max_num_seqs=8,
                 max_num_batched_tokens=256,
                 long_prefill_token_threshold=96,
@@ -135,12 +135,13 @@ def _scenarios() -> tuple[Scenario, ...]:
         ),
         Scenario(
             "shared-prefix",
-            tuple(
-                _req(f"p{i}", 64, 4, at=0.01 * i, hash_ids=(i % 3, 10 + i))
-                for i in range(9)
-            ),
+            tuple(_req(f"p{i}", 64, 4, at=0.01 * i, hash_ids=(i % 3, 10 + i)) for i in range(9)),
             SimConfig(
-                num_blocks=14, max_num_seqs=4, max_num_batched_tokens=512, hash_block_tokens=32
+                num_blocks=7,
+                block_size=32,
+                max_num_seqs=4,
+                max_num_batched_tokens=512,
+                hash_block_tokens=32,
             ),
             what="three shared 32-token prefixes in a cache that must evict",
         ),
@@ -150,7 +151,7 @@ def _scenarios() -> tuple[Scenario, ...]:
                 [_req(f"f{i}", 48, 8, at=0.0, tenant="flood") for i in range(8)]
                 + [_req(f"q{i}", 48, 8, at=0.02 * i, tenant="quiet") for i in range(3)]
             ),
-            SimConfig(num_blocks=400, max_num_seqs=2, max_num_batched_tokens=256),
+            SimConfig(num_blocks=200, block_size=32, max_num_seqs=2, max_num_batched_tokens=256),
             what="a flooding tenant ahead of a quiet one",
         ),
         Scenario(
@@ -166,7 +167,7 @@ def _scenarios() -> tuple[Scenario, ...]:
                 )
                 for i in range(8)
             ),
-            SimConfig(num_blocks=400, max_num_seqs=2, max_num_batched_tokens=128),
+            SimConfig(num_blocks=200, block_size=32, max_num_seqs=2, max_num_batched_tokens=128),
             what="requests with tight, loose and no SLO targets",
         ),
     )
@@ -306,13 +307,17 @@ def check_outcome(scenario: Scenario, outcome: Outcome, aborted: Sequence[str] =
             f" the engine says {outcome.finished[rid]!r}"
         )
         if rid in aborted and rid not in outcome.rejected:
-            assert outcome.finished[rid] == "aborted", f"{where}: {rid} ended {outcome.finished[rid]}"
+            assert outcome.finished[rid] == "aborted", (
+                f"{where}: {rid} ended {outcome.finished[rid]}"
+            )
             assert outcome.output_tokens.get(rid, 0) <= r.output_tokens
         elif rid in outcome.rejected:
             assert outcome.finished[rid] == "rejected", f"{where}: {rid} rejected, not finished so"
             assert outcome.scheduled[rid] == 0, f"{where}: rejected {rid} was scheduled"
         else:
-            assert outcome.finished[rid] == "length", f"{where}: {rid} ended {outcome.finished[rid]}"
+            assert outcome.finished[rid] == "length", (
+                f"{where}: {rid} ended {outcome.finished[rid]}"
+            )
             assert outcome.output_tokens[rid] == r.output_tokens, (
                 f"{where}: {rid} generated {outcome.output_tokens[rid]} of {r.output_tokens} tokens"
             )

@@ -24,7 +24,7 @@ from schedkit.testing.contract import Outcome, Scenario, facade_of
 from schedkit_vllm._replay import new_record
 from schedkit_vllm.modelless import build_scheduler
 
-__all__ = ["run_vllm"]
+__all__ = ["run_vllm", "run_vllm_engine"]
 
 _EPS = 1e-9
 
@@ -136,3 +136,144 @@ def run_vllm(
     outcome.blocks_leaked = free_at_start - pool.get_num_free_blocks()
     outcome.policy_errors = runtime.policy_errors if runtime is not None else 0
     return outcome
+
+
+def run_vllm_engine(
+    scenario: Scenario,
+    policies: Sequence[tuple[str, Policy]],
+    model_dir: Any,
+    *,
+    vocab_size: int,
+    max_model_len: int = 512,
+) -> Outcome:
+    """``scenario`` through a real in-process vLLM engine (``LLM``, a tiny model, the
+    engine core in this process), one ``LLMEngine.step()`` per step: the real model
+    samples the tokens, vLLM's own output processing ends the requests."""
+    import os
+
+    from vllm import LLM, SamplingParams
+
+    from schedkit_vllm._replay import extra_args, in_vocab, prompt_token_ids
+
+    cfg = scenario.config
+    outcome = Outcome("vllm-engine")
+    # The engine core in this process (the driver reads its scheduler); 1 GiB of CPU KV
+    # space is far more than the scenario's blocks, which num_gpu_blocks_override sets.
+    saved = {
+        k: os.environ.get(k) for k in ("VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_CPU_KVCACHE_SPACE")
+    }
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    try:
+        llm = LLM(
+            model=str(model_dir),
+            dtype="bfloat16",
+            enforce_eager=True,
+            skip_tokenizer_init=True,
+            # vLLM refuses a model length the KV cache cannot hold once.
+            max_model_len=min(max_model_len, cfg.num_blocks * cfg.block_size),
+            max_num_seqs=cfg.max_num_seqs,
+            max_num_batched_tokens=cfg.max_num_batched_tokens,
+            long_prefill_token_threshold=cfg.long_prefill_token_threshold,
+            block_size=cfg.block_size,
+            num_gpu_blocks_override=cfg.num_blocks + 1,
+            enable_prefix_caching=cfg.enable_prefix_caching,
+            enable_chunked_prefill=True,
+            async_scheduling=False,
+            scheduler_cls="schedkit_vllm.Scheduler",  # no config: installed below
+            seed=0,
+        )
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    engine = llm.llm_engine
+    scheduler = engine.engine_core.engine_core.scheduler
+    clock = [0.0]
+    runtime = scheduler.install_schedkit(facade_of(policies, outcome.recorder))
+    runtime.engine.use_clock(lambda: clock[0])
+    pool = scheduler.kv_cache_manager.block_pool
+    free_at_start = pool.get_num_free_blocks()
+    schedule = scheduler.schedule
+
+    def recorded_schedule(*args: Any, **kwargs: Any) -> Any:
+        output = schedule(*args, **kwargs)
+        scheduled = dict(output.num_scheduled_tokens)
+        if scheduled or output.preempted_req_ids:
+            outcome.steps.append(scheduled)
+            outcome.preempted.append(sorted(output.preempted_req_ids))
+        for new in output.scheduled_new_reqs:
+            if new.req_id not in outcome.admitted:
+                outcome.admitted.append(new.req_id)
+        if scheduled:
+            clock[0] += scenario.step_s
+        return output
+
+    scheduler.schedule = recorded_schedule
+    pending = deque(
+        (i, t) for i, t in enumerate(sorted(scenario.requests, key=lambda r: r.arrival_s))
+    )
+    for _ in range(20_000):
+        while pending and pending[0][1].arrival_s <= clock[0] + _EPS:
+            index, trace = pending.popleft()
+            ids = prompt_token_ids(trace, index, cfg.block_size, cfg.hash_block_tokens)
+            params = SamplingParams(
+                max_tokens=trace.output_tokens,
+                ignore_eos=True,
+                detokenize=False,
+                extra_args=extra_args(trace),
+            )
+            engine.add_request(
+                trace.request_id,
+                {"prompt_token_ids": [in_vocab(t, vocab_size) for t in ids]},
+                params,
+                priority=trace.priority,
+            )
+        if not engine.has_unfinished_requests():
+            if not pending:
+                break
+            clock[0] = pending[0][1].arrival_s
+            continue
+        for out in engine.step():
+            if not out.finished:
+                continue
+            completion = out.outputs[0]
+            rid = out.request_id
+            outcome.output_tokens[rid] = len(completion.token_ids)
+            stop = completion.stop_reason
+            if isinstance(stop, str) and stop.startswith("rejected: "):
+                outcome.finished[rid] = "rejected"
+                outcome.rejected[rid] = stop.removeprefix("rejected: ")
+            else:
+                reason = str(completion.finish_reason)
+                outcome.finished[rid] = "aborted" if reason == "abort" else reason
+    outcome.blocks_leaked = free_at_start - pool.get_num_free_blocks()
+    outcome.policy_errors = runtime.policy_errors
+    del llm
+    _to_client_ids(outcome, {r.request_id for r in scenario.requests})
+    return outcome
+
+
+def _to_client_ids(outcome: Outcome, ids: set[str]) -> None:
+    """vLLM's engine makes request ids unique by appending ``-<8 hex>`` to the client's;
+    the scheduler and the policies see those. Map them back for comparison."""
+
+    def client(rid: str) -> str:
+        if rid in ids:
+            return rid
+        head, _, _ = rid.rpartition("-")
+        return head if head in ids else rid
+
+    outcome.steps = [{client(k): v for k, v in step.items()} for step in outcome.steps]
+    outcome.preempted = [sorted(map(client, step)) for step in outcome.preempted]
+    outcome.admitted = [client(r) for r in outcome.admitted]
+    rec = outcome.recorder
+    for counter in (rec.arrived, rec.reported):
+        items = list(counter.items())
+        counter.clear()
+        for k, v in items:
+            counter[client(k)] += v
+    rec.finished = {client(k): v for k, v in rec.finished.items()}
+    rec.preempted = [client(r) for r in rec.preempted]
