@@ -118,6 +118,7 @@ class SchedkitSchedulerMixin(_Base):  # type: ignore[misc]
     """The overrides shared by ``Scheduler`` and ``AsyncScheduler``."""
 
     schedkit: SchedkitRuntime | None
+    _live: SchedkitRuntime | None
     # vLLM's attributes this mixin reassigns (vLLM is typed Any here).
     waiting: Any
     running: list[Any]
@@ -127,6 +128,7 @@ class SchedkitSchedulerMixin(_Base):  # type: ignore[misc]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.schedkit = None
+        self._live = None  # the runtime when its policies implement any hook
         super().__init__(*args, **kwargs)
         config = resolve_config(self.vllm_config.additional_config)
         if config is not None:
@@ -147,6 +149,9 @@ class SchedkitSchedulerMixin(_Base):  # type: ignore[misc]
         if facade.has_victims:
             self._install_victim_hook(runtime)
         self.schedkit = runtime
+        # A policy set with no hooks (the default fcfs) leaves every override on the
+        # stock path: nothing would read what the runtime records.
+        self._live = runtime if facade.implemented else None
         log.info(
             "schedkit: policies %s (hooks: %s)",
             facade.label,
@@ -190,7 +195,7 @@ class SchedkitSchedulerMixin(_Base):  # type: ignore[misc]
         self.policy = SchedulingPolicy.PRIORITY
 
     def add_request(self, request: Any) -> None:
-        runtime = self.schedkit
+        runtime = self._live
         if (
             runtime is None
             or not runtime.facade.sees_arrivals
@@ -204,7 +209,7 @@ class SchedkitSchedulerMixin(_Base):  # type: ignore[misc]
             self.finish_requests(request.request_id, RequestStatus.FINISHED_ABORTED)
 
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
-        runtime = self.schedkit
+        runtime = self._live
         if runtime is None:
             return super().schedule(*args, **kwargs)
         budget = runtime.before_step()
@@ -232,7 +237,7 @@ class SchedkitSchedulerMixin(_Base):  # type: ignore[misc]
         return output
 
     def _schedule_steered(self, args: Any, kwargs: Any) -> Any:
-        if self.schedkit is None or not self.schedkit.facade.has_victims:
+        if self._live is None or not self._live.facade.has_victims:
             return super().schedule(*args, **kwargs)
         configured = self.policy
         try:
@@ -245,7 +250,7 @@ class SchedkitSchedulerMixin(_Base):  # type: ignore[misc]
 
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
         outputs = super().update_from_output(scheduler_output, model_runner_output)
-        runtime = self.schedkit
+        runtime = self._live
         if runtime is None:
             return outputs
         for request, reason in runtime.take_rejections():
@@ -267,7 +272,7 @@ class SchedkitSchedulerMixin(_Base):  # type: ignore[misc]
 
     def _free_request(self, request: Any, *args: Any, **kwargs: Any) -> Any:
         result = super()._free_request(request, *args, **kwargs)
-        runtime = self.schedkit
+        runtime = self._live
         if runtime is not None:
             runtime.request_freed(request, _FINISH_REASONS.get(request.status, "aborted"))
         return result
