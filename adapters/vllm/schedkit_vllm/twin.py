@@ -57,6 +57,7 @@ def run_twin_arm(bench: Bench, index: int, rate_scale: float) -> RunResult:
 class TwinEngine:
     """One replay of ``requests`` through ``schedkit_vllm.Scheduler`` with ``config``.
 
+    ``facade``, when given, supplies the policies (objects) instead of ``schedkit``.
     ``on_step(step, clock, scheduled, preempted)``, when given, sees each step's
     ``{request id: tokens}`` (vLLM's order) and preempted ids, before the clock advances.
     """
@@ -69,6 +70,7 @@ class TwinEngine:
         schedkit: SchedkitConfig,
         *,
         on_step: StepLog | None = None,
+        facade: PolicyFacade | None = None,
     ) -> None:
         self.traces = sorted(requests, key=lambda r: r.arrival_s)  # stable, as the simulator
         self.cost = cost
@@ -85,8 +87,11 @@ class TwinEngine:
             max_model_len=max(config.block_size, longest + 1),
             long_prefill_token_threshold=config.long_prefill_token_threshold,
             prefix_caching=config.enable_prefix_caching,
-            schedkit=schedkit.model_dump(),  # schedkit's `priority` orders when selected
+            # schedkit's `priority` orders when selected; a given facade is installed below.
+            schedkit=schedkit.model_dump() if facade is None else None,
         )
+        if facade is not None:
+            self.scheduler.install_schedkit(facade)
         runtime = self.scheduler.schedkit
         # Policies see the simulated clock, the one arrival times are on, as in the
         # simulator (not the wall clock vLLM stamps requests with).

@@ -153,3 +153,51 @@ def test_bench_cli_path_writes_results(tmp_path: Path) -> None:
     results = run_bench(spec, tmp_path)
     assert [a["metrics"]["completed"] for a in results["arms"]] == [30, 30]
     assert (tmp_path / "results.json").exists() and (tmp_path / "report.md").exists()
+
+
+class ClockProbe(Policy):
+    """Records what a policy sees of time: the engine clock minus each arrival."""
+
+    def __init__(self, options: Any = None) -> None:
+        super().__init__(options)
+        self.waits: list[float] = []
+
+    @hookimpl
+    def order_waiting(self, waiting: Sequence[RequestView], engine: Any) -> None:
+        self.waits.extend(engine.clock - r.arrival_time for r in waiting)
+
+
+def test_twin_policies_see_the_simulated_clock_as_on_the_simulator() -> None:
+    # Policies judge waits by engine.clock - request.arrival_time. The twin stamps
+    # arrivals with the trace's (simulated) times, so its engine clock must be the
+    # simulated one too: with vLLM's wall clock every wait came out about -1.8e9 s and
+    # the slo policy rejected every request the simulator admitted.
+    requests = [TraceRequest(f"r{i}", 0.05 * i, 200, 16, slo_ttft_ms=2000.0) for i in range(20)]
+    config = SimConfig(num_blocks=400, max_num_seqs=2)
+    waits = {}
+    for name in ("sim", "twin"):
+        probe = ClockProbe()
+        facade = PolicyFacade([("probe", probe)])
+        if name == "sim":
+            SimEngine(requests, _cost(), config, facade, stretch=False).run()
+        else:
+            TwinEngine(requests, _cost(), config, load_config("fcfs"), facade=facade).run()
+        waits[name] = probe.waits
+    assert waits["twin"] and min(waits["twin"]) >= 0 and max(waits["twin"]) < 60
+    assert waits["twin"] == pytest.approx(waits["sim"], abs=1e-9)
+    for name in ("sim", "twin"):
+        runs = [
+            (run_on_sim if name == "sim" else run_twin_arm)(
+                Bench(
+                    BenchSpec(
+                        workload="poisson:rate=20,n=20,prompt=256,output=16",
+                        policies=["slo"],
+                        slo_ttft_ms=2000,
+                    )
+                ),
+                0,
+                1.0,
+            )
+        ]
+        waits[name + "-rejected"] = [sum(r.rejections.values()) for r in runs]
+    assert waits["sim-rejected"] == waits["twin-rejected"] == [0]
