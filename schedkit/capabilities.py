@@ -19,6 +19,7 @@ from schedkit.hookspecs import HOOK_NAMES
 
 __all__ = [
     "ENGINES",
+    "FIELDS",
     "MATRIX",
     "Capability",
     "differences",
@@ -99,6 +100,33 @@ MATRIX: dict[str, dict[str, Capability]] = {
 }
 assert set(MATRIX) == set(HOOK_NAMES), "every hook has a row"
 
+FIELDS: dict[str, dict[str, Capability]] = {
+    "RequestView.block_hashes": {
+        "sim": Capability("full", "trace hash ids, one per prefix block"),
+        "vllm": Capability("full", "vLLM's block digests (prompt and output blocks)"),
+        "sglang": Capability(
+            "partial",
+            "ids of the radix nodes on the request's last prefix match (a node is a run of"
+            " tokens, not one block); empty before the first match and on the default Rust"
+            " tree core (--radix-cache-backend schedkit selects the Python one)",
+        ),
+    },
+    "RequestView.num_cached_tokens": {
+        "sim": FULL,
+        "vllm": FULL,
+        "sglang": Capability("full", "SGLang's cached_tokens at admission"),
+    },
+    "EngineView.kv_blocks_free": {
+        "sim": FULL,
+        "vllm": FULL,
+        "sglang": Capability(
+            "full", "pages of --page-size tokens (1 by default): free plus evictable"
+        ),
+    },
+}
+"""View fields whose meaning differs by engine; a policy lists those it relies on in
+``Policy.fields`` so the launch warning covers them."""
+
 
 def matrix_engine(engine: str) -> str:
     """The matrix column of a bench engine name (``vllm-twin`` runs vLLM's scheduler)."""
@@ -113,8 +141,9 @@ def differences(hooks: Iterable[str], engine: str) -> list[tuple[str, Capability
 
 
 def warn_unsupported(facade: object, engine: str) -> list[str]:
-    """Log one warning per hook the selected policies implement that ``engine`` honours
-    only in part; returns the messages. ``facade``: a ``PolicyFacade``."""
+    """Log one warning per hook the selected policies implement, and per view field they
+    declare in ``Policy.fields``, that ``engine`` honours only in part; returns the
+    messages. ``facade``: a ``PolicyFacade``."""
     label = getattr(facade, "label", "?")
     implemented: frozenset[str] = getattr(facade, "implemented", frozenset())
     messages = [
@@ -122,6 +151,14 @@ def warn_unsupported(facade: object, engine: str) -> list[str]:
         f" {cap.note} (docs/hooks.md, capability matrix)"
         for hook, cap in differences(implemented, engine)
     ]
+    for name, policy in getattr(facade, "policies", ()):
+        for field in getattr(policy, "fields", ()):
+            cap = FIELDS.get(field, {}).get(engine)
+            if cap is not None and cap.level != "full":
+                messages.append(
+                    f"schedkit: policy {name!r} relies on {field}, which {engine} supports"
+                    f" only in part: {cap.note} (docs/hooks.md, capability matrix)"
+                )
     for message in messages:
         log.warning("%s", message)
     return messages
@@ -130,13 +167,11 @@ def warn_unsupported(facade: object, engine: str) -> list[str]:
 def render_markdown() -> str:
     """The matrix as the Markdown table ``docs/hooks.md`` shows."""
     lines = [
-        "| hook | " + " | ".join(ENGINES) + " |",
+        "| hook or field | " + " | ".join(ENGINES) + " |",
         "|---|" + "---|" * len(ENGINES),
     ]
-    for hook in HOOK_NAMES:
-        cells = []
-        for engine in ENGINES:
-            cap = MATRIX[hook][engine]
-            cells.append(cap.level + (f": {cap.note}" if cap.note else ""))
-        lines.append(f"| `{hook}` | " + " | ".join(cells) + " |")
+    rows = [(hook, MATRIX[hook]) for hook in HOOK_NAMES] + list(FIELDS.items())
+    for name, caps in rows:
+        cells = [caps[e].level + (f": {caps[e].note}" if caps[e].note else "") for e in ENGINES]
+        lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -21,6 +21,10 @@ class Policy:
     """
 
     Options: ClassVar[type[PolicyOptions]] = PolicyOptions
+    fields: ClassVar[tuple[str, ...]] = ()
+    """View fields whose meaning differs by engine that the policy relies on (e.g.
+    ``"RequestView.block_hashes"``): the adapters warn at launch where an engine supports
+    one only in part (``schedkit.capabilities.FIELDS``)."""
 
     def __init__(self, options: PolicyOptions | None = None, **kwargs: Any) -> None:
         if options is None:

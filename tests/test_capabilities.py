@@ -49,3 +49,16 @@ def test_warning_names_hook_engine_and_entry(caplog: pytest.LogCaptureFixture) -
     assert message in caplog.text
     assert warn_unsupported(facade, "vllm") == []
     assert warn_unsupported(facade, "sim") == []
+
+
+def test_declared_fields_are_warned_where_partly_supported(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from schedkit import PolicyRegistry
+
+    policy = PolicyRegistry.discover().load("prefix-aware")()
+    facade = PolicyFacade([("prefix-aware", policy)])
+    messages = warn_unsupported(facade, "sglang")
+    assert any("RequestView.block_hashes" in m and "Rust" in m for m in messages)
+    assert any("select_evictions" in m for m in messages)
+    assert warn_unsupported(facade, "vllm") == []

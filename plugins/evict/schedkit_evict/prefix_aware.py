@@ -41,6 +41,8 @@ class PrefixAware(Policy):
     ones (the protected ones are sorted only when they must go too).
     """
 
+    fields = ("RequestView.block_hashes",)
+
     def __init__(self, options: PolicyOptions | None = None, **kwargs: Any) -> None:
         super().__init__(options, **kwargs)
         self._hashes: dict[str, tuple[int, ...]] = {}  # request id -> its block hashes
