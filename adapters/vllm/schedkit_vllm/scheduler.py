@@ -19,9 +19,11 @@ How each hook reaches vLLM (vLLM's own code runs unchanged in every case):
   running) and ``long_prefill_token_threshold`` are set for one ``schedule()`` call and
   restored after it. A tighter ``max_running`` stops admissions; it does not preempt.
 - ``select_victims``: when a running request cannot get blocks, vLLM preempts a victim
-  inline in ``schedule()``. The adapter wraps this scheduler's ``allocate_slots``; on such
-  a failure it asks the runtime for the policy's next victim and makes vLLM's own
-  preemption code take it, wherever it sits in ``running``: a victim other than the
+  inline in ``schedule()``. In a step where a running request may run out of blocks
+  (the step's worst case exceeds the free blocks; otherwise nothing is wrapped), the
+  adapter wraps this scheduler's ``allocate_slots``; on such a failure it asks the
+  runtime for the policy's next victim and makes vLLM's own preemption code take it,
+  wherever it sits in ``running``: a victim other than the
   needing request goes through vLLM's priority-mode branch (which unschedules a victim
   already scheduled this step and returns its tokens to the budget), with ``running``
   yielding only that victim to the branch's ``max()``; the needing request itself goes
@@ -31,8 +33,8 @@ How each hook reaches vLLM (vLLM's own code runs unchanged in every case):
 - ``select_evictions``: see ``schedkit_vllm.eviction``.
 - ``on_step_finished`` after ``update_from_output`` of the step the report describes
   (keyed by its ``SchedulerOutput``: with async scheduling, one step late, never shifted);
-  ``on_request_finished`` from
-  ``_free_request``, the one place vLLM finishes every request.
+  ``on_request_finished`` from ``_free_request``, the one place vLLM finishes every
+  request.
 """
 
 from __future__ import annotations
@@ -119,6 +121,8 @@ class SchedkitSchedulerMixin(_Base):  # type: ignore[misc]
 
     schedkit: SchedkitRuntime | None
     _live: SchedkitRuntime | None
+    _victim_allocate: Any
+    _smallest_block: int
     # vLLM's attributes this mixin reassigns (vLLM is typed Any here).
     waiting: Any
     running: list[Any]
@@ -173,7 +177,22 @@ class SchedkitSchedulerMixin(_Base):  # type: ignore[misc]
                 self._steer_victim(runtime.next_victim(request), request, configured)
             return blocks
 
-        manager.allocate_slots = allocate_slots
+        self._victim_allocate = allocate_slots
+        groups = self.kv_cache_config.kv_cache_groups
+        self._smallest_block = min(
+            (int(g.kv_cache_spec.block_size) for g in groups), default=int(self.block_size)
+        )
+
+    def _may_preempt(self) -> bool:
+        """Whether a running request may fail to get blocks this step: the step's new
+        tokens (at most the token budget) plus one partial block and the lookahead per
+        running request, in every KV cache group, exceed the free blocks. Only then is
+        the victim hook worth its call on every ``allocate_slots``."""
+        bs = self._smallest_block
+        lookahead = -(-int(self.num_lookahead_tokens) // bs)
+        need = -(-int(self.max_num_scheduled_tokens) // bs) + len(self.running) * (1 + lookahead)
+        need *= max(1, len(self.kv_cache_config.kv_cache_groups))
+        return bool(self.kv_cache_manager.block_pool.get_num_free_blocks() < need)
 
     def _steer_victim(self, victim: Any, needing: Any, configured: Any) -> None:
         """Make vLLM's preemption branch that runs next take ``victim``."""
@@ -239,10 +258,15 @@ class SchedkitSchedulerMixin(_Base):  # type: ignore[misc]
     def _schedule_steered(self, args: Any, kwargs: Any) -> Any:
         if self._live is None or not self._live.facade.has_victims:
             return super().schedule(*args, **kwargs)
+        manager = self.kv_cache_manager
+        if not self._may_preempt():  # the stock path: no wrapper call per request
+            return super().schedule(*args, **kwargs)
         configured = self.policy
+        manager.allocate_slots = self._victim_allocate
         try:
             return super().schedule(*args, **kwargs)
         finally:
+            del manager.allocate_slots  # the manager's own method again
             self.policy = configured
             running = self.running
             if type(running) is SteeredRunning:

@@ -357,3 +357,30 @@ def test_step_reports_match_vllm_outputs(make_scheduler: Any, register_policy: A
     assert (first.num_prefill_tokens, first.num_decode_tokens) == (70, 0)
     assert meter.reports[1].num_decode_tokens == 2
     assert all(r.duration_s >= 0 for r in meter.reports)
+
+
+def test_victim_hook_is_in_place_only_in_steps_that_may_preempt(
+    make_scheduler: Any, register_policy: Any
+) -> None:
+    # With blocks to spare no running request can fail to allocate: the step runs vLLM's
+    # own allocate_slots (no wrapper call per request). Under pressure the wrapper is
+    # there for the step, and removed after it.
+    register_policy("first-victim", FirstAdmittedVictim)
+    for blocks, wrapped in ((2000, False), (17, True)):
+        scheduler = make_scheduler({"policy": ["first-victim"]}, num_blocks=blocks)
+        manager = scheduler.kv_cache_manager
+        seen: list[bool] = []
+        pool = manager.block_pool
+        get_new_blocks = pool.get_new_blocks
+
+        def spy(*args: Any, _seen: list[bool] = seen, **kwargs: Any) -> Any:
+            _seen.append("allocate_slots" in manager.__dict__)  # the wrapper, this step
+            return get_new_blocks(*args, **kwargs)
+
+        pool.get_new_blocks = spy
+        run = _pressure(scheduler)
+        assert "allocate_slots" not in manager.__dict__
+        assert seen and any(seen) is wrapped
+        if wrapped:
+            assert any(p for p in run.preempted)
+            assert scheduler.schedkit.num_victims_placed >= 1
