@@ -373,9 +373,15 @@ def test_victim_hook_is_in_place_only_in_steps_that_may_preempt(
         pool = manager.block_pool
         get_new_blocks = pool.get_new_blocks
 
-        def spy(*args: Any, _seen: list[bool] = seen, **kwargs: Any) -> Any:
-            _seen.append("allocate_slots" in manager.__dict__)  # the wrapper, this step
-            return get_new_blocks(*args, **kwargs)
+        def spy(
+            *args: Any,
+            _seen: list[bool] = seen,
+            _manager: Any = manager,
+            _get: Any = get_new_blocks,
+            **kwargs: Any,
+        ) -> Any:
+            _seen.append("allocate_slots" in _manager.__dict__)  # the wrapper, this step
+            return _get(*args, **kwargs)
 
         pool.get_new_blocks = spy
         run = _pressure(scheduler)
