@@ -93,7 +93,11 @@ MATRIX: dict[str, dict[str, Capability]] = {
     },
     "on_step_finished": {
         "sim": Capability("full", "a run of identical decode steps may come as one report"),
-        "vllm": Capability("full", "with async scheduling, after the step's results arrive"),
+        "vllm": Capability(
+            "full",
+            "with async scheduling (the GPU default) step N is reported after step N+1 was"
+            " scheduled, so a policy learning from reports (vtc) orders step N+1 without it",
+        ),
         "sglang": Capability("full", "prefill and decode batches are separate steps"),
     },
     "on_request_finished": {"sim": FULL, "vllm": FULL, "sglang": FULL},
