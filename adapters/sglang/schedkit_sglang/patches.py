@@ -6,11 +6,15 @@ implements none: only ``__init__`` is patched, and no step pays anything); SGLan
 code runs unchanged around them.
 
 - Every process: ``Scheduler.__init__`` builds the ``SchedkitRuntime`` (after SGLang's
-  own init; a bad config stops the scheduler before the model loads).
-- ``admit_request``: ``Scheduler._add_request_to_queue``, the first time a request
-  reaches the waiting queue (not when a retracted request goes back). A rejected request
-  is answered as SGLang answers a full queue: ``finish_reason`` ``{"type": "abort",
-  "message": "rejected: <reason>", "status_code": 503}``.
+  own init; a bad config stops the scheduler before the model loads) and logs a warning
+  for each hook the policies use that SGLang honours only in part
+  (``schedkit.capabilities``).
+- ``admit_request`` and ``on_request_arrived``: ``Scheduler._add_request_to_queue``,
+  the first time a request reaches the waiting queue (not when a retracted request goes
+  back): every new request goes through ``PolicyFacade.admit``, which tells the arrival
+  observers and asks the admission policies. A rejected request is answered as SGLang
+  answers a full queue: ``finish_reason`` ``{"type": "abort", "message":
+  "rejected: <reason>", "status_code": 503}``.
 - ``order_waiting``: replaces ``SchedulePolicy.calc_priority`` (``--schedule-policy``,
   including lpm's silent FCFS above 128 waiting requests, and the priority sort of
   ``--enable-priority-scheduling``). The waiting queue is reordered in place.
@@ -47,6 +51,7 @@ from http import HTTPStatus
 from typing import Any
 
 from schedkit import PolicyFacade
+from schedkit.capabilities import warn_unsupported
 from schedkit.errors import PolicyConfigError
 
 from schedkit_sglang import runtime as _runtime
@@ -80,7 +85,7 @@ def plan(facade: PolicyFacade, timing: bool = False) -> dict[str, tuple[Callable
     if facade.has_finish_observer:
         patches[f"{STREAMER}.stream_output"] = (_stream_output, "AROUND")
         patches[f"{SCHEDULER}.send_abort_output"] = (_abort_output, "AROUND")
-    if facade.has_admit or timing:
+    if facade.sees_arrivals or timing:
         patches[f"{SCHEDULER}._add_request_to_queue"] = (_add_request, "AROUND")
     if facade.has_order:
         patches[f"{POLICY}.calc_priority"] = (_calc_priority, "AROUND")
@@ -119,6 +124,7 @@ def _make_init(facade: PolicyFacade, timing: bool) -> Callable[..., Any]:
             facade.label,
             ", ".join(sorted(facade.implemented)) or "none",
         )
+        warn_unsupported(facade, "sglang")
 
     return init
 
@@ -135,9 +141,9 @@ def _add_request(
     req._schedkit_admitted = True
     if runtime.timing:
         req.time_stats.has_timing_data = True
-    if not runtime.facade.has_admit:
+    if not runtime.facade.sees_arrivals:
         return original(self, req, is_retracted)
-    reason = runtime.admission_reason(req)
+    reason = runtime.admission_reason(runtime.view(req))
     if reason is None:
         return original(self, req, is_retracted)
     # As SGLang's own _abort_on_queued_limit answers a full queue.
@@ -145,7 +151,7 @@ def _add_request(
 
     message = f"{REJECTED}: {reason}"
     finished = {"type": "abort", "status_code": HTTPStatus.SERVICE_UNAVAILABLE, "message": message}
-    runtime.request_finished(req, REJECTED)
+    runtime.finish(req, REJECTED)
     self.send_abort_output(_make_abort_req(req, finished_reason=finished), req)
     req.time_stats.trace_ctx.abort(abort_info={"reason": message})
     self._release_aborted_request(req)
@@ -331,7 +337,7 @@ def _stream_output(
     if runtime is not None:
         for req in reqs:
             if req.finished():
-                _observe(runtime, functools.partial(runtime.request_finished, req))
+                _observe(runtime, functools.partial(runtime.finish, req))
     return result
 
 
@@ -341,5 +347,5 @@ def _abort_output(
     result = original(self, abort_req, req, *args, **kwargs)
     runtime: SchedkitRuntime | None = self.schedkit
     if runtime is not None:
-        _observe(runtime, lambda: runtime.request_finished(req, "aborted"))
+        _observe(runtime, lambda: runtime.finish(req, "aborted"))
     return result

@@ -1,25 +1,26 @@
 """The per-scheduler glue between SGLang and the policy facade.
 
-``SchedkitRuntime`` holds the facade, the engine view and the counters, and does the
-work each patched SGLang method delegates to it (see ``schedkit_sglang.patches``). It
-never decides anything itself: every decision comes from ``PolicyFacade``, and every
-default is SGLang's own behaviour. One runtime per scheduler process (SGLang runs one
-scheduler per process), reachable as ``runtime.ACTIVE`` from code that has no handle on
-the scheduler (``ScheduleBatch``, the output streamer, the radix cache).
+``SchedkitRuntime`` is the core kit's ``AdapterRuntime`` (facade, counters, metrics,
+step ledger, finish bookkeeping) plus what only SGLang needs: views that ride on
+SGLang's ``Req``, the waiting-queue order, the prefill budget, retraction and preemption
+victims, eviction ranks and the batch index. Each patched SGLang method delegates to it
+(see ``schedkit_sglang.patches``). It never decides anything itself: every decision comes
+from ``PolicyFacade``, and every default is SGLang's own behaviour. One runtime per
+scheduler process (SGLang runs one scheduler per process), reachable as
+``runtime.ACTIVE`` from code that has no handle on the scheduler (``ScheduleBatch``, the
+output streamer, the radix cache).
 """
 
 from __future__ import annotations
 
-import logging
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, cast
 
-from schedkit import BatchBudget, PolicyFacade, RequestView, StepReport
-from schedkit.decisions import ADMIT
-from schedkit.prometheus import SchedkitMetrics, try_create
+from schedkit import BatchBudget, PolicyFacade, RequestView
+from schedkit.adapter import REJECTED, AdapterRuntime
+from schedkit.adapter.runtime import report_of
 
 from schedkit_sglang.views import (
     SglangEngineView,
@@ -28,47 +29,31 @@ from schedkit_sglang.views import (
     unset_priority,
 )
 
-log = logging.getLogger("schedkit.sglang")
+__all__ = ["ACTIVE", "REJECTED", "SchedkitRuntime"]
 
-REJECTED = "rejected"
 _VIEW = "_schedkit_view"  # the view rides on SGLang's Req and dies with it
+_FINISHED = "_schedkit_finished"
 _FINISH_REASONS = {"FINISH_LENGTH": "length", "FINISH_ABORT": "aborted"}
-
-_MAX_OPEN_STEPS = 64  # launched batches awaiting their results (the overlap loop keeps 1)
 
 ACTIVE: SchedkitRuntime | None = None
 
 
-@dataclass(slots=True)
-class _Step:
-    """A launched batch awaiting its results: index, when it began forming, report."""
-
-    index: int
-    started: float
-    report: StepReport
-
-
-class SchedkitRuntime:
+class SchedkitRuntime(AdapterRuntime):
     """What a schedkit-enabled SGLang scheduler keeps in ``scheduler.schedkit``."""
 
+    engine: SglangEngineView
+
     def __init__(self, scheduler: Any, facade: PolicyFacade) -> None:
+        super().__init__(facade, SglangEngineView(scheduler), engine_name="sglang")
         self.scheduler = scheduler
-        self.facade = facade
-        self.engine = SglangEngineView(scheduler)
         self.unset_priority = unset_priority(scheduler)
-        self.rejections: Counter[str] = Counter()  # by reason
-        self.finished: Counter[str] = Counter()  # by reason, when a policy observes finishes
-        self.num_victims_placed = 0
-        self.num_evicted_by_policy = 0
         self.observer_errors = 0  # adapter faults while observing (logged, not raised)
         self.timing = False  # mark requests so SGLang returns their time stats
-        self.budget: BatchBudget | None = None  # this step's, while it differs
-        self.metrics: SchedkitMetrics | None = try_create(facade.label, facade.implemented)
-        self._errors_seen = 0
+        self.budget: BatchBudget | None = None  # this prefill pass's, while it differs
         self.num_batches = 0  # batches SGLang ran (run_batch): the last step's index
         self._step_started = 0.0
         self._preempted: list[RequestView] = []  # since the last batch launched
-        self._open: OrderedDict[int, tuple[Any, _Step]] = OrderedDict()  # id(key) -> step
+        self._batch_index: OrderedDict[int, int] = OrderedDict()  # id(key) -> index, open
         self._victims: set[int] = set()  # id() of Reqs the policy put first to retract
 
     def view(self, req: Any) -> SglangRequestView:
@@ -82,26 +67,6 @@ class SchedkitRuntime:
         """``req``'s priority as policies see it (``SglangRequestView.priority``)."""
         return self.view(req).priority
 
-    def _timed(self, hook: str, started: float, decided: bool) -> None:
-        if self.metrics is not None:
-            self.metrics.hook(hook, time.perf_counter() - started, decided)
-
-    # -- admission ------------------------------------------------------------------
-
-    def admission_reason(self, req: Any) -> str | None:
-        """The rejection reason for a new request, or None to admit it."""
-        started = time.perf_counter()
-        decision = self.facade.admit(self.view(req), self.engine)
-        self._timed("admit_request", started, decision is not ADMIT)
-        if decision.admitted:
-            return None
-        reason = str(decision.reason)
-        self.rejections[reason] += 1
-        if self.metrics is not None:
-            self.metrics.rejection(reason)
-        log.info("schedkit: rejected request %s: %s", req.rid, reason)
-        return reason
-
     # -- waiting order and batch budget ---------------------------------------------
 
     def order(self, waiting: list[Any]) -> None:
@@ -110,7 +75,7 @@ class SchedkitRuntime:
             return
         started = time.perf_counter()
         order = self.facade.order_waiting([self.view(r) for r in waiting], self.engine)
-        self._timed("order_waiting", started, order is not None)
+        self.timed("order_waiting", started, order is not None)
         if order is not None:
             waiting[:] = [cast(SglangRequestView, v).req for v in order]
 
@@ -125,7 +90,7 @@ class SchedkitRuntime:
         )
         started = time.perf_counter()
         budget = self.facade.plan_batch(self.engine, default)
-        self._timed("plan_batch", started, budget != default)
+        self.timed("plan_batch", started, budget != default)
         return None if budget == default else budget
 
     # -- preemption -----------------------------------------------------------------
@@ -135,7 +100,7 @@ class SchedkitRuntime:
         views = [self.view(r) for r in running]
         started = time.perf_counter()
         chosen = self.facade.select_victims(views, self.view(needing), self.engine)
-        self._timed("select_victims", started, chosen is not None)
+        self.timed("select_victims", started, chosen is not None)
         if chosen is None:
             return None
         return [cast(SglangRequestView, v).req for v in chosen]
@@ -158,12 +123,10 @@ class SchedkitRuntime:
         """``reqs`` were retracted or preempted this step; ``chosen``: ``id()`` of those
         the policy named (default: the victims of the last ``retraction_order``)."""
         victims = self._victims if chosen is None else chosen
-        for req in reqs:
-            self._preempted.append(self.view(req))
-            if id(req) in victims:
-                self.num_victims_placed += 1
-                if self.metrics is not None:
-                    self.metrics.victim_placed()
+        self._preempted.extend(self.view(req) for req in reqs)
+        placed = sum(1 for req in reqs if id(req) in victims)
+        if placed:
+            self.victims_placed(placed)
         self._victims = set()
 
     # -- eviction -------------------------------------------------------------------
@@ -183,17 +146,12 @@ class SchedkitRuntime:
             need += 1
         started = time.perf_counter()
         chosen = self.facade.select_evictions(views, max(1, need), self.engine)
-        self._timed("select_evictions", started, chosen is not None)
+        self.timed("select_evictions", started, chosen is not None)
         if chosen is None:
             return None
         return {id(cast(SglangNodeView, v).node): i for i, v in enumerate(chosen)}
 
-    def evicted(self, n: int) -> None:
-        self.num_evicted_by_policy += n
-        if self.metrics is not None:
-            self.metrics.evicted(n)
-
-    # -- observation ----------------------------------------------------------------
+    # -- steps ----------------------------------------------------------------------
 
     def step_started(self) -> None:
         """SGLang starts forming a batch (``get_next_batch_to_run``): decisions made now
@@ -208,8 +166,9 @@ class SchedkitRuntime:
         ``key`` comes back with the batch (a copy of it in the overlap loop) to
         ``process_batch_result``: at once in SGLang's normal loop, one iteration later in
         its overlap loop (``event_loop_overlap``, the GPU default), which forms and
-        launches step N+1 before it processes step N's results. Keying the report to
-        ``key`` reports each step once, with its own requests, tokens and index."""
+        launches step N+1 before it processes step N's results. The report is opened in
+        the ledger under ``key``, so each step is reported once, with its own requests,
+        tokens and index."""
         self.num_batches += 1
         self.engine.step_index = self.num_batches
         preempted, self._preempted = self._preempted, []
@@ -223,54 +182,40 @@ class SchedkitRuntime:
         else:
             counts = [1] * len(reqs)
             prefill, decode = 0, len(reqs)
-        report = StepReport(
-            num_steps=1,
-            duration_s=0.0,  # set when its results are processed
-            num_prefill_tokens=prefill,
-            num_decode_tokens=decode,
-            scheduled=[self.view(r) for r in reqs],
-            num_scheduled_tokens=counts,
-            preempted=preempted,
-        )
-        self._open[id(key)] = (key, _Step(self.num_batches, self._step_started, report))
-        while len(self._open) > _MAX_OPEN_STEPS:  # batches whose results never came
-            self._open.popitem(last=False)
+        report = report_of([self.view(r) for r in reqs], counts, prefill, decode, preempted)
+        self.open_step(key, report, self._step_started)
+        index = self._batch_index
+        index[id(key)] = self.num_batches
+        while len(index) > self.steps.limit:  # batches whose results never came
+            index.popitem(last=False)
 
     def step_finished(self, key: Any) -> None:
         """SGLang processed the results of the batch whose ``run_batch`` returned ``key``:
         report that step, with ``engine.step_index`` its own index meanwhile (in the
         overlap loop the next batch is already formed; decisions see its index)."""
-        metrics = self.metrics
-        if metrics is not None:
-            self._sync_errors(metrics)
-        entry = self._open.pop(id(key), None)
-        if entry is None or entry[0] is not key:
+        self.sync_metrics()
+        index = self._batch_index.pop(id(key), None)
+        if index is None:
             return
-        step = entry[1]
-        report = step.report
-        started = time.perf_counter()
-        report.duration_s = started - step.started
         engine = self.engine
-        current, engine.step_index = engine.step_index, step.index
+        current, engine.step_index = engine.step_index, index
         try:
-            self.facade.step_finished(report, engine)
+            self.close_step(key)
         finally:
             engine.step_index = current
-        self._timed("on_step_finished", started, False)
 
-    def request_finished(self, req: Any, reason: str | None = None) -> None:
-        """``req`` left the scheduler: finished, aborted or rejected (once per request)."""
-        if getattr(req, "_schedkit_finished", False):
+    # -- finishing ------------------------------------------------------------------
+
+    def finish(self, req: Any, reason: str | None = None) -> None:
+        """``req`` left the scheduler: finished, aborted or rejected (once per request);
+        ``reason`` None: from SGLang's finish reason."""
+        if getattr(req, _FINISHED, False):
             return
-        req._schedkit_finished = True
+        setattr(req, _FINISHED, True)
         if reason is None:
             finish = req.finished_reason
             reason = _FINISH_REASONS.get(type(finish).__name__, "stop")
-        self.finished[reason] += 1
-        if self.facade.has_finish_observer:
-            started = time.perf_counter()
-            self.facade.request_finished(self.view(req), reason, self.engine)
-            self._timed("on_request_finished", started, False)
+        self.request_finished(self.view(req), reason)
 
     def internal_state(self) -> dict[str, Any]:
         """schedkit's counters in this scheduler, for SGLang's internal-state readback
@@ -282,17 +227,12 @@ class SchedkitRuntime:
             by_hook[f"{policy}.{hook}"] += count
         return {
             "policy": self.facade.label,
-            "policy_errors": self.facade.error_count,
+            "policy_errors": self.policy_errors,
             "policy_errors_by_hook": dict(by_hook),
             "steps": int(getattr(self.scheduler, "forward_ct", self.num_batches)),
             "rejections": dict(self.rejections),
+            "finished": dict(self.finished),
             "victims_placed": self.num_victims_placed,
             "evicted_by_policy": self.num_evicted_by_policy,
             "observer_errors": self.observer_errors,
         }
-
-    def _sync_errors(self, metrics: SchedkitMetrics) -> None:
-        facade = self.facade
-        if facade.errors and facade.error_count != self._errors_seen:
-            self._errors_seen = facade.error_count
-            metrics.sync_errors(facade.errors)

@@ -10,20 +10,13 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
+
+from schedkit.adapter import parse_metadata, parse_priority
 
 # SGLang stamps request times with time.perf_counter() (rebased across its processes).
 _now = time.perf_counter
-
-
-def _float_or_none(value: object) -> float | None:
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        return float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return None
 
 
 def unset_priority(scheduler: Any) -> int:
@@ -58,9 +51,11 @@ class SglangRequestView:
     """A ``schedkit.RequestView`` over an SGLang ``Req``.
 
     Tenant and SLO targets come from the request's ``sampling_params.custom_params``
-    (keys ``tenant``, ``slo_ttft_ms``, ``slo_tpot_ms``). Priority is SGLang's own
-    ``priority`` field; a request without one has ``unset_priority`` (the scheduler's
-    ``unset_priority()``: 0 unless SGLang's priority scheduling gives it another value).
+    (keys ``tenant``, ``slo_ttft_ms``, ``slo_tpot_ms``; ``schedkit.adapter.parse_metadata``:
+    an SLO that is not a finite positive number counts as absent). Priority is SGLang's
+    own ``priority`` field; a request without one has ``unset_priority`` (the
+    scheduler's ``unset_priority()``: 0 unless SGLang's priority scheduling gives it
+    another value).
     """
 
     __slots__ = ("_arrival", "_nodes", "_unset", "req", "slo_tpot_ms", "slo_ttft_ms", "tenant")
@@ -76,12 +71,10 @@ class SglangRequestView:
         self._unset = unset_priority
         self._nodes = nodes  # the radix tree's node by id (the unified cache records ids)
         self._arrival = _arrival(req) - epoch
-        custom = getattr(req.sampling_params, "custom_params", None)
-        extra: Mapping[str, Any] = custom if isinstance(custom, Mapping) else {}
-        tenant = extra.get("tenant")
-        self.tenant: str = str(tenant) if tenant not in (None, "") else "default"
-        self.slo_ttft_ms: float | None = _float_or_none(extra.get("slo_ttft_ms"))
-        self.slo_tpot_ms: float | None = _float_or_none(extra.get("slo_tpot_ms"))
+        meta = parse_metadata(getattr(req.sampling_params, "custom_params", None))
+        self.tenant: str = meta.tenant
+        self.slo_ttft_ms: float | None = meta.slo_ttft_ms
+        self.slo_tpot_ms: float | None = meta.slo_tpot_ms
 
     @property
     def request_id(self) -> str:
@@ -90,7 +83,7 @@ class SglangRequestView:
     @property
     def priority(self) -> int:
         priority = self.req.priority
-        return int(priority) if priority is not None else self._unset
+        return self._unset if priority is None else parse_priority(priority)
 
     @property
     def arrival_time(self) -> float:

@@ -4,13 +4,17 @@ check, the plugin's activation rule, the CPU stand-ins."""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
+from schedkit import Policy, RequestView, hookimpl
+from schedkit.capabilities import MATRIX
 from schedkit.errors import PolicyConfigError, UnknownPolicyError
 
 from schedkit_sglang import compat, cpu, patches, plugin
 from schedkit_sglang.config import config_environ, resolve_config
+from schedkit_sglang.runtime import SchedkitRuntime
 
 
 def test_no_variables_means_no_config() -> None:
@@ -145,6 +149,87 @@ def test_request_view_defaults_without_metadata() -> None:
         None,
         None,
     )
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -5, 0, "nan", True])
+def test_an_slo_that_is_not_a_finite_positive_number_is_absent(bad: object) -> None:
+    from schedkit_sglang.views import SglangRequestView
+
+    view = SglangRequestView(_req(None, slo_ttft_ms=bad, slo_tpot_ms=bad, tenant=""), 0.0)
+    assert (view.tenant, view.slo_ttft_ms, view.slo_tpot_ms) == ("default", None, None)
+
+
+def _fake_scheduler(**settings: object) -> object:
+    from types import SimpleNamespace
+
+    values: dict[str, object] = {
+        "enable_priority_scheduling": False,
+        "schedule_low_priority_values_first": False,
+        "server_args": SimpleNamespace(default_priority_value=None),
+        "page_size": 1,
+        "token_to_kv_pool_allocator": SimpleNamespace(size=64),
+        **settings,
+    }
+    return SimpleNamespace(**values)
+
+
+class ArrivalsOnly(Policy):
+    """Observes arrivals, and nothing else (no admission hook)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[str] = []
+
+    @hookimpl
+    def on_request_arrived(self, request: RequestView) -> None:
+        self.seen.append(request.request_id)
+
+
+def test_an_arrival_observer_alone_sees_every_new_request() -> None:
+    """``on_request_arrived`` without ``admit_request``: the admission patch is registered
+    and calls the facade for every new request (not for a retracted one going back). The
+    contract suite checks the same on the real engine (its recorder observes arrivals
+    only; ``check_outcome`` asserts one arrival per request)."""
+    from schedkit import PolicyFacade
+
+    policy = ArrivalsOnly()
+    facade = PolicyFacade([("arrivals", policy)])
+    assert not facade.has_admit and facade.sees_arrivals
+    assert f"{patches.SCHEDULER}._add_request_to_queue" in patches.plan(facade)
+    scheduler = _fake_scheduler()
+    scheduler.schedkit = SchedkitRuntime(scheduler, facade)  # type: ignore[attr-defined]
+    queued: list[object] = []
+
+    def original(self: object, req: object, is_retracted: bool = False) -> None:
+        queued.append(req)
+
+    first, second = _req(None), _req(None)
+    second.rid = "r2"  # type: ignore[attr-defined]
+    for req in (first, second):
+        patches._add_request(original, scheduler, req)
+    patches._add_request(original, scheduler, first, True)  # retracted: back, not new
+    assert policy.seen == ["r1", "r2"]
+    assert queued == [first, second, first]
+
+
+def test_a_partly_supported_hook_warns_at_scheduler_init(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from schedkit import PolicyFacade
+
+    facade = PolicyFacade.from_config({"policy": ["lcf", "test-one-at-a-time"]})
+    init = patches.plan(facade)[f"{patches.SCHEDULER}.__init__"][0]
+    scheduler = _fake_scheduler()
+    with caplog.at_level(logging.WARNING, logger="schedkit"):
+        init(lambda self: None, scheduler)
+    assert isinstance(scheduler.schedkit, SchedkitRuntime)  # type: ignore[attr-defined]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    for hook in ("plan_batch", "select_victims"):
+        [message] = [w for w in warnings if hook in w]
+        assert "sglang supports only in part" in message
+        assert "capability matrix" in message
+        assert MATRIX[hook]["sglang"].note in message
+    assert not [w for w in warnings if "order_waiting" in w]  # fully supported
 
 
 @pytest.mark.parametrize(
