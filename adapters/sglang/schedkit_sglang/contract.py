@@ -1,0 +1,459 @@
+"""The contract suite's SGLang driver: a scenario through the real SGLang engine.
+
+``run_sglang`` replays a ``schedkit.testing.contract.Scenario`` through an in-process
+``sglang.Engine`` (its scheduler in a spawned process, as always) and returns the
+``Outcome`` the suite's checks read. The scenario's engine config maps onto SGLang's
+knobs as closely as SGLang allows:
+
+- ``max_num_seqs`` is ``max_running_requests``; ``max_num_batched_tokens`` is
+  ``max_prefill_tokens`` (the prefill batch's token budget) and ``chunked_prefill_size``,
+  which is ``long_prefill_token_threshold`` instead when the scenario sets one (SGLang has
+  one chunk size for the prefill batch, not a cap per request);
+- the KV cache is ``num_blocks * block_size`` tokens (``max_total_tokens``) in pages of
+  ``block_size`` (``page_size``); ``enable_prefix_caching`` off is
+  ``disable_radix_cache``; a policy that chooses evictions gets the ``schedkit``
+  radix-cache backend, as ``schedkit serve sglang`` adds it;
+- ``schedule_conservativeness=0``: SGLang then admits a request when its prompt fits, as
+  vLLM and the simulator do, instead of reserving room for 70% of every running
+  request's remaining output, and retracts decoding requests when the cache runs out.
+
+Requests are token-id prompts (``schedkit.bench.replay.prompt_token_ids``, mixed into
+the model's vocabulary; shared prefixes stay shared), ``max_new_tokens`` their output
+length with ``ignore_eos``, tenant and SLO targets in ``custom_params`` and SGLang's own
+``priority``, as the adapter reads them.
+
+The policies run in SGLang's scheduler process, so they are selected by name
+(``SCHEDKIT_POLICY``, ``SCHEDKIT_OPTIONS``) with ``contract-recorder`` (the suite's
+``ContractRecorder``) appended last, and what the engine did is recorded there too, by
+the ``schedkit_contract`` SGLang plugin of this module. Both come from a site directory
+the driver puts on the path for the engine's processes (spawned processes take
+``sys.path`` from this one); ``contract-flaky`` (the suite's ``Flaky``) is installed
+there as well. After the replay the driver reads everything back through SGLang's
+internal-state readback (``Engine.get_server_info()``).
+
+Arrivals: SGLang runs on the wall clock, and requests sent at once may reach its
+scheduler across several loop iterations. So the driver sends every request at once, in
+arrival order, and the plugin holds each in the scheduler until its arrival comes
+relative to SGLang's count of batches run (``forward_ct``): a request arriving at
+``k * step_s`` joins the waiting queue before batch ``k + 1`` is formed, as the
+simulator's step ``k`` sees it, and the requests of one arrival step are all waited for
+before that batch is formed. An idle engine skips ahead to the next arrival, as the
+simulator's clock does. A request's arrival time (its time stats) is restamped when it
+is let in, so policies see it arrive then and have waited no time at admission. SGLang's
+steps are its batches (a prefill batch and a decode batch are separate steps, where the
+simulator mixes them), so the arrival step is the same count, not the same batch
+contents: ``Outcome.batches_comparable`` is False.
+
+What the Outcome holds: ``steps`` (tokens per request in each batch SGLang launched:
+``Req.extend_len`` in a prefill batch, 1 in a decode batch) with the requests retracted
+or preempted while it was formed (``preempted``), ``admitted`` (order of first
+scheduling), each request's finish reason and output tokens from its final output
+(``finish_reason`` type; a rejection is SGLang's 503 abort ``"rejected: <reason>"``),
+``blocks_leaked`` (KV pages neither free nor evictable once the engine is idle),
+``policy_errors`` (the adapter's count) and the recorder's observations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import gc
+import json
+import logging
+import math
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from schedkit.testing.contract import ContractRecorder, Outcome, Scenario
+
+__all__ = ["CONTRACT_VAR", "FLAKY", "RECORDER", "load", "run_sglang"]
+
+log = logging.getLogger("schedkit.sglang")
+
+CONTRACT_VAR = "SCHEDKIT_SGLANG_CONTRACT"
+"""The arrivals of the scenario being replayed (JSON), for the scheduler-side plugin."""
+RECORDER = "contract-recorder"
+FLAKY = "contract-flaky"
+_STATE_KEY = "schedkit_contract"
+_ENTRY_POINTS = f"""\
+[schedkit.policies]
+{RECORDER} = schedkit.testing.contract:ContractRecorder
+{FLAKY} = schedkit.testing.contract:Flaky
+
+[sglang.srt.plugins]
+schedkit_contract = schedkit_sglang.contract:load
+"""
+_EPS = 1e-9
+_WAIT_S = 30.0  # longest wait for a due request to reach the scheduler
+_SETTLE_S = 30.0  # longest wait for the engine to go idle after the last output
+
+_SCHEDULER = "sglang.srt.managers.scheduler.Scheduler"
+_BATCH = "sglang.srt.managers.schedule_batch.ScheduleBatch"
+_ADDER = "sglang.srt.managers.schedule_policy.PrefillAdder"
+
+
+# -------------------------------------------------------------------------
+# The driver (this process)
+# -------------------------------------------------------------------------
+
+
+def run_sglang(
+    scenario: Scenario,
+    policy_names: Sequence[str],
+    model_dir: str | Path,
+    *,
+    overlap: bool,
+    options: Mapping[str, Any] | None = None,
+) -> Outcome:
+    """``scenario`` through a real ``sglang.Engine`` on ``model_dir`` with the installed
+    policies ``policy_names`` (``options`` per policy, as in ``SCHEDKIT_OPTIONS``), in
+    SGLang's overlap loop (``event_loop_overlap``) or its normal one."""
+    from schedkit import PolicyFacade
+    from schedkit.bench.replay import model_info, prompt_token_ids, request_metadata
+
+    from schedkit_sglang.config import CONFIG_VAR, OPTIONS_VAR, POLICY_VAR
+
+    if RECORDER in policy_names:
+        raise ValueError(f"{RECORDER!r} is appended by the driver; do not name it")
+    cfg = scenario.config
+    info = model_info(str(model_dir), "sglang")
+    traces = sorted(scenario.requests, key=lambda r: r.arrival_s)
+    arrivals = [
+        [t.request_id, max(0, math.ceil(t.arrival_s / scenario.step_s - _EPS))] for t in traces
+    ]
+    requests = [
+        {
+            "input_ids": prompt_token_ids(
+                t, i, cfg.block_size, cfg.hash_block_tokens, info.vocab_size
+            ),
+            "sampling_params": {
+                "max_new_tokens": t.output_tokens,
+                "ignore_eos": True,
+                "temperature": 0.0,
+                "custom_params": request_metadata(t),
+            },
+            "priority": t.priority,
+            "rid": t.request_id,
+        }
+        for i, t in enumerate(traces)
+    ]
+    env: dict[str, str | None] = {
+        CONFIG_VAR: None,
+        POLICY_VAR: "+".join([*policy_names, RECORDER]),
+        OPTIONS_VAR: json.dumps(dict(options)) if options else None,
+        CONTRACT_VAR: json.dumps({"arrivals": arrivals}),
+        "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
+        # SGLang admits a request only when its prompt and all its output would fit
+        # (up to this many new tokens): one, as the simulator admits what fits now.
+        "SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION": "1",
+    }
+    outcome = Outcome("sglang-overlap" if overlap else "sglang", batches_comparable=False)
+    with _contract_site() as site:
+        selected = {"policy": list(policy_names), "options": dict(options or {})}
+        evicts = PolicyFacade.from_config(selected).has_evictions
+        # SGLang admits prompts up to context_length - 6 tokens, and prompt + output below it.
+        longest = max(t.prompt_tokens + t.output_tokens for t in traces) + 8
+        kwargs = engine_kwargs(scenario, evicts, overlap, min(info.max_positions, longest))
+        kwargs["model_path"] = str(model_dir)
+        llm = _start(kwargs, env, site)
+        try:
+            outputs = llm.loop.run_until_complete(_submit(llm, requests))
+            state = _settled_state(llm)
+        finally:
+            _shutdown(llm)
+    if state["disable_overlap_schedule"] is overlap:
+        raise RuntimeError(f"SGLang did not run its {'overlap' if overlap else 'normal'} loop")
+    for trace, output in zip(traces, outputs, strict=True):
+        _read_output(outcome, trace.request_id, output)
+    _read_state(outcome, state)
+    return outcome
+
+
+def engine_kwargs(
+    scenario: Scenario, evicts: bool, overlap: bool, context_length: int
+) -> dict[str, Any]:
+    """``sglang.Engine`` arguments for ``scenario``'s engine config (module docstring)."""
+    from schedkit_sglang import cpu
+    from schedkit_sglang.eviction import BACKEND
+    from schedkit_sglang.real import on_cpu
+
+    cfg = scenario.config
+    kwargs: dict[str, Any] = {
+        "skip_tokenizer_init": True,
+        "context_length": context_length,
+        "page_size": cfg.block_size,
+        "max_total_tokens": cfg.num_blocks * cfg.block_size,
+        "max_running_requests": cfg.max_num_seqs,
+        "max_prefill_tokens": cfg.max_num_batched_tokens,
+        "chunked_prefill_size": cfg.long_prefill_token_threshold or cfg.max_num_batched_tokens,
+        "disable_radix_cache": not cfg.enable_prefix_caching,
+        "schedule_policy": "fcfs",
+        "schedule_conservativeness": 0.0,
+        "random_seed": 0,
+        "log_level": "error",
+    }
+    if evicts and cfg.enable_prefix_caching:
+        kwargs["radix_cache_backend"] = BACKEND
+    if on_cpu():
+        kwargs.update(cpu.ENGINE_ARGS)
+    kwargs["disable_overlap_schedule"] = not overlap
+    return kwargs
+
+
+@contextlib.contextmanager
+def _contract_site() -> Iterator[Path]:
+    """A site directory whose dist-info installs the contract's policies and SGLang
+    plugin, on ``sys.path`` (which spawned processes inherit) for the block."""
+    site = Path(tempfile.mkdtemp(prefix="schedkit-sglang-contract-"))
+    info = site / "schedkit_sglang_contract-0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: schedkit-sglang-contract\nVersion: 0\n"
+    )
+    (info / "entry_points.txt").write_text(_ENTRY_POINTS)
+    sys.path.append(str(site))
+    try:
+        yield site
+    finally:
+        sys.path.remove(str(site))
+        shutil.rmtree(site, ignore_errors=True)
+
+
+def _start(kwargs: dict[str, Any], env: dict[str, str | None], site: Path) -> Any:
+    """``sglang.Engine(**kwargs)`` with ``env`` and ``site`` for its processes; this
+    process's environment is restored afterwards."""
+    from schedkit_sglang import cpu
+    from schedkit_sglang.config import scoped_environ
+
+    if kwargs.get("device") == "cpu":
+        cpu.install()
+        env["SGLANG_USE_CPU_ENGINE"] = "1"
+        path = cpu.pythonpath(os.environ.get("PYTHONPATH", ""))
+    else:
+        path = os.environ.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = os.pathsep.join([p for p in (path, str(site)) if p])
+    with scoped_environ(env):
+        import sglang
+
+        return sglang.Engine(**kwargs)
+
+
+def _shutdown(llm: Any) -> None:
+    try:
+        llm.shutdown()
+    except Exception:  # pragma: no cover - best effort
+        log.debug("engine shutdown failed", exc_info=True)
+    atexit.unregister(llm.shutdown)
+    gc.collect()
+
+
+async def _submit(llm: Any, requests: list[dict[str, Any]]) -> list[Any]:
+    """Every request at once, in arrival order; a refused one gives its exception."""
+    tasks = [asyncio.ensure_future(llm.async_generate(**r)) for r in requests]
+    return list(await asyncio.gather(*tasks, return_exceptions=True))
+
+
+def _read_output(outcome: Outcome, rid: str, output: Any) -> None:
+    """How request ``rid`` ended, from its final output (or the exception SGLang raised
+    for a request it aborted before running it: HTTP 503 for a rejection)."""
+    if isinstance(output, BaseException):
+        message, kind, tokens = str(getattr(output, "detail", output)), "abort", 0
+    else:
+        meta = output.get("meta_info") or {}
+        reason = meta.get("finish_reason")
+        kind = str(reason.get("type", "")) if isinstance(reason, Mapping) else str(reason)
+        message = str(reason.get("message", "")) if isinstance(reason, Mapping) else ""
+        tokens = int(meta.get("completion_tokens") or 0)
+    outcome.output_tokens[rid] = tokens
+    if kind == "abort" and message.startswith("rejected: "):
+        outcome.finished[rid] = "rejected"
+        outcome.rejected[rid] = message.removeprefix("rejected: ")
+    elif kind == "abort":
+        outcome.finished[rid] = "aborted"
+        log.warning("contract: %s aborted: %s", rid, message)
+    else:
+        outcome.finished[rid] = kind or "stop"
+
+
+def _settled_state(llm: Any) -> dict[str, Any]:
+    """The scheduler's internal state once it is idle: every launched batch's results
+    processed and reported (the overlap loop processes the last one an iteration late)."""
+    deadline = time.monotonic() + _SETTLE_S
+    while True:
+        info = llm.get_server_info()
+        [state] = info["internal_states"]
+        ours = state.get(_STATE_KEY)
+        if not isinstance(ours, dict):
+            raise RuntimeError("the schedkit_contract plugin did not load in SGLang's scheduler")
+        if ours["idle"] or time.monotonic() > deadline:
+            return {**state, "disable_overlap_schedule": info.get("disable_overlap_schedule")}
+        time.sleep(0.05)
+
+
+def _read_state(outcome: Outcome, state: Mapping[str, Any]) -> None:
+    ours = state[_STATE_KEY]
+    for batch in ours["batches"]:
+        tokens: dict[str, int] = batch["tokens"]
+        if tokens or batch["preempted"]:
+            outcome.steps.append(dict(tokens))
+            outcome.preempted.append(sorted(batch["preempted"]))
+        outcome.admitted.extend(rid for rid in tokens if rid not in outcome.admitted)
+    kv = ours["kv"]
+    used = int(kv["total"]) - int(kv["available"]) - int(kv["evictable"])
+    outcome.blocks_leaked = -(-used // max(1, int(kv["page_size"])))
+    outcome.policy_errors = int(state["schedkit"]["policy_errors"])
+    seen = ours["recorder"]
+    rec = outcome.recorder
+    rec.arrived = Counter(seen["arrived"])
+    rec.reported = Counter(seen["reported"])
+    rec.reports = int(seen["reports"])
+    rec.finished = {rid: list(reasons) for rid, reasons in seen["finished"].items()}
+    rec.preempted = list(seen["preempted"])
+
+
+# -------------------------------------------------------------------------
+# The scheduler side: the ``schedkit_contract`` SGLang plugin
+# -------------------------------------------------------------------------
+
+
+class _Contract:
+    """Holds each request until its arrival step and records every batch SGLang
+    launches, independently of the adapter's step reports."""
+
+    def __init__(self, arrivals: Sequence[Sequence[Any]]) -> None:
+        self.order = [str(rid) for rid, _ in arrivals]  # arrival order
+        self.step = {str(rid): int(step) for rid, step in arrivals}
+        self.held: dict[str, tuple[Any, tuple[Any, ...], dict[str, Any]]] = {}
+        self.released: set[str] = set()
+        self.skipped = 0  # steps skipped while idle, as the simulator's clock jumps
+        self.batches: list[dict[str, Any]] = []
+        self.preempted: list[str] = []  # since the last batch launched
+        self._preempt_mark = 0
+
+    # -- arrivals -----------------------------------------------------------------
+
+    def hold(
+        self, original: Callable[..., Any], scheduler: Any, recv: Any, *a: Any, **k: Any
+    ) -> Any:
+        rid = str(getattr(recv, "rid", ""))
+        if rid in self.step and rid not in self.released:
+            self.held[rid] = (recv, a, k)
+            return None
+        return original(scheduler, recv, *a, **k)
+
+    def ingest(self, original: Callable[..., Any], scheduler: Any, *a: Any, **k: Any) -> Any:
+        received = original(scheduler, *a, **k)
+        pending = [rid for rid in self.order if rid not in self.released]
+        if not pending:
+            return received
+        now = int(scheduler.forward_ct) + self.skipped
+        first = self.step[pending[0]]
+        if first > now and scheduler.is_fully_idle():
+            self.skipped += first - now
+            now = first
+        due = [rid for rid in pending if self.step[rid] <= now]
+        deadline = time.monotonic() + _WAIT_S
+        while any(rid not in self.held for rid in due) and time.monotonic() < deadline:
+            time.sleep(0.001)
+            more = original(scheduler, *a, **k)
+            if isinstance(received, list) and isinstance(more, list):
+                received.extend(more)
+        for rid in due:
+            self.released.add(rid)
+            entry = self.held.pop(rid, None)
+            if entry is None:  # never arrived in time: let it in when it does
+                log.warning("contract: %s did not reach the scheduler in time", rid)
+                continue
+            recv, args, kwargs = entry
+            stats = getattr(recv, "time_stats", None)
+            now_s = time.perf_counter()
+            for name in ("created_time", "scheduler_recv_time"):
+                if hasattr(stats, name):
+                    setattr(stats, name, now_s)
+            scheduler.handle_generate_request(recv, *args, **kwargs)
+        return received
+
+    # -- what SGLang ran ----------------------------------------------------------
+
+    def launched(self, result: Any, scheduler: Any, batch: Any, *a: Any, **k: Any) -> None:
+        mode = batch.forward_mode
+        if mode.is_extend():
+            tokens = {str(r.rid): int(r.extend_len) for r in batch.reqs}
+        elif mode.is_decode():
+            tokens = {str(r.rid): 1 for r in batch.reqs}
+        else:
+            tokens = {}
+        preempted, self.preempted = self.preempted, []
+        self.batches.append({"tokens": tokens, "preempted": preempted})
+
+    def retracted(self, result: Any, *a: Any, **k: Any) -> None:
+        self.preempted.extend(str(r.rid) for r in result[0])
+
+    def before_preempt(self, adder: Any, *a: Any, **k: Any) -> None:
+        self._preempt_mark = len(adder.preempt_list)
+
+    def after_preempt(self, result: Any, adder: Any, *a: Any, **k: Any) -> None:
+        self.preempted.extend(str(r.rid) for r in adder.preempt_list[self._preempt_mark :])
+
+    # -- the readback -------------------------------------------------------------
+
+    def state(self, output: Any, scheduler: Any, *a: Any, **k: Any) -> None:
+        state = getattr(output, "internal_state", None)
+        if not isinstance(state, dict):
+            return
+        runtime = getattr(scheduler, "schedkit", None)
+        policies = dict(runtime.facade.policies) if runtime is not None else {}
+        recorder = policies.get(RECORDER)
+        allocator = scheduler.token_to_kv_pool_allocator
+        state[_STATE_KEY] = {
+            "idle": bool(scheduler.is_fully_idle()) and not self.held,
+            "held": sorted(self.held),
+            "batches": self.batches,
+            "recorder": _recorded(recorder) if isinstance(recorder, ContractRecorder) else None,
+            "kv": {
+                "total": int(allocator.size),
+                "available": int(allocator.available_size()),
+                "evictable": int(scheduler.tree_cache.evictable_size()),
+                "page_size": int(getattr(scheduler, "page_size", 1) or 1),
+            },
+        }
+
+
+def _recorded(rec: ContractRecorder) -> dict[str, Any]:
+    return {
+        "arrived": dict(rec.arrived),
+        "reported": dict(rec.reported),
+        "reports": rec.reports,
+        "finished": rec.finished,
+        "preempted": rec.preempted,
+    }
+
+
+def load() -> None:
+    """The ``schedkit_contract`` SGLang plugin: registers nothing unless the driver set
+    ``SCHEDKIT_SGLANG_CONTRACT`` for the engine it starts."""
+    raw = os.environ.get(CONTRACT_VAR)
+    if not raw:
+        return
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    contract = _Contract(json.loads(raw)["arrivals"])
+    hooks: list[tuple[str, Callable[..., Any], HookType]] = [
+        (f"{_SCHEDULER}.handle_generate_request", contract.hold, HookType.AROUND),
+        (f"{_SCHEDULER}.ingest_requests", contract.ingest, HookType.AROUND),
+        (f"{_SCHEDULER}.run_batch", contract.launched, HookType.AFTER),
+        (f"{_SCHEDULER}.get_internal_state", contract.state, HookType.AFTER),
+        (f"{_BATCH}.retract_decode", contract.retracted, HookType.AFTER),
+        (f"{_ADDER}.preempt_to_schedule", contract.before_preempt, HookType.BEFORE),
+        (f"{_ADDER}.preempt_to_schedule", contract.after_preempt, HookType.AFTER),
+    ]
+    for target, hook, kind in hooks:
+        HookRegistry.register(target, hook, kind)
