@@ -125,27 +125,28 @@ def test_a_batch_budget_limits_how_many_requests_run(model_dir: Path, tmp_path: 
 
 def _preempted_by_priority(model_dir: Path, policy: str | None) -> dict[str, int]:
     """Two priority-20 requests fill the batch; a priority-0 one arrives and SGLang's
-    priority preemption makes room. Returns num_retractions by tenant."""
-    import asyncio
+    priority preemption makes room. Returns num_retractions by tenant.
 
+    Each long request is streamed and the next one sent once it produced its first token
+    (it is running), so the urgent one finds both running however fast they decode."""
     long = {"max_new_tokens": 300, "ignore_eos": True}
 
     async def run(llm: Any) -> list[Any]:
-        tasks = []
+        streams = []
         for i, tenant in enumerate(("victim", "a")):
             params = {**long, "custom_params": {"tenant": tenant}}
-            request = llm.async_generate(
-                input_ids=prompt(i, 16), sampling_params=params, priority=20
+            stream = await llm.async_generate(
+                input_ids=prompt(i, 16), sampling_params=params, priority=20, stream=True
             )
-            tasks.append(asyncio.ensure_future(request))
-            await asyncio.sleep(0.3)
+            streams.append((stream, await stream.__anext__()))
         urgent = {"max_new_tokens": 2, "custom_params": {"tenant": "urgent"}}
-        tasks.append(
-            asyncio.ensure_future(
-                llm.async_generate(input_ids=prompt(2, 16), sampling_params=urgent, priority=0)
-            )
-        )
-        return list(await asyncio.gather(*tasks))
+        done = await llm.async_generate(input_ids=prompt(2, 16), sampling_params=urgent, priority=0)
+        outputs = []
+        for stream, last in streams:
+            async for out in stream:
+                last = out
+            outputs.append(last)
+        return [*outputs, done]
 
     with engine(
         model_dir,
