@@ -31,15 +31,17 @@ the driver puts on the path for the engine's processes (spawned processes take
 there as well. After the replay the driver reads everything back through SGLang's
 internal-state readback (``Engine.get_server_info()``).
 
-Arrivals: SGLang runs on the wall clock, and requests sent at once may reach its
+Arrivals and the clock: SGLang runs on the wall clock, and requests sent at once may reach its
 scheduler across several loop iterations. So the driver sends every request at once, in
 arrival order, and the plugin holds each in the scheduler until its arrival comes
 relative to SGLang's count of batches run (``forward_ct``): a request arriving at
 ``k * step_s`` joins the waiting queue before batch ``k + 1`` is formed, as the
 simulator's step ``k`` sees it, and the requests of one arrival step are all waited for
 before that batch is formed. An idle engine skips ahead to the next arrival, as the
-simulator's clock does. A request's arrival time (its time stats) is restamped when it
-is let in, so policies see it arrive then and have waited no time at admission. SGLang's
+simulator's clock does. Policies see the simulator's clock too (``use_clock`` on the
+adapter's engine view, as the vLLM engine driver does): ``step_s`` per step counted so,
+and each request's arrival at the scenario's time, so waits, deadlines and aging mean
+what they mean on the simulator, not whatever the wall clock of a busy CPU says. SGLang's
 steps are its batches (a prefill batch and a decode batch are separate steps, where the
 simulator mixes them), so the arrival step is the same count, not the same batch
 contents: ``Outcome.batches_comparable`` is False.
@@ -127,7 +129,8 @@ def run_sglang(
     info = model_info(str(model_dir), "sglang")
     traces = sorted(scenario.requests, key=lambda r: r.arrival_s)
     arrivals = [
-        [t.request_id, max(0, math.ceil(t.arrival_s / scenario.step_s - _EPS))] for t in traces
+        [t.request_id, max(0, math.ceil(t.arrival_s / scenario.step_s - _EPS)), t.arrival_s]
+        for t in traces
     ]
     requests = [
         {
@@ -149,7 +152,7 @@ def run_sglang(
         CONFIG_VAR: None,
         POLICY_VAR: "+".join([*policy_names, RECORDER]),
         OPTIONS_VAR: json.dumps(dict(options)) if options else None,
-        CONTRACT_VAR: json.dumps({"arrivals": arrivals}),
+        CONTRACT_VAR: json.dumps({"arrivals": arrivals, "step_s": scenario.step_s}),
         "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
         # SGLang admits a request only when its prompt and all its output would fit
         # (up to this many new tokens): one, as the simulator admits what fits now.
@@ -328,9 +331,12 @@ class _Contract:
     """Holds each request until its arrival step and records every batch SGLang
     launches, independently of the adapter's step reports."""
 
-    def __init__(self, arrivals: Sequence[Sequence[Any]]) -> None:
-        self.order = [str(rid) for rid, _ in arrivals]  # arrival order
-        self.step = {str(rid): int(step) for rid, step in arrivals}
+    def __init__(self, arrivals: Sequence[Sequence[Any]], step_s: float) -> None:
+        self.order = [str(rid) for rid, _, _ in arrivals]  # arrival order
+        self.step = {str(rid): int(step) for rid, step, _ in arrivals}
+        self.arrival_s = {str(rid): float(at) for rid, _, at in arrivals}
+        self.step_s = step_s
+        self.clocked = False
         self.held: dict[str, tuple[Any, tuple[Any, ...], dict[str, Any]]] = {}
         self.released: set[str] = set()
         self.skipped = 0  # steps skipped while idle, as the simulator's clock jumps
@@ -349,12 +355,34 @@ class _Contract:
             return None
         return original(scheduler, recv, *a, **k)
 
+    def steps(self, scheduler: Any) -> int:
+        """Steps on the simulator's clock: batches SGLang ran plus idle steps skipped."""
+        return int(scheduler.forward_ct) + self.skipped
+
+    def use_step_clock(self, scheduler: Any) -> None:
+        """Policies see the simulator's clock: ``step_s`` per step, arrivals at the
+        scenario's arrival times (as the vLLM engine driver's ``use_clock``)."""
+        self.clocked = True
+        runtime = getattr(scheduler, "schedkit", None)
+        if runtime is None:
+            return
+
+        def now() -> float:
+            return self.step_s * self.steps(scheduler)
+
+        def arrival(req: Any) -> float:
+            return self.arrival_s.get(str(req.rid), now())
+
+        runtime.engine.use_clock(now, arrival)
+
     def ingest(self, original: Callable[..., Any], scheduler: Any, *a: Any, **k: Any) -> Any:
+        if not self.clocked:
+            self.use_step_clock(scheduler)
         received = original(scheduler, *a, **k)
         pending = [rid for rid in self.order if rid not in self.released]
         if not pending:
             return received
-        now = int(scheduler.forward_ct) + self.skipped
+        now = self.steps(scheduler)
         first = self.step[pending[0]]
         if first > now and scheduler.is_fully_idle():
             self.skipped += first - now
@@ -373,11 +401,6 @@ class _Contract:
                 log.warning("contract: %s did not reach the scheduler in time", rid)
                 continue
             recv, args, kwargs = entry
-            stats = getattr(recv, "time_stats", None)
-            now_s = time.perf_counter()
-            for name in ("created_time", "scheduler_recv_time"):
-                if hasattr(stats, name):
-                    setattr(stats, name, now_s)
             scheduler.handle_generate_request(recv, *args, **kwargs)
         return received
 
@@ -445,7 +468,8 @@ def load() -> None:
         return
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
-    contract = _Contract(json.loads(raw)["arrivals"])
+    spec = json.loads(raw)
+    contract = _Contract(spec["arrivals"], float(spec["step_s"]))
     hooks: list[tuple[str, Callable[..., Any], HookType]] = [
         (f"{_SCHEDULER}.handle_generate_request", contract.hold, HookType.AROUND),
         (f"{_SCHEDULER}.ingest_requests", contract.ingest, HookType.AROUND),

@@ -59,7 +59,10 @@ class SchedkitRuntime(AdapterRuntime):
     def view(self, req: Any) -> SglangRequestView:
         view: SglangRequestView | None = getattr(req, _VIEW, None)
         if view is None:
-            view = SglangRequestView(req, self.engine.epoch, self.engine.node, self.unset_priority)
+            engine = self.engine
+            view = SglangRequestView(
+                req, engine.epoch, engine.node, self.unset_priority, engine.arrival_of(req)
+            )
             setattr(req, _VIEW, view)
         return view
 

@@ -66,11 +66,14 @@ class SglangRequestView:
         epoch: float,
         nodes: Callable[[int], Any] | None = None,
         unset_priority: int = 0,
+        arrival: float | None = None,
     ) -> None:
         self.req = req
         self._unset = unset_priority
         self._nodes = nodes  # the radix tree's node by id (the unified cache records ids)
-        self._arrival = _arrival(req) - epoch
+        # Seconds on the engine's clock (SglangEngineView.arrival_of); by default from
+        # the request's time stats.
+        self._arrival = _arrival(req) - epoch if arrival is None else arrival
         meta = parse_metadata(getattr(req.sampling_params, "custom_params", None))
         self.tenant: str = meta.tenant
         self.slo_ttft_ms: float | None = meta.slo_ttft_ms
@@ -140,13 +143,25 @@ class SglangEngineView:
     """A ``schedkit.EngineView`` over an SGLang ``Scheduler``; one for the engine's life.
 
     KV capacity is counted in pages (``--page-size`` tokens, 1 by default): ``block_size``
-    is the page size and ``kv_blocks_*`` are token-pool sizes divided by it.
+    is the page size and ``kv_blocks_*`` are token-pool sizes divided by it. ``clock`` is
+    seconds since the view was made on ``time.perf_counter`` (the clock SGLang stamps
+    request times with), unless a driver brings its own (``use_clock``).
     """
 
-    __slots__ = ("_scheduler", "block_size", "epoch", "kv_blocks_total", "step_index")
+    __slots__ = (
+        "_arrival",
+        "_now",
+        "_scheduler",
+        "block_size",
+        "epoch",
+        "kv_blocks_total",
+        "step_index",
+    )
 
     def __init__(self, scheduler: Any) -> None:
         self._scheduler = scheduler
+        self._now: Callable[[], float] = _now
+        self._arrival: Callable[[Any], float] = _arrival
         self.epoch = _now()
         self.block_size: int = max(1, int(getattr(scheduler, "page_size", 1) or 1))
         allocator = scheduler.token_to_kv_pool_allocator
@@ -159,9 +174,21 @@ class SglangEngineView:
         arena = getattr(core, "_node_arena", None)
         return arena.get(node_id) if arena is not None else None
 
+    def use_clock(
+        self, now: Callable[[], float], arrival: Callable[[Any], float], epoch: float = 0.0
+    ) -> None:
+        """Read the clock from ``now`` and each request's arrival from ``arrival`` (a
+        ``Req`` -> its time on that clock) from here on, before any request arrives: a
+        driver with its own clock passes them (the contract suite's step clock)."""
+        self._now, self._arrival, self.epoch = now, arrival, epoch
+
+    def arrival_of(self, req: Any) -> float:
+        """When ``req`` arrived, in seconds on ``clock``."""
+        return self._arrival(req) - self.epoch
+
     @property
     def clock(self) -> float:
-        return _now() - self.epoch
+        return self._now() - self.epoch
 
     @property
     def kv_blocks_free(self) -> int:

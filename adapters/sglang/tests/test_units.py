@@ -290,3 +290,13 @@ def test_the_default_policy_patches_nothing_on_the_step_path(
     monkeypatch.setenv("SCHEDKIT_POLICY", "fcfs")
     plugin.load()
     assert set(HookRegistry._hooks) == {f"{patches.SCHEDULER}.__init__"}
+
+
+def test_a_driver_clock_reaches_the_engine_view_and_arrivals() -> None:
+    from schedkit import PolicyFacade
+
+    scheduler = _fake_scheduler()
+    runtime = SchedkitRuntime(scheduler, PolicyFacade.from_config({"policy": ["fcfs"]}))
+    runtime.engine.use_clock(lambda: 0.5, lambda req: 0.25)
+    view = runtime.view(_req(None))
+    assert (runtime.engine.clock, view.arrival_time) == (0.5, 0.25)
