@@ -48,17 +48,21 @@ from schedkit.testing.contract import SCENARIOS, Flaky, Outcome, check_outcome, 
 
 from schedkit_sglang.contract import FLAKY, run_sglang
 
-# (scenario, policies, overlap loop): every scenario with fcfs; each decision hook's
-# policy where its scenario exercises it; a faulty policy first; the overlap loop for
+# (scenario, policies, overlap loop): every scenario with fcfs; every shipped policy on
+# the scenario that exercises it; a faulty policy first; the overlap loop for
 # fcfs (KV pressure, staggered arrivals) and an ordering and an admitting policy. One
 # engine start per case (~7-25 s here).
 CASES: list[tuple[str, tuple[str, ...], bool]] = [
     *((s.name, ("fcfs",), False) for s in SCENARIOS),
     ("arrival-order", ("priority",), False),
     ("arrival-order", ("sjf",), False),
+    ("arrival-order", ("shortest-prompt",), False),
+    ("arrival-order", ("priority-aging",), False),
     ("kv-pressure", ("lcf",), False),
     ("kv-pressure", ("priority",), False),
     ("shared-prefix", ("prefix-aware",), False),
+    ("shared-prefix", ("lfu",), False),
+    ("shared-prefix", ("slru",), False),
     ("two-tenant", ("vtc",), False),
     ("slo-mix", ("slo",), False),
     ("kv-pressure", (FLAKY, "priority"), False),
