@@ -15,14 +15,18 @@ from schedkit.testing.contract import SCENARIOS, check_outcome, compare_outcomes
 from schedkit_vllm.contract import run_vllm_engine
 
 VOCAB = 512
-# Every scenario with the default policy, and each decision hook's policy where its
-# scenario exercises it (an engine start per run: ~5 s each).
+# Every scenario with the default policy, and every shipped policy on the scenario that
+# exercises it (an engine start per run: ~5 s each).
 CASES = [(s.name, "fcfs") for s in SCENARIOS] + [
     ("arrival-order", "priority"),
     ("arrival-order", "sjf"),
+    ("arrival-order", "shortest-prompt"),
+    ("arrival-order", "priority-aging"),
     ("kv-pressure", "lcf"),
     ("kv-pressure", "priority"),
     ("shared-prefix", "prefix-aware"),
+    ("shared-prefix", "lfu"),
+    ("shared-prefix", "slru"),
     ("two-tenant", "vtc"),
     ("slo-mix", "slo"),
 ]
