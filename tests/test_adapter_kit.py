@@ -111,7 +111,7 @@ def test_runtime_counts_rejections_and_reports_each_step_once() -> None:
         on_request_finished=None,
     )
     engine = EngineState(kv_blocks_total=10, block_size=16)
-    runtime = AdapterRuntime(PolicyFacade([("p", policy)]), engine, engine_name="test")
+    runtime = AdapterRuntime(PolicyFacade([("p", policy)]), engine)
     short, long = make_requests(2)
     assert runtime.admission_reason(short) is None  # 100 tokens
     assert runtime.admission_reason(long) == "too long"

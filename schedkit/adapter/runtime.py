@@ -32,10 +32,9 @@ REJECTED = "rejected"
 class AdapterRuntime:
     """Facade, engine view, counters and step ledger of one engine scheduler."""
 
-    def __init__(self, facade: PolicyFacade, engine: EngineView, *, engine_name: str) -> None:
+    def __init__(self, facade: PolicyFacade, engine: EngineView) -> None:
         self.facade = facade
         self.engine = engine
-        self.engine_name = engine_name
         self.rejections: Counter[str] = Counter()  # by reason
         self.finished: Counter[str] = Counter()  # by schedkit finish reason
         self.num_victims_placed = 0

@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import random
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -392,6 +392,3 @@ def shipped_policies() -> list[str]:
     from schedkit.plugins import PolicyRegistry
 
     return sorted(entry.name for entry in PolicyRegistry.discover().entries())
-
-
-PolicyFactory = Callable[[], Sequence[tuple[str, Policy]]]

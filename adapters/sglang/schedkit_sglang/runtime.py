@@ -44,7 +44,7 @@ class SchedkitRuntime(AdapterRuntime):
     engine: SglangEngineView
 
     def __init__(self, scheduler: Any, facade: PolicyFacade) -> None:
-        super().__init__(facade, SglangEngineView(scheduler), engine_name="sglang")
+        super().__init__(facade, SglangEngineView(scheduler))
         self.scheduler = scheduler
         self.unset_priority = unset_priority(scheduler)
         self.observer_errors = 0  # adapter faults while observing (logged, not raised)

@@ -22,7 +22,7 @@ from schedkit.policy import Policy
 from schedkit.testing.contract import Outcome, Scenario, facade_of
 
 from schedkit_vllm._replay import new_record
-from schedkit_vllm.modelless import build_scheduler
+from schedkit_vllm.modelless import build_for
 
 __all__ = ["run_vllm", "run_vllm_engine"]
 
@@ -48,17 +48,7 @@ def run_vllm(
     if cls is not None:
         name += f"[{cls.__name__}]"
     outcome = Outcome(name, batches_comparable=batch_queue == 1)
-    longest = max(r.prompt_tokens + r.output_tokens for r in scenario.requests)
-    scheduler = build_scheduler(
-        num_blocks=cfg.num_blocks + 1,  # vLLM keeps one block as its null block
-        block_size=cfg.block_size,
-        max_num_seqs=cfg.max_num_seqs,
-        max_num_batched_tokens=cfg.max_num_batched_tokens,
-        max_model_len=max(cfg.block_size, longest + 1),
-        long_prefill_token_threshold=cfg.long_prefill_token_threshold,
-        prefix_caching=cfg.enable_prefix_caching,
-        cls=cls,
-    )
+    scheduler = build_for(cfg, scenario.requests, cls=cls)
     clock = [0.0]
     runtime = None  # policies=None: the scheduler as built (stock vLLM for vLLM's classes)
     if policies is not None:
@@ -90,15 +80,8 @@ def run_vllm(
                 outcome.output_tokens[rid] = outcome.output_tokens.get(rid, 0) + len(
                     out.new_token_ids
                 )
-                if out.finish_reason is None:
-                    continue
-                stop = out.stop_reason
-                if isinstance(stop, str) and stop.startswith("rejected: "):
-                    outcome.finished[rid] = "rejected"
-                    outcome.rejected[rid] = stop.removeprefix("rejected: ")
-                else:
-                    reason = str(out.finish_reason)
-                    outcome.finished[rid] = "aborted" if reason == "abort" else reason
+                if out.finish_reason is not None:
+                    _finished(outcome, rid, out.finish_reason, out.stop_reason)
 
     for _ in range(max_steps):
         arrive()
@@ -242,18 +225,23 @@ def run_vllm_engine(
             completion = out.outputs[0]
             rid = out.request_id
             outcome.output_tokens[rid] = len(completion.token_ids)
-            stop = completion.stop_reason
-            if isinstance(stop, str) and stop.startswith("rejected: "):
-                outcome.finished[rid] = "rejected"
-                outcome.rejected[rid] = stop.removeprefix("rejected: ")
-            else:
-                reason = str(completion.finish_reason)
-                outcome.finished[rid] = "aborted" if reason == "abort" else reason
+            _finished(outcome, rid, completion.finish_reason, completion.stop_reason)
     outcome.blocks_leaked = free_at_start - pool.get_num_free_blocks()
     outcome.policy_errors = runtime.policy_errors
     del llm
     _to_client_ids(outcome, {r.request_id for r in scenario.requests})
     return outcome
+
+
+def _finished(outcome: Outcome, rid: str, finish_reason: Any, stop_reason: Any) -> None:
+    """Record how vLLM ended ``rid``: a schedkit rejection (``stop_reason`` "rejected:
+    <reason>"), else vLLM's finish reason in schedkit's words."""
+    if isinstance(stop_reason, str) and stop_reason.startswith("rejected: "):
+        outcome.finished[rid] = "rejected"
+        outcome.rejected[rid] = stop_reason.removeprefix("rejected: ")
+    else:
+        reason = str(finish_reason)
+        outcome.finished[rid] = "aborted" if reason == "abort" else reason
 
 
 def _to_client_ids(outcome: Outcome, ids: set[str]) -> None:

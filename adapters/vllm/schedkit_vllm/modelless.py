@@ -12,11 +12,15 @@ instead of asking the user for ``VLLM_TARGET_DEVICE=cpu``.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from schedkit_vllm._replay import stub_model_dir
+
+if TYPE_CHECKING:
+    from schedkit.sim.config import SimConfig
+    from schedkit.sim.workloads import TraceRequest
 
 
 def model_less_device() -> str:
@@ -34,6 +38,30 @@ def model_less_device() -> str:
     from vllm.platforms import current_platform
 
     return "auto" if current_platform.device_type else "cpu"
+
+
+def build_for(
+    config: SimConfig,
+    requests: Sequence[TraceRequest],
+    *,
+    cls: type | None = None,
+    schedkit: Mapping[str, Any] | None = None,
+) -> Any:
+    """``build_scheduler`` with the simulator's engine config, sized for ``requests``:
+    the same usable KV capacity (vLLM keeps one block as its null block) and a model
+    length that fits the longest request."""
+    longest = max((max(1, r.prompt_tokens) + max(1, r.output_tokens) for r in requests), default=1)
+    return build_scheduler(
+        num_blocks=config.num_blocks + 1,
+        block_size=config.block_size,
+        max_num_seqs=config.max_num_seqs,
+        max_num_batched_tokens=config.max_num_batched_tokens,
+        max_model_len=max(config.block_size, longest + 1),
+        long_prefill_token_threshold=config.long_prefill_token_threshold,
+        prefix_caching=config.enable_prefix_caching,
+        schedkit=schedkit,
+        cls=cls,
+    )
 
 
 def build_scheduler(

@@ -30,7 +30,7 @@ class SchedkitRuntime(AdapterRuntime):
     def __init__(
         self, scheduler: Any, facade: PolicyFacade, engine: VllmEngineView | None = None
     ) -> None:
-        super().__init__(facade, engine or VllmEngineView(scheduler), engine_name="vllm")
+        super().__init__(facade, engine or VllmEngineView(scheduler))
         self.scheduler = scheduler
         self.views: dict[str, VllmRequestView] = {}
         self._rejected: dict[str, str] = {}  # request id -> reason, until finished

@@ -35,7 +35,7 @@ from schedkit_vllm._replay import (
     output_token_id,
     prompt_token_ids,
 )
-from schedkit_vllm.modelless import build_scheduler
+from schedkit_vllm.modelless import build_for
 
 if TYPE_CHECKING:
     from schedkit.bench.runner import Bench
@@ -76,17 +76,9 @@ class TwinEngine:
         self.cost = cost
         self.cfg = config
         self.on_step = on_step
-        longest = max(
-            (max(1, t.prompt_tokens) + max(1, t.output_tokens) for t in self.traces), default=1
-        )
-        self.scheduler = build_scheduler(
-            num_blocks=config.num_blocks + 1,  # vLLM keeps one block as its null block
-            block_size=config.block_size,
-            max_num_seqs=config.max_num_seqs,
-            max_num_batched_tokens=config.max_num_batched_tokens,
-            max_model_len=max(config.block_size, longest + 1),
-            long_prefill_token_threshold=config.long_prefill_token_threshold,
-            prefix_caching=config.enable_prefix_caching,
+        self.scheduler = build_for(
+            config,
+            self.traces,
             # schedkit's `priority` orders when selected; a given facade is installed below.
             schedkit=schedkit.model_dump() if facade is None else None,
         )

@@ -51,6 +51,26 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-layer, hidden-256 random-weight Llama with a 512-token vocabulary, for the
+    suites that run a real engine (in-process, the bench arm, the OpenAI server)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    path = tmp_path_factory.mktemp("tiny-llama-weights")
+    config = LlamaConfig(
+        hidden_size=256,  # head_dim 64: the CPU attention kernels have no head_dim 16
+        intermediate_size=512,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        num_hidden_layers=2,
+        vocab_size=512,
+        max_position_embeddings=512,
+    )
+    LlamaForCausalLM(config).save_pretrained(path, safe_serialization=True)
+    return path
+
+
 @pytest.fixture
 def make_scheduler(model_dir: Path) -> Callable[..., Any]:
     def make(

@@ -14,7 +14,7 @@ from schedkit.testing.contract import SCENARIOS, check_outcome, compare_outcomes
 
 from schedkit_vllm.contract import run_vllm_engine
 
-VOCAB = 512
+VOCAB = 512  # conftest's tiny_model
 # Every scenario with the default policy, and every shipped policy on the scenario that
 # exercises it (an engine start per run: ~5 s each).
 CASES = [(s.name, "fcfs") for s in SCENARIOS] + [
@@ -30,24 +30,6 @@ CASES = [(s.name, "fcfs") for s in SCENARIOS] + [
     ("two-tenant", "vtc"),
     ("slo-mix", "slo"),
 ]
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    path = tmp_path_factory.mktemp("tiny-llama-contract")
-    config = LlamaConfig(
-        hidden_size=256,  # head_dim 64: the CPU attention kernels have no head_dim 16
-        intermediate_size=512,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        num_hidden_layers=2,
-        vocab_size=VOCAB,
-        max_position_embeddings=512,
-    )
-    LlamaForCausalLM(config).save_pretrained(path, safe_serialization=True)
-    return path
 
 
 def policies(name: str) -> list[Any]:

@@ -10,24 +10,6 @@ import pytest
 from schedkit import Admission, EngineView, Policy, PolicyOptions, RequestView, hookimpl
 
 
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    path = tmp_path_factory.mktemp("tiny-llama-weights")
-    config = LlamaConfig(
-        hidden_size=256,  # head_dim 64: the CPU attention kernels have no head_dim 16
-        intermediate_size=512,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        num_hidden_layers=2,
-        vocab_size=512,
-        max_position_embeddings=512,
-    )
-    LlamaForCausalLM(config).save_pretrained(path, safe_serialization=True)
-    return path
-
-
 class TenantGate(Policy):
     """Reject one tenant; record the order requests finish in, by tenant."""
 

@@ -21,25 +21,6 @@ ENV = {
 }
 
 
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """As in test_llm.py: a 2-layer, hidden-256 random-weight Llama."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    path = tmp_path_factory.mktemp("tiny-llama-real")
-    config = LlamaConfig(
-        hidden_size=256,  # head_dim 64: the CPU attention kernels have no head_dim 16
-        intermediate_size=512,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        num_hidden_layers=2,
-        vocab_size=512,
-        max_position_embeddings=512,
-    )
-    LlamaForCausalLM(config).save_pretrained(path, safe_serialization=True)
-    return path
-
-
 def _schedkit(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [SCHEDKIT, *args],

@@ -26,24 +26,6 @@ STARTUP_S = 150  # healthy in ~45 s on an idle 2-core machine; CI boxes are slow
 MAX_TOKENS = 6
 
 
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    path = tmp_path_factory.mktemp("tiny-llama-server")
-    config = LlamaConfig(
-        hidden_size=256,  # head_dim 64: the CPU attention kernels have no head_dim 16
-        intermediate_size=512,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        num_hidden_layers=2,
-        vocab_size=512,
-        max_position_embeddings=512,
-    )
-    LlamaForCausalLM(config).save_pretrained(path, safe_serialization=True)
-    return path
-
-
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
