@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -68,10 +69,35 @@ def bench(
             " (0 = all; default 4096)."
         ),
     ] = None,
+    window: Annotated[
+        str | None,
+        typer.Option(help="Replay only arrivals in START:END seconds of the trace (e.g. 300:600)."),
+    ] = None,
+    min_effect: Annotated[
+        float,
+        typer.Option(
+            help="Smallest change worth a verdict: relative for latencies and totals,"
+            " in points for rates (0.02 = 2%, 2 pp)."
+        ),
+    ] = 0.02,
+    metrics: Annotated[
+        str | None,
+        typer.Option(help="Comma-separated metrics to give verdicts on (default: all)."),
+    ] = None,
+    strict: Annotated[
+        bool, typer.Option(help="Exit with status 3 when a policy faulted in any arm.")
+    ] = False,
 ) -> None:
     """A/B benchmark: replay one workload through several policies, side by side."""
+    from schedkit.bench.compare import check_metrics, check_min_effect
     from schedkit.bench.runner import BenchSpec, run_bench
 
+    check_min_effect(min_effect)
+    verdict_metrics = (
+        list(check_metrics([m.strip() for m in metrics.split(",") if m.strip()]))
+        if metrics is not None
+        else None
+    )
     try:
         spec = BenchSpec(
             workload=workload, policies=policy, engine=engine, model=model, gpu=gpu, tp=tp,
@@ -80,7 +106,8 @@ def bench(
             max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
             gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
             prefix_caching=not no_prefix_caching, kv_blocks=kv_blocks,
-            eviction_window=eviction_window,
+            eviction_window=eviction_window, window=_window(window),
+            min_effect=min_effect, verdict_metrics=verdict_metrics,
         )  # fmt: skip
     except ValidationError as exc:
         fields = "; ".join(
@@ -99,6 +126,25 @@ def bench(
 
         results = run_bench(spec, out, progress)
     _print_summary(results, out)
+    if strict and any(f["kind"] == "policy_errors" for f in results.get("flags", [])):
+        raise typer.Exit(STRICT_EXIT)
+
+
+STRICT_EXIT = 3  # --strict: a policy faulted
+
+
+def _window(text: str | None) -> tuple[float, float] | None:
+    if text is None:
+        return None
+    start, sep, end = text.partition(":")
+    try:
+        if not sep:
+            raise ValueError(text)
+        return float(start), float(end)
+    except ValueError:
+        raise SchedkitError(
+            f"--window {text!r} is not START:END; pass two numbers of seconds, e.g. 300:600"
+        ) from None
 
 
 def _print_summary(results: dict[str, Any], out: Path) -> None:
@@ -130,9 +176,18 @@ def _print_summary(results: dict[str, Any], out: Path) -> None:
         table.add_row(label, *[_fmt(v) for v in values])
     console = Console()
     console.print(table)
+    for flag in results.get("flags", []):
+        console.print(f"[bold red]! {escape(flag['message'])}[/]", highlight=False)
+    styles = {"worse": "red", "better": "green", "inconclusive": "yellow", "same": "dim"}
+    order = {"worse": 0, "better": 1, "inconclusive": 2, "same": 3}
     for comparison in results.get("comparisons", []):
-        for verdict in comparison.get("verdicts", []):
-            console.print(f"  {verdict}", highlight=False)
+        console.print(f"[bold]{escape(comparison['summary'])}[/]", highlight=False)
+        for flag in comparison.get("flags", []):
+            console.print(f"  [bold red]! {escape(flag['message'])}[/]", highlight=False)
+        judged = sorted(comparison.get("metrics", []), key=lambda r: order.get(r["tone"], 4))
+        for verdict in judged:
+            style = styles.get(verdict["tone"], "")
+            console.print(f"  [{style}]{escape(verdict['verdict'])}[/]", highlight=False)
     console.print(f"wrote {out / 'results.json'}, {out / 'report.md'}, {out / 'report.html'}")
 
 

@@ -1,12 +1,19 @@
-"""Serving metrics of one arm, and paired comparisons between arms.
+"""Serving metrics of one arm (comparisons between arms: :mod:`schedkit.bench.compare`).
 
-Units and definitions follow guidellm, in milliseconds:
+Definitions, in milliseconds, as ``vllm bench serve`` computes them:
 
-- TTFT = first_token_s - arrival_s
-- TPOT = (finish_s - first_token_s) / (output_tokens - 1), for requests with >= 2 output
-  tokens: the mean gap between output tokens after the first
-- E2E = finish_s - arrival_s; queue = scheduled_s - arrival_s
-- ITL from the run's weighted ``(gap, tokens)`` pairs: weighted mean and percentiles
+- TTFT (time to first token) = first_token_s - arrival_s;
+- TPOT (time per output token) = (finish_s - first_token_s) / (output_tokens - 1), for
+  requests with >= 2 output tokens: one request's mean gap between output tokens after
+  the first; percentiles are over requests;
+- ITL (inter-token latency): every gap between two consecutive output tokens of a
+  request, pooled over requests (the run's weighted ``(gap, tokens)`` pairs), so long
+  outputs weigh more than in TPOT;
+- E2E (end-to-end latency) = finish_s - arrival_s; queue = scheduled_s - arrival_s;
+- goodput (DistServe, Zhong et al., OSDI'24): the highest request rate at which at least
+  90% of requests meet their SLOs (``--goodput`` searches it); SLO attainment is the
+  share that meets them at the replayed rate. Rejected and unfinished requests miss, as
+  guidellm counts errored requests against its SLO share.
 
 Only completed requests (finish reason ``length`` or ``stop``) give latency samples.
 A request meets its SLO when it completed, its TTFT is within its TTFT target and its
@@ -26,13 +33,7 @@ from typing import Any
 
 from schedkit.bench.records import RequestRecord, RunResult
 from schedkit.bench.stats import (
-    DEFAULT_N_BOOT,
-    BootstrapDiff,
-    Mean,
-    Quantile,
-    Statistic,
     jain,
-    paired_bootstrap,
     summary,
     weighted_summary,
 )
@@ -353,119 +354,11 @@ def compute_metrics(
     return metrics
 
 
-# ---------------------------------------------------------------------------
-# comparisons between arms
-# ---------------------------------------------------------------------------
-
-# (key, label, per-request sample, statistic); latencies: lower is better.
-_COMPARED: tuple[tuple[str, str, str, Statistic], ...] = (
-    ("ttft_p50_ms", "p50 TTFT", "ttft_ms", Quantile(50)),
-    ("ttft_p90_ms", "p90 TTFT", "ttft_ms", Quantile(90)),
-    ("slo_attainment", "SLO attainment", "met_slo", Mean()),
-)
-
-
-def _aligned(
-    base: RunResult, other: RunResult, a: list[float | None], b: list[float | None]
-) -> tuple[list[float | None], list[float | None]]:
-    """Pair samples by request id (records may be ordered differently per arm)."""
-    ids_a = [r.request_id for r in base.records]
-    ids_b = [r.request_id for r in other.records]
-    if ids_a == ids_b or len(set(ids_a)) < len(ids_a) or len(set(ids_b)) < len(ids_b):
-        return a, b  # same order, or ids not unique: fall back to record order
-    pos_a = {rid: i for i, rid in enumerate(ids_a)}
-    pos_b = {rid: i for i, rid in enumerate(ids_b)}
-    keys = ids_a + [rid for rid in ids_b if rid not in pos_a]
-    return (
-        [a[pos_a[k]] if k in pos_a else None for k in keys],
-        [b[pos_b[k]] if k in pos_b else None for k in keys],
-    )
-
-
-def _better(sample: str, r: BootstrapDiff) -> bool | None:
-    """Whether arm b is significantly better; None when not significant."""
-    if not r["significant"] or r["diff"] is None:
-        return None
-    return (r["diff"] > 0) == (sample == "met_slo")  # latencies: lower is better
-
-
-def _verdict(label: str, sample: str, name: str, base: str, r: BootstrapDiff) -> str:
-    diff, ci, rel, rel_ci = r["diff"], r["ci"], r["rel"], r["rel_ci"]
-    if diff is None or ci is None:
-        return f"{label}: not enough samples to compare {name} with {base}"
-    rate = sample == "met_slo"  # a rate: report percentage points
-    if rate:
-        amount, lo, hi, unit = abs(diff) * 100, ci[0] * 100, ci[1] * 100, " pp"
-        span = f"{lo:+.1f} .. {hi:+.1f} pp"
-    elif rel is not None and rel_ci is not None:
-        amount, unit = abs(rel) * 100, "%"
-        span = f"{rel_ci[0] * 100:+.1f}% .. {rel_ci[1] * 100:+.1f}%"
-    else:
-        amount, unit = abs(diff), " ms"
-        span = f"{ci[0]:+.1f} .. {ci[1]:+.1f} ms"
-    if not r["significant"]:
-        return f"{label}: no significant difference between {name} and {base} (95% CI {span})"
-    direction = "lower" if diff < 0 else "higher"
-    tone = "better" if _better(sample, r) else "worse"
-    return f"{label}: {name} is {amount:.1f}{unit} {direction} than {base} (95% CI {span}): {tone}"
-
-
 def compare_arms(
-    runs: Sequence[RunResult],
-    metrics: Sequence[Mapping[str, Any]],
-    *,
-    slo_ttft_ms: float | None,
-    slo_tpot_ms: float | None,
-    seed: int,
-    n_boot: int = DEFAULT_N_BOOT,
+    runs: Sequence[RunResult], metrics: object = None, **kwargs: Any
 ) -> list[dict[str, Any]]:
-    """Compare every arm after the first with the first (the baseline).
+    """:func:`schedkit.bench.compare.compare_arms` (kept for older callers, which passed
+    the arms' metrics second; they are not needed)."""
+    from schedkit.bench.compare import compare_arms as compare
 
-    For each, a paired bootstrap 95% CI of the change in p50 TTFT, p90 TTFT and, when a
-    target applies, SLO attainment, each with a one-line verdict. ``metrics`` are the
-    arms' :func:`compute_metrics` results, in the order of ``runs``. Each comparison has
-    ``baseline``, ``policy``, ``n_requests``, ``metrics`` (one row per compared metric:
-    the :class:`BootstrapDiff` fields plus ``metric``, ``label``, ``better`` and
-    ``verdict``) and ``verdicts`` (the verdict lines).
-    """
-    if len(runs) != len(metrics):
-        raise ValueError(f"{len(runs)} runs but {len(metrics)} metrics; pass one per run")
-    if len(runs) < 2:
-        return []
-    samples = [
-        per_request_samples(r, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms) for r in runs
-    ]
-    with_slo = any(m.get("slo_attainment") is not None for m in metrics)
-    base_run, base_samples = runs[0], samples[0]
-    out: list[dict[str, Any]] = []
-    for run, other in zip(runs[1:], samples[1:], strict=True):
-        series: dict[str, tuple[list[float | None], list[float | None], Statistic]] = {}
-        pairs = {
-            key: _aligned(base_run, run, base_samples[key], other[key])
-            for key in ("ttft_ms", "met_slo")
-        }
-        for key, _, sample, stat in _COMPARED:
-            if sample != "met_slo" or with_slo:
-                series[key] = (*pairs[sample], stat)
-        boot = paired_bootstrap(series, n_boot=n_boot, seed=seed)
-        rows = [
-            {
-                "metric": key,
-                "label": label,
-                **boot[key],
-                "better": _better(sample, boot[key]),
-                "verdict": _verdict(label, sample, run.policy, base_run.policy, boot[key]),
-            }
-            for key, label, sample, _ in _COMPARED
-            if key in boot
-        ]
-        out.append(
-            {
-                "baseline": base_run.policy,
-                "policy": run.policy,
-                "n_requests": len(pairs["ttft_ms"][0]),
-                "metrics": rows,
-                "verdicts": [row["verdict"] for row in rows],
-            }
-        )
-    return out
+    return compare(runs, **kwargs)

@@ -29,6 +29,7 @@ class RequestRecord:
     finish_s: float | None = None
     cached_tokens: int = 0  # prompt tokens served from the prefix cache at first admission
     preemptions: int = 0
+    recomputed_tokens: int = 0  # computed tokens its preemptions threw away and redid
 
     @property
     def rejected(self) -> bool:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
@@ -10,9 +9,16 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from schedkit.bench.compare import (
+    DEFAULT_MIN_EFFECT,
+    METRIC_KEYS,
+    check_metrics,
+    compare_arms,
+    run_flags,
+)
 from schedkit.bench.metrics import compute_metrics
+from schedkit.bench.output import provenance, write_outputs
 from schedkit.bench.records import RunResult
-from schedkit.bench.report import compare_arms, write_report
 from schedkit.capabilities import matrix_engine, warn_unsupported
 from schedkit.config import load_config
 from schedkit.errors import SchedkitError
@@ -71,6 +77,7 @@ def load_engine(name: str) -> ArmRunner:
     )
 
 
+SCHEMA_VERSION = 2  # results.json; documented in docs/results.md
 GOODPUT_TARGET = 0.9  # DistServe: the rate at which 90% of requests meet both SLOs
 
 
@@ -99,6 +106,9 @@ class BenchSpec(BaseModel):
     prefix_caching: bool = True
     kv_blocks: int | None = Field(default=None, gt=0)
     eviction_window: int | None = Field(default=None, ge=0)
+    window: tuple[float, float] | None = None  # seconds of the trace, before --rate-scale
+    min_effect: float = Field(default=DEFAULT_MIN_EFFECT, ge=0, lt=1)
+    verdict_metrics: list[str] | None = None  # None: every one of METRIC_KEYS
 
 
 Progress = Callable[[str, int, int], None]  # (arm label, requests done, total)
@@ -110,11 +120,18 @@ class Bench:
     def __init__(self, spec: BenchSpec) -> None:
         self.runner = load_engine(spec.engine)
         self.spec = spec
+        check_metrics(spec.verdict_metrics)
         base = load_workload(spec.workload, seed=spec.seed)
-        if spec.max_requests:
-            base = base.truncated(spec.max_requests)
         if not base.requests:
             raise SchedkitError(f"workload {spec.workload!r} has no requests")
+        if spec.window is not None:
+            base = base.windowed(*spec.window)
+        self.flags: list[dict[str, Any]] = []
+        if spec.max_requests and spec.max_requests < len(base.requests):
+            full, base = base, base.truncated(spec.max_requests)
+            flag = truncation_flag(full, base, spec.max_requests)
+            if flag is not None:
+                self.flags.append(flag)
         # Policies see the SLOs the report judges them by: the --slo-* targets become the
         # requests' own wherever the workload gives none (a request's own SLO wins), so every
         # engine passes them to policies as RequestView.slo_ttft_ms / slo_tpot_ms.
@@ -208,8 +225,36 @@ def _rate(workload: Workload) -> float:
     return len(reqs) / span if span > 0 else float(len(reqs))
 
 
+TRUNCATION_RATE = 1.5  # the cut-off stretch is this much busier than what was kept: flag
+
+
+def truncation_flag(full: Workload, kept: Workload, count: int) -> dict[str, Any] | None:
+    """A flag when ``--max-requests`` kept a quiet start of a trace that gets much busier
+    later: every arm would look alike. Suggests the busiest stretch as ``--window``."""
+    span = kept.requests[-1].arrival_s - kept.requests[0].arrival_s
+    start, end = full.busiest(count)
+    if end <= start:
+        return None
+    busy_rate, kept_rate = count / (end - start), count / span if span > 0 else float("inf")
+    if busy_rate < TRUNCATION_RATE * kept_rate:
+        return None
+    return {
+        "kind": "truncated",
+        "message": (
+            f"--max-requests {count} kept the first {span:,.1f} s of {full.name}"
+            f" ({kept_rate:.2f} req/s), but its busiest {count} requests arrive at"
+            f" {busy_rate:.2f} req/s between {start:,.1f} and {end:,.1f} s; the cut trace may"
+            f" not load the engine. Try --window {start:.0f}:{end + 1:.0f}"
+        ),
+        "kept_rate_rps": kept_rate,
+        "busiest_rate_rps": busy_rate,
+        "suggested_window": [float(f"{start:.0f}"), float(f"{end + 1:.0f}")],
+    }
+
+
 def run_bench(spec: BenchSpec, out_dir: Path, progress: Progress | None = None) -> dict[str, Any]:
-    """Run every arm on the identical request stream; write results.json and reports."""
+    """Run every arm on the identical request stream; write results.json, requests.parquet
+    (requests.csv without pyarrow) and the reports, all or nothing."""
     bench = Bench(spec)
     no_slo = spec.slo_ttft_ms is None and spec.slo_tpot_ms is None
     if (
@@ -234,21 +279,32 @@ def run_bench(spec: BenchSpec, out_dir: Path, progress: Progress | None = None) 
     if progress:
         progress("done", len(bench.configs), len(bench.configs))
     workload = bench.workload(spec.rate_scale)
+    window = list(spec.window) if spec.window else None
     results: dict[str, Any] = {
-        "workload": {**workload.summary(), "rate_scale": spec.rate_scale, "seed": spec.seed},
+        "schema_version": SCHEMA_VERSION,
+        "provenance": provenance(spec.model_dump(mode="json")),
+        "workload": {
+            **workload.summary(),
+            "rate_scale": spec.rate_scale,
+            "seed": spec.seed,
+            "window_s": window,
+            "max_requests": spec.max_requests,
+        },
         "engine": bench.engine_info,
         "slo": {"ttft_ms": spec.slo_ttft_ms, "tpot_ms": spec.slo_tpot_ms},
         "arms": arms,
         "warnings": bench.warnings,
+        "flags": bench.flags + run_flags(runs),
     }
     results["comparisons"] = compare_arms(
         runs,
-        [a["metrics"] for a in arms],
         slo_ttft_ms=spec.slo_ttft_ms,
         slo_tpot_ms=spec.slo_tpot_ms,
         seed=spec.seed,
+        min_effect=spec.min_effect,
+        metrics=spec.verdict_metrics or METRIC_KEYS,
     )
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "results.json").write_text(json.dumps(results, indent=2, default=str))
-    write_report(out_dir, results, runs)
+    write_outputs(
+        out_dir, results, runs, slo_ttft_ms=spec.slo_ttft_ms, slo_tpot_ms=spec.slo_tpot_ms
+    )
     return results

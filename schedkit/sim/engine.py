@@ -229,7 +229,9 @@ class SimEngine:
             rec.scheduled_s = clock
             rec.cached_tokens = req.num_cached_tokens = computed
         if req.lost_tokens:
-            res.recomputed_tokens += max(0, req.lost_tokens - computed)
+            redone = max(0, req.lost_tokens - computed)
+            res.recomputed_tokens += redone
+            rec.recomputed_tokens += redone
             req.lost_tokens = 0
 
     def _reserve(self, req: SimRequest, hit: tuple[int, ...], own: int) -> int:

@@ -95,6 +95,34 @@ class Workload:
             return self
         return dataclasses.replace(self, requests=self.requests[:max_requests])
 
+    def windowed(self, start_s: float, end_s: float) -> Workload:
+        """The requests arriving in ``[start_s, end_s)`` of the trace's clock, shifted so
+        that ``start_s`` becomes 0."""
+        reqs = self.requests
+        first, last = (reqs[0].arrival_s, reqs[-1].arrival_s) if reqs else (0.0, 0.0)
+        kept = tuple(
+            dataclasses.replace(r, arrival_s=r.arrival_s - start_s)
+            for r in reqs
+            if start_s <= r.arrival_s < end_s
+        )
+        if not (math.isfinite(start_s) and start_s < end_s) or not kept:
+            raise SchedkitError(
+                f"--window {start_s:g}:{end_s:g} holds no request of {self.name} (arrivals"
+                f" {first:,.1f} .. {last:,.1f} s); pass START:END seconds with START < END"
+                " inside that range"
+            )
+        source = f"{self.source}; window {start_s:g}..{end_s:g} s" if self.source else ""
+        return dataclasses.replace(self, requests=kept, source=source)
+
+    def busiest(self, count: int) -> tuple[float, float]:
+        """Arrival times of the first and last of the ``count`` consecutive requests that
+        arrive closest together (the trace's busiest stretch of that size)."""
+        times = [r.arrival_s for r in self.requests]
+        count = max(1, min(count, len(times)))
+        spans = [times[i + count - 1] - times[i] for i in range(len(times) - count + 1)]
+        best = min(range(len(spans)), key=spans.__getitem__)
+        return times[best], times[best + count - 1]
+
     def with_default_slos(self, ttft_ms: float | None, tpot_ms: float | None) -> Workload:
         """The same requests, each SLO the workload leaves ``None`` set to ``ttft_ms`` /
         ``tpot_ms``; a request's own SLO is kept (``None`` arguments change nothing)."""

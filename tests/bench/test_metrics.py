@@ -8,22 +8,17 @@ import statistics
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from schedkit.bench.metrics import (
-    compare_arms,
     compute_metrics,
     per_request_samples,
     service_jain,
 )
 from schedkit.bench.records import RequestRecord, RunResult
 from schedkit.bench.stats import (
-    Mean,
-    Quantile,
     jain,
-    paired_bootstrap,
-    paired_bootstrap_diff,
     percentile,
     summary,
     weighted_percentile,
@@ -423,107 +418,3 @@ def test_jain_index() -> None:
     assert jain([0.0, 0.0]) == 1.0
     with pytest.raises(ValueError):
         jain([])
-
-
-def _stream(n: int, seed: int = 1) -> list[float]:
-    rng = random.Random(seed)
-    return [rng.expovariate(1 / 100) for _ in range(n)]
-
-
-def test_bootstrap_of_identical_arms_contains_zero() -> None:
-    a: list[float | None] = [*_stream(300), None, None]
-    r = paired_bootstrap_diff(a, list(a), Quantile(90), n_boot=200)
-    assert r["diff"] == 0.0 and r["ci"] == [0.0, 0.0]
-    assert not r["significant"]
-
-
-def test_bootstrap_marks_a_large_shift_significant() -> None:
-    base = _stream(400)
-    noise = random.Random(2)
-    a: list[float | None] = list(base)
-    b: list[float | None] = [x * 0.5 + noise.uniform(0, 5) for x in base]
-    r = paired_bootstrap_diff(a, b, Quantile(50), n_boot=200, seed=3)
-    assert r["significant"] and r["ci"] is not None and r["rel"] is not None
-    assert r["diff"] is not None and r["ci"][0] <= r["diff"] <= r["ci"][1] < 0
-    assert r["rel"] < -0.3
-    assert r == paired_bootstrap_diff(a, b, Quantile(50), n_boot=200, seed=3)  # deterministic
-
-
-@settings(max_examples=30, deadline=None)
-@given(
-    st.lists(st.one_of(st.none(), st.floats(0, 1e4)), min_size=1, max_size=40),
-    st.floats(0, 100),
-    st.integers(0, 10),
-)
-def test_fast_quantile_path_matches_the_generic_path(
-    values: list[float | None], q: float, seed: int
-) -> None:
-    shifted = [None if v is None else v * 1.1 + 1 for v in values]
-
-    def generic(sample: list[float]) -> float:  # sees each resample's values, ascending
-        return percentile(sample, q)
-
-    fast = paired_bootstrap_diff(values, shifted, Quantile(q), n_boot=20, seed=seed)
-    slow = paired_bootstrap_diff(values, shifted, generic, n_boot=20, seed=seed)
-    assert fast["n_boot"] == slow["n_boot"]
-    assert (fast["a"], fast["b"]) == pytest.approx((slow["a"], slow["b"]))
-    assert fast["ci"] == pytest.approx(slow["ci"])
-
-
-def test_shared_resamples_and_mean() -> None:
-    met_a = [1.0] * 50 + [0.0] * 50
-    met_b = [1.0] * 90 + [0.0] * 10
-    out = paired_bootstrap(
-        {"slo": (met_a, met_b, Mean()), "same": (met_a, met_a, Mean())}, n_boot=200
-    )
-    assert out["slo"]["diff"] == pytest.approx(0.4) and out["slo"]["significant"]
-    assert out["same"]["ci"] == [0.0, 0.0]
-    with pytest.raises(ValueError, match="differ in length"):
-        paired_bootstrap({"x": ([1.0], [1.0, 2.0], Mean())})
-
-
-# ---------------------------------------------------------------------------
-# comparisons
-# ---------------------------------------------------------------------------
-
-
-def _arms(factor: float, n: int = 200) -> RunResult:
-    ttfts = _stream(n, seed=5)
-    return run_of(
-        [rec(f"r{i}", ttft=t / 1000 * factor, duration=5.0) for i, t in enumerate(ttfts)],
-        policy=f"x{factor}",
-    )
-
-
-def test_compare_arms_verdicts() -> None:
-    runs = [_arms(1.0), _arms(0.5), _arms(1.0)]
-    runs[2].records.reverse()  # same requests in another order: paired by request id
-    ms = [metrics(r, ttft=100) for r in runs]
-    out = compare_arms(runs, ms, slo_ttft_ms=100, slo_tpot_ms=None, seed=0, n_boot=200)
-    assert [c["policy"] for c in out] == ["x0.5", "x1.0"]
-    faster, same = out
-    assert [row["metric"] for row in faster["metrics"]] == [
-        "ttft_p50_ms",
-        "ttft_p90_ms",
-        "slo_attainment",
-    ]
-    p90 = faster["metrics"][1]
-    assert p90["rel"] == pytest.approx(-0.5) and p90["better"] is True
-    assert p90["verdict"].startswith("p90 TTFT: x0.5 is 50.0% lower than x1.0 (95% CI ")
-    assert p90["verdict"].endswith(": better")
-    slo = faster["metrics"][2]
-    assert slo["diff"] > 0 and slo["better"] is True
-    assert " pp higher than x1.0 (95% CI +" in slo["verdict"] and slo["verdict"].endswith("better")
-    assert faster["verdicts"] == [row["verdict"] for row in faster["metrics"]]
-    for row in same["metrics"]:
-        assert row["ci"] == [0.0, 0.0] and row["better"] is None
-        assert "no significant difference" in row["verdict"]
-    json.dumps(out)
-
-
-def test_compare_arms_without_slo_skips_attainment() -> None:
-    runs = [_arms(1.0, 50), _arms(2.0, 50)]
-    out = compare_arms(runs, [metrics(r) for r in runs], slo_ttft_ms=None, slo_tpot_ms=None, seed=0)
-    assert [row["metric"] for row in out[0]["metrics"]] == ["ttft_p50_ms", "ttft_p90_ms"]
-    assert out[0]["metrics"][0]["verdict"].endswith(": worse")
-    assert compare_arms(runs[:1], [{}], slo_ttft_ms=None, slo_tpot_ms=None, seed=0) == []

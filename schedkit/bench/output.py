@@ -1,0 +1,180 @@
+"""What a bench run writes: results.json, the per-request table and the reports.
+
+Everything is rendered into a hidden temporary directory inside ``--out`` first and
+moved into place only when all of it was written, so a run that fails (a bad policy, an
+engine crash, a full disk) leaves the previous results untouched and never half of new
+ones. The layout of every file is documented in ``docs/results.md``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from schedkit.bench.metrics import latencies_ms, meets_slo, slo_applies
+from schedkit.bench.records import RunResult
+
+#: Columns of requests.parquet / requests.csv, one row per request per arm.
+REQUEST_COLUMNS: tuple[str, ...] = (
+    "arm",
+    "request_id",
+    "tenant",
+    "priority",
+    "arrival_s",
+    "prompt_tokens",
+    "max_tokens",
+    "output_tokens",
+    "outcome",
+    "reject_reason",
+    "queue_ms",
+    "ttft_ms",
+    "tpot_ms",
+    "e2e_ms",
+    "preemptions",
+    "recomputed_tokens",
+    "cached_tokens",
+    "met_slo",
+)
+
+
+def _git_revision() -> str | None:
+    """The commit of the schedkit checkout this code runs from (``+dirty`` when it has
+    uncommitted changes); None when schedkit was installed from a package."""
+    here = Path(__file__).resolve().parent
+    try:
+        top = subprocess.run(
+            ["git", "-C", str(here), "rev-parse", "--show-toplevel", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout.split()
+        if len(top) != 2 or not (Path(top[0]) / "schedkit" / "__init__.py").is_file():
+            return None
+        dirty = subprocess.run(
+            ["git", "-C", top[0], "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return top[1] + ("+dirty" if dirty else "")
+
+
+def provenance(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """Where a result came from: versions, revision, command line and the bench spec."""
+    try:
+        version = metadata.version("schedkit")
+    except metadata.PackageNotFoundError:  # pragma: no cover - running from a bare tree
+        version = None
+    return {
+        "schedkit_version": version,
+        "git_revision": _git_revision(),
+        "command": [Path(sys.argv[0]).name, *sys.argv[1:]] if sys.argv else [],
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "platform": platform.platform(terse=True),
+        "created_utc": datetime.now(UTC).isoformat(timespec="seconds"),
+        "spec": dict(spec),
+    }
+
+
+def request_rows(
+    runs: Sequence[RunResult], *, slo_ttft_ms: float | None, slo_tpot_ms: float | None
+) -> dict[str, list[Any]]:
+    """The per-request table as columns (:data:`REQUEST_COLUMNS`); latencies in ms, None
+    where undefined; ``met_slo`` None when no target applies."""
+    table: dict[str, list[Any]] = {column: [] for column in REQUEST_COLUMNS}
+    for run in runs:
+        applies = slo_applies(run.records, slo_ttft_ms, slo_tpot_ms)
+        for r in run.records:
+            lat = latencies_ms(r)
+            row = {
+                "arm": run.policy,
+                "request_id": r.request_id,
+                "tenant": r.tenant,
+                "priority": r.priority,
+                "arrival_s": r.arrival_s,
+                "prompt_tokens": r.prompt_tokens,
+                "max_tokens": r.max_tokens,
+                "output_tokens": r.output_tokens,
+                "outcome": r.finish_reason or "unfinished",
+                "reject_reason": r.reject_reason,
+                **lat,
+                "preemptions": r.preemptions,
+                "recomputed_tokens": r.recomputed_tokens,
+                "cached_tokens": r.cached_tokens,
+                "met_slo": meets_slo(r, slo_ttft_ms, slo_tpot_ms) if applies else None,
+            }
+            for column in REQUEST_COLUMNS:
+                table[column].append(row[column])
+    return table
+
+
+def write_requests(directory: Path, table: Mapping[str, list[Any]]) -> Path:
+    """``requests.parquet`` with pyarrow, else ``requests.csv`` (empty cells for None)."""
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        path = directory / "requests.csv"
+        with path.open("w", newline="", encoding="utf-8") as f:
+            writer = csv.writer(f)
+            writer.writerow(REQUEST_COLUMNS)
+            columns = [table[c] for c in REQUEST_COLUMNS]
+            for row in zip(*columns, strict=True):
+                writer.writerow(["" if v is None else v for v in row])
+        return path
+    path = directory / "requests.parquet"
+    pq.write_table(pa.table({c: table[c] for c in REQUEST_COLUMNS}), path)
+    return path
+
+
+def write_outputs(
+    out_dir: Path,
+    results: dict[str, Any],
+    runs: list[RunResult],
+    *,
+    slo_ttft_ms: float | None,
+    slo_tpot_ms: float | None,
+) -> list[Path]:
+    """Write results.json, the per-request table and the reports into ``out_dir``, all or
+    nothing; return the paths written."""
+    from schedkit.bench.report import write_report
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".schedkit-", dir=out_dir))
+    try:
+        (staging / "results.json").write_text(
+            json.dumps(results, indent=2, default=str), encoding="utf-8"
+        )
+        write_requests(
+            staging, request_rows(runs, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms)
+        )
+        write_report(staging, results, runs)
+        written = []
+        stale = {"requests.csv", "requests.parquet"}  # one of them is from an older run
+        for name in stale:
+            if not (staging / name).exists():
+                (out_dir / name).unlink(missing_ok=True)
+        for path in sorted(staging.iterdir()):
+            os.replace(path, out_dir / path.name)
+            written.append(out_dir / path.name)
+        return written
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

@@ -1,0 +1,196 @@
+"""What a bench run writes: documented keys (docs/results.md), per-request rows, provenance,
+all-or-nothing writes, --window / --max-requests / --strict, as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+from test_bench_cli import install_fake_plugin, schedkit
+
+from schedkit.bench import output
+from schedkit.bench.output import REQUEST_COLUMNS, request_rows, write_requests
+from schedkit.bench.runner import BenchSpec, run_bench
+from schedkit.errors import SchedkitError
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "results.md"
+
+FAULTY = """
+from schedkit import Policy, hookimpl
+
+class Plugin(Policy):
+    name = "faulty"
+
+    @hookimpl
+    def order_waiting(self, waiting, engine):
+        raise RuntimeError("boom")
+"""
+
+
+def documented() -> dict[str, set[str]]:
+    """Section title -> the keys in the first column of its table."""
+    parts = re.split(r"^## +(.+?) *$", DOCS.read_text(), flags=re.MULTILINE)
+    return {
+        title: set(re.findall(r"^\| `([^`]+)` \|", body, flags=re.MULTILINE))
+        for title, body in zip(parts[1::2], parts[2::2], strict=True)
+    }
+
+
+def _trace(path: Path) -> Path:
+    """A quiet first minute (1 req/s, two tenants), then a burst of 10 req/s."""
+    rows = [{"arrival_s": float(i), "prompt_tokens": 400, "output_tokens": 40} for i in range(60)]
+    rows += [
+        {"arrival_s": 60.0 + i / 10, "prompt_tokens": 400, "output_tokens": 40} for i in range(300)
+    ]
+    for i, row in enumerate(rows):
+        row["tenant"] = "a" if i % 2 else "b"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    root = tmp_path_factory.mktemp("results")
+    env = install_fake_plugin(root / "plugin", "faulty", "faulty_policy", FAULTY)
+    out = root / "out"
+    proc = schedkit(
+        "bench", "--workload", str(_trace(root / "trace.jsonl")), "--policy", "fcfs",
+        "--policy", "faulty", "--max-requests", "60", "--slo-ttft-ms", "500",
+        "--kv-blocks", "2000", "--strict", "--out", str(out), env=env,
+    )  # fmt: skip
+    assert proc.returncode == 3, proc.stderr  # --strict: the policy faulted
+    return out, json.loads((out / "results.json").read_text())
+
+
+def test_every_key_written_is_documented(run: tuple[Path, dict[str, Any]]) -> None:
+    _, results = run
+    docs = documented()
+    assert set(results) == docs["results.json"]
+    assert set(results["provenance"]) == docs["provenance"]
+    assert set(results["workload"]) == docs["workload"]
+    for arm in results["arms"]:
+        assert set(arm) == {"policy", "config", "metrics"}
+        assert set(arm["metrics"]) <= docs["arms[].metrics"]
+    flags = results["flags"] + [f for c in results["comparisons"] for f in c["flags"]]
+    assert {f["kind"] for f in flags} >= {"policy_errors", "truncated"}
+    for flag in flags:
+        assert set(flag) <= docs["flags[] and comparisons[].flags[]"], flag["kind"]
+    (comparison,) = results["comparisons"]
+    assert set(comparison) == docs["comparisons[]"]
+    for row in comparison["metrics"]:
+        assert set(row) == docs["comparisons[].metrics[]"]
+    assert set(REQUEST_COLUMNS) == docs["requests.parquet"]
+
+
+def test_provenance_and_flags_of_the_run(run: tuple[Path, dict[str, Any]]) -> None:
+    _, results = run
+    prov = results["provenance"]
+    assert results["schema_version"] == 2
+    assert prov["command"][:2] == ["__main__.py", "bench"] or prov["command"][1] == "bench"
+    assert prov["spec"]["max_requests"] == 60 and prov["schedkit_version"]
+    assert "/" not in prov["command"][0]  # no directory of this machine
+    (truncated,) = [f for f in results["flags"] if f["kind"] == "truncated"]
+    assert truncated["suggested_window"][0] == pytest.approx(60, abs=1)
+    assert "--window 60:" in truncated["message"]
+    (faulty,) = [f for f in results["flags"] if f["kind"] == "policy_errors"]
+    assert faulty["policy"] == "faulty" and faulty["by_hook"]["faulty.order_waiting"] > 0
+    tenants = {row["metric"] for row in results["comparisons"][0]["metrics"]}
+    assert {"tenant:a:ttft_p90_ms", "tenant:b:ttft_p90_ms"} <= tenants
+
+
+def test_requests_parquet_has_every_request_of_every_arm(run: tuple[Path, dict[str, Any]]) -> None:
+    out, results = run
+    table = pq.read_table(out / "requests.parquet").to_pydict()
+    assert list(table) == list(REQUEST_COLUMNS)
+    assert len(table["arm"]) == 2 * 60
+    assert set(table["arm"]) == {"fcfs", "faulty"}
+    fcfs = [i for i, arm in enumerate(table["arm"]) if arm == "fcfs"]
+    ttft = [table["ttft_ms"][i] for i in fcfs]
+    done = [t for t in ttft if t is not None]
+    assert len(done) == results["arms"][0]["metrics"]["completed"]
+    assert sorted(done)[len(done) // 2] == pytest.approx(
+        results["arms"][0]["metrics"]["ttft_ms"]["p50"], rel=0.05
+    )
+    assert {table["met_slo"][i] for i in fcfs} <= {True, False}
+
+
+def test_csv_when_pyarrow_is_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run: tuple[Path, dict[str, Any]]
+) -> None:
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_pyarrow(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name.startswith("pyarrow"):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_pyarrow)
+    table = {c: ["x", None] for c in REQUEST_COLUMNS}
+    path = write_requests(tmp_path, table)
+    assert path.name == "requests.csv"
+    lines = path.read_text().splitlines()
+    assert lines[0] == ",".join(REQUEST_COLUMNS) and lines[2] == "," * (len(REQUEST_COLUMNS) - 1)
+
+
+def test_a_failed_run_leaves_the_previous_results_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = BenchSpec(workload="poisson:rate=20,n=40", policies=["fcfs"], kv_blocks=500)
+    run_bench(spec, tmp_path)
+    before = (tmp_path / "results.json").read_text()
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr("schedkit.bench.report.write_report", broken)
+    with pytest.raises(OSError, match="disk full"):
+        run_bench(spec.model_copy(update={"seed": 1}), tmp_path)
+    assert (tmp_path / "results.json").read_text() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "report.html",
+        "report.md",
+        "requests.parquet",
+        "results.json",
+    ]
+    assert output  # the module whose staging directory was cleaned up
+
+
+def test_window_selects_arrivals_and_bad_windows_name_the_range(tmp_path: Path) -> None:
+    trace = str(_trace(tmp_path / "trace.jsonl"))
+    spec = BenchSpec(workload=trace, policies=["fcfs"], kv_blocks=2000, window=(60.0, 70.0))
+    results = run_bench(spec, tmp_path / "out")
+    assert results["workload"]["requests"] == 100 and results["workload"]["window_s"] == [60, 70]
+    with pytest.raises(
+        SchedkitError, match=r"--window 900:1000 holds no request .*0\.0 \.\. 89\.9"
+    ):
+        run_bench(spec.model_copy(update={"window": (900.0, 1000.0)}), tmp_path / "x")
+    assert not (tmp_path / "x").exists()
+    proc = schedkit("bench", "--workload", trace, "--policy", "fcfs", "--window", "abc",
+                    "--out", str(tmp_path / "y"))  # fmt: skip
+    assert proc.returncode != 0 and "--window 'abc' is not START:END" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    proc = schedkit("bench", "--workload", trace, "--policy", "fcfs", "--min-effect", "-1",
+                    "--metrics", "ttft_p50_ms", "--out", str(tmp_path / "y"))  # fmt: skip
+    assert proc.returncode != 0 and "--min-effect -1.0 is outside 0 .. 1" in proc.stderr
+    proc = schedkit("bench", "--workload", trace, "--policy", "fcfs", "--metrics", "p50",
+                    "--out", str(tmp_path / "y"))  # fmt: skip
+    assert proc.returncode != 0 and "unknown verdict metric 'p50'" in proc.stderr
+    assert not (tmp_path / "y").exists()
+
+
+def test_request_rows_count_outcomes_and_latencies() -> None:
+    from schedkit.bench.records import RequestRecord, RunResult
+
+    done = RequestRecord("a", "t", 0, 1.0, 10, 5, output_tokens=5, finish_reason="length")
+    done.scheduled_s, done.first_token_s, done.finish_s = 1.5, 2.0, 3.0
+    waiting = RequestRecord("b", "t", 0, 2.0, 10, 5)
+    rows = request_rows([RunResult("p", [done, waiting], 3.0)], slo_ttft_ms=900.0, slo_tpot_ms=None)
+    assert rows["outcome"] == ["length", "unfinished"]
+    assert rows["ttft_ms"] == [1000.0, None] and rows["tpot_ms"] == [250.0, None]
+    assert rows["queue_ms"] == [500.0, None] and rows["met_slo"] == [False, False]

@@ -1,0 +1,135 @@
+"""The bootstrap under the verdicts: exact resampled statistics, block draws, block length."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from schedkit.bench.stats import (
+    Draws,
+    Mean,
+    Quantile,
+    Ratio,
+    Total,
+    block_length,
+    paired_bootstrap,
+    paired_bootstrap_diff,
+    resample_counts,
+)
+
+
+def _expanded(values: np.ndarray, counts: np.ndarray, k: int) -> np.ndarray:
+    """Resample ``k`` written out: each request repeated as often as it was drawn."""
+    drawn = np.repeat(values, counts[:-1, k], axis=0)
+    return drawn[~np.isnan(drawn)] if drawn.ndim == 1 else drawn
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.one_of(st.none(), st.floats(0, 1e4)), min_size=1, max_size=300),
+    st.floats(0, 100),
+    st.integers(1, 40),
+    st.integers(0, 5),
+)
+def test_resampled_quantile_and_mean_equal_numpy_on_the_written_out_resample(
+    raw: list[float | None], q: float, block: int, seed: int
+) -> None:
+    values = np.array([np.nan if v is None else v for v in raw])
+    counts = resample_counts(len(raw), block, 12, np.random.default_rng(seed))
+    draws = Draws(counts, {})
+    quantiles, means = Quantile(q).resampled(values, draws), Mean().resampled(values, draws)
+    for k in range(12):
+        drawn = _expanded(values, counts, k)
+        if drawn.size:
+            assert quantiles[k] == pytest.approx(np.percentile(drawn, q), abs=1e-9)
+            assert means[k] == pytest.approx(drawn.mean())
+        else:
+            assert np.isnan(quantiles[k]) and np.isnan(means[k])
+
+
+def test_totals_and_ratios_of_resamples() -> None:
+    rng = np.random.default_rng(3)
+    tokens = rng.integers(0, 50, size=90).astype(float)
+    pairs = np.column_stack([tokens, tokens + rng.integers(1, 9, size=90)])
+    counts = resample_counts(90, 7, 5, rng)
+    draws = Draws(counts, {})
+    totals, ratios = Total().resampled(tokens, draws), Ratio().resampled(pairs, draws)
+    for k in range(5):
+        drawn = _expanded(pairs, counts, k)
+        assert totals[k] == pytest.approx(_expanded(tokens, counts, k).sum())
+        assert ratios[k] == pytest.approx(drawn[:, 0].sum() / drawn[:, 1].sum())
+
+
+@pytest.mark.parametrize(("n", "block"), [(1, 1), (10, 1), (10, 3), (100, 7), (100, 100)])
+def test_block_draws_take_whole_runs_of_consecutive_requests(n: int, block: int) -> None:
+    counts = resample_counts(n, block, 200, np.random.default_rng(0))
+    assert counts.shape == (n + 1, 200) and not counts[-1].any()
+    assert (counts[:-1].sum(axis=0) == n).all()  # every resample draws n requests
+    # Each resample is at most ceil(n / block) runs of consecutive (circular) requests.
+    starts = ((counts[:-1] > 0) & (np.roll(counts[:-1], 1, axis=0) == 0)).sum(axis=0)
+    assert (starts <= -(-n // block)).all()
+    if block == 1 and n == 100:  # iid: some request drawn twice, some never
+        assert (counts[:-1] == 0).any() and (counts[:-1] >= 2).any()
+
+
+def test_block_length_grows_with_dependence_and_stays_one_without() -> None:
+    rng = np.random.default_rng(1)
+    noise = rng.normal(size=5000)
+    ar = np.empty(5000)
+    ar[0] = 0.0
+    for i in range(1, 5000):
+        ar[i] = 0.95 * ar[i - 1] + noise[i]
+    independent, dependent = block_length(noise), block_length(ar)
+    assert independent <= 3
+    assert dependent > 20 * independent
+    assert dependent <= 5000 // 3
+    assert block_length([1.0, 2.0]) == 1  # too short to estimate
+
+
+def _ar(n: int, phi: float, rng: np.random.Generator) -> np.ndarray:
+    noise = rng.exponential(1.0, size=n)
+    out = np.empty(n)
+    out[0] = noise[0]
+    for i in range(1, n):
+        out[i] = phi * out[i - 1] + noise[i]
+    return out
+
+
+def test_blocks_widen_the_interval_of_dependent_latencies() -> None:
+    rng = np.random.default_rng(2)
+    a, b = _ar(4000, 0.98, rng), _ar(4000, 0.98, rng)  # two independent queues: A/A
+    iid = paired_bootstrap_diff(a, b, Quantile(90), n_boot=300, block=1)
+    blocks = paired_bootstrap_diff(a, b, Quantile(90), n_boot=300, block=block_length(a))
+    assert iid["ci"] is not None and blocks["ci"] is not None
+    width = blocks["ci"][1] - blocks["ci"][0]
+    assert width > 2.5 * (iid["ci"][1] - iid["ci"][0])
+
+
+def test_identical_arms_give_a_zero_interval_and_a_shift_is_significant() -> None:
+    rng = np.random.default_rng(4)
+    a = rng.exponential(100, size=400)
+    same = paired_bootstrap_diff(a, a.copy(), Quantile(90), n_boot=200, block=5)
+    assert same["diff"] == 0.0 and same["ci"] == [0.0, 0.0] and not same["significant"]
+    b = a * 0.5 + rng.uniform(0, 5, size=400)
+    r = paired_bootstrap_diff(a, b, Quantile(50), n_boot=200, seed=3, block=5)
+    assert r["significant"] and r["ci"] is not None and r["rel"] is not None
+    assert r["diff"] is not None and r["ci"][0] <= r["diff"] <= r["ci"][1] < 0
+    assert r == paired_bootstrap_diff(a, b, Quantile(50), n_boot=200, seed=3, block=5)
+
+
+def test_shared_resamples_missing_samples_and_bad_arguments() -> None:
+    met_a = [1.0] * 50 + [0.0] * 50
+    met_b = [1.0] * 90 + [0.0] * 10
+    out = paired_bootstrap(
+        {"slo": (met_a, met_b, Mean()), "same": (met_a, met_a, Mean())}, n_boot=200
+    )
+    assert out["slo"]["diff"] == pytest.approx(0.4) and out["slo"]["significant"]
+    assert out["same"]["ci"] == [0.0, 0.0]
+    gaps = paired_bootstrap_diff([None, None, 1.0], [2.0, None, None], Quantile(50), n_boot=50)
+    assert gaps["a"] == 1.0 and gaps["b"] == 2.0 and gaps["n_boot"] < 50
+    with pytest.raises(ValueError, match="differ in length"):
+        paired_bootstrap({"x": ([1.0], [1.0, 2.0], Mean())})
+    with pytest.raises(ValueError, match="block"):
+        paired_bootstrap({"x": ([1.0], [1.0], Mean())}, block=0)
