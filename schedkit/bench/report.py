@@ -1,162 +1,61 @@
 """Render a bench's results as ``report.md`` and a self-contained ``report.html``.
 
-The HTML file has no external scripts, styles or fonts: its plots are inline SVG drawn by
-the small helper below, so the report opens anywhere and can be attached to an issue.
+Both read in the same order: the summary first (flags, then each comparison's verdicts,
+regressions before gains), then the plots (HTML only) and the metrics tables, and last
+the settings the run used, folded away in the HTML page. The page has no external
+scripts, styles or fonts: its plots are inline SVG (:mod:`schedkit.bench.plots`), so it
+opens anywhere and can be attached to an issue.
 """
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from html import escape
 from pathlib import Path
 from typing import Any
 
-from schedkit.bench.metrics import compare_arms, per_request_samples
-from schedkit.bench.records import RunResult, TimelinePoint
-from schedkit.bench.svg import Point, cdf_points, downsample, line_chart
+from schedkit.bench.metrics import compare_arms
+from schedkit.bench.plots import Figure, figures
+from schedkit.bench.records import RunResult
+from schedkit.bench.tables import Rows, Setting, context, settings, tables
+from schedkit.bench.verdicts import (
+    TONES,
+    ComparisonSummary,
+    Flag,
+    comparison_summaries,
+    run_flags,
+)
 
 __all__ = ["compare_arms", "render_html", "render_markdown", "write_report"]
 
-Rows = list[list[str]]
-NA = "n/a"
-
-# ---------------------------------------------------------------------------
-# tables
-# ---------------------------------------------------------------------------
+_NUMBER = re.compile(r"^(n/a|[-+]?[\d,]*\.?\d+(%| ms| s| pp)?)$")
 
 
-def _get(data: Mapping[str, Any], path: Sequence[str]) -> Any:
-    value: Any = data
-    for key in path:
-        value = value.get(key) if isinstance(value, Mapping) else None
-    return value
+def numeric(rows: Rows, column: int) -> bool:
+    """Whether a column holds only numbers (right-aligned) rather than text."""
+    return bool(rows) and all(_NUMBER.match(row[column]) for row in rows)
 
 
-def _fmt(value: Any, kind: str) -> str:
-    if value is None:
-        return NA
-    if kind == "int":
-        return f"{int(value):,}"
-    if kind == "pct":
-        return f"{value * 100:.1f}%"
-    if kind == "ms":
-        return f"{value:,.1f}" if abs(value) >= 10 else f"{value:.2f}"
-    return f"{value:,.{int(kind[1:])}f}"  # "f<digits>"
+def verdict_table(summary: ComparisonSummary) -> tuple[list[str], Rows]:
+    """The verdict rows of one comparison: tone, metric, both values, change and interval."""
+    ci = f"{summary.confidence * 100:g}% CI"
+    header = ["Verdict", "Metric", summary.baseline, summary.policy, "Change", ci]
+    rows = [[v.tone, v.label, v.a, v.b, v.change, v.ci] for v in summary.verdicts]
+    return header, rows
 
 
-_LATENCIES = (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("itl_ms", "ITL"), ("e2e_ms", "E2E"))
-# (label, path, format, shown only when some arm has a value)
-_SPECS: list[tuple[str, tuple[str, ...], str, bool]] = [
-    ("Requests", ("requests",), "int", False),
-    ("Completed", ("completed",), "int", False),
-    ("Rejected", ("rejected",), "int", False),
-    *[
-        (f"{label} {p} (ms)", (key, p), "ms", False)
-        for key, label in (*_LATENCIES, ("queue_ms", "Queue"))
-        for p in ("p50", "p90", "p99")
-    ],
-    ("Throughput (tok/s)", ("throughput_tok_s",), "f1", False),
-    ("Preemptions", ("preemptions",), "int", False),
-    ("Recomputed tokens", ("recomputed_tokens",), "int", False),
-    ("Prefix hit rate", ("prefix_hit_rate",), "pct", False),
-    ("KV usage (mean)", ("kv_usage_mean",), "pct", False),
-    ("SLO attainment", ("slo_attainment",), "pct", False),
-    ("Goodput (req/s)", ("goodput_rps",), "f2", True),
-    ("Goodput rate scale", ("goodput_rate_scale",), "f2", True),
-    ("Jain fairness (tenant service)", ("jain_fairness",), "f3", True),
-    ("Jain (tenant mean TTFT)", ("jain_ttft",), "f3", True),
-    ("Policy errors", ("policy_errors",), "int", False),
-    ("Duration (s)", ("duration_s",), "f1", False),
-    ("Wall time (s)", ("wall_s",), "f2", False),
-]
+def _headline(summary: ComparisonSummary) -> str:
+    """The headline without its leading ``"B vs A: "``, which the heading above says."""
+    prefix = f"{summary.title}: "
+    text = summary.headline
+    return text[len(prefix) :] if text.startswith(prefix) else text
 
 
-def _arms(results: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
-    return [(str(a["policy"]), a.get("metrics", {})) for a in results.get("arms", [])]
-
-
-def metrics_table(results: Mapping[str, Any]) -> tuple[list[str], Rows]:
-    """Side-by-side metrics: one row per metric, one column per arm."""
-    arms = _arms(results)
-    rows = [
-        [label, *(_fmt(_get(m, path), kind) for _, m in arms)]
-        for label, path, kind, optional in _SPECS
-        if not optional or any(_get(m, path) is not None for _, m in arms)
-    ]
-    return ["Metric", *(name for name, _ in arms)], rows
-
-
-_GROUP_COLUMNS: list[tuple[str, tuple[str, ...], str]] = [
-    ("Requests", ("requests",), "int"),
-    ("Completed", ("completed",), "int"),
-    ("Rejected", ("rejected",), "int"),
-    ("TTFT p50 (ms)", ("ttft_ms", "p50"), "ms"),
-    ("TTFT p90 (ms)", ("ttft_ms", "p90"), "ms"),
-    ("TPOT p50 (ms)", ("tpot_ms", "p50"), "ms"),
-    ("Queue p90 (ms)", ("queue_ms", "p90"), "ms"),
-    ("Queue max (ms)", ("queue_ms_max",), "ms"),
-    ("SLO attainment", ("slo_attainment",), "pct"),
-]
-
-
-def _group_order(name: str) -> tuple[int, str]:
-    # Priorities are numeric strings: sort "2" before "10"; tenants sort by name.
-    return (int(name), "") if name.lstrip("-").isdigit() else (0, name)
-
-
-def group_table(results: Mapping[str, Any], key: str, title: str) -> tuple[list[str], Rows]:
-    """Per-tenant or per-priority rows (``key`` = ``tenants``/``priorities``), arm by arm."""
-    arms = [(name, m[key]) for name, m in _arms(results) if isinstance(m.get(key), Mapping)]
-    groups = sorted({g for _, by_group in arms for g in by_group}, key=_group_order)
-    rows = [
-        [group, name, *(_fmt(_get(by_group[group], p), kind) for _, p, kind in _GROUP_COLUMNS)]
-        for group in groups
-        for name, by_group in arms
-        if group in by_group
-    ]
-    return [title, "Policy", *(label for label, _, _ in _GROUP_COLUMNS)], rows
-
-
-def _settings(section: Any) -> Rows:
-    if not isinstance(section, Mapping):
-        return []
-    rows = []
-    for key, value in section.items():
-        text = value if isinstance(value, str) else json.dumps(value, default=str)
-        rows.append([str(key), text if len(text) <= 200 else text[:199] + "…"])
-    return rows
-
-
-def _verdicts(results: Mapping[str, Any]) -> Rows:
-    """``[verdict, tone]`` for every compared metric; tone is better, worse or same."""
-    tones = {True: "better", False: "worse", None: "same"}
-    return [
-        [str(row.get("verdict", "")), tones.get(row.get("better"), "same")]
-        for comparison in results.get("comparisons", [])
-        for row in comparison.get("metrics", [])
-    ]
-
-
-def sections(results: Mapping[str, Any]) -> list[tuple[str, list[str], Rows]]:
-    """The report's ``(title, header, rows)`` tables in order, empty ones left out.
-
-    The ``Comparisons`` section has no header; its rows are ``[verdict, tone]``.
-    """
-    out = [
-        (title, ["Setting", "Value"], _settings(results.get(key)))
-        for title, key in (("Workload", "workload"), ("Engine", "engine"), ("SLO", "slo"))
-    ]
-    out += [("Metrics", *metrics_table(results)), ("Comparisons", [], _verdicts(results))]
-    out += [("Tenants", *group_table(results, "tenants", "Tenant"))]
-    out += [("Priorities", *group_table(results, "priorities", "Priority"))]
-    return [(title, header, rows) for title, header, rows in out if rows]
-
-
-def _intro(results: Mapping[str, Any]) -> str:
-    names = [name for name, _ in _arms(results)]
-    return f"Policies: {', '.join(names)} (baseline: {names[0]})" if names else "No arms."
+def _tally(summary: ComparisonSummary) -> str:
+    """``1 worse · 2 better``: how many verdicts of each tone, in the summary's order."""
+    counts = [(t, sum(v.tone == t for v in summary.verdicts)) for t in TONES]
+    return " · ".join(f"{n} {t}" for t, n in counts if n)
 
 
 # ---------------------------------------------------------------------------
@@ -164,68 +63,43 @@ def _intro(results: Mapping[str, Any]) -> str:
 # ---------------------------------------------------------------------------
 
 
-_NUMBER = re.compile(r"^(n/a|[-+]?[\d,]*\.?\d+%?)$")
-
-
-def _numeric(rows: Rows, column: int) -> bool:
-    """Whether a column holds only numbers (right-aligned) rather than text."""
-    return all(_NUMBER.match(row[column]) for row in rows)
-
-
 def _md_table(header: list[str], rows: Rows) -> str:
     def line(cells: list[str]) -> str:
         return "| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
 
-    align = "|" + "|".join("---:" if _numeric(rows, i) else "---" for i in range(len(header)))
+    align = "|" + "|".join("---:" if numeric(rows, i) else "---" for i in range(len(header)))
     return "\n".join([line(header), align + "|", *(line(row) for row in rows)])
 
 
+def _md_flag(flag: Flag) -> str:
+    mark = "**ALERT**" if flag.level == "alert" else "**warning**"
+    kind = "" if flag.kind == "warning" else f"{flag.kind}: "
+    return f"- {mark} {kind}{flag.message}"
+
+
 def render_markdown(results: Mapping[str, Any]) -> str:
-    """The whole report as Markdown (no plots)."""
-    parts = ["# schedkit bench report", "", _intro(results), ""]
-    for title, header, rows in sections(results):
-        body = _md_table(header, rows) if header else "\n".join(f"- {v}" for v, _ in rows)
-        parts += [f"## {title}", "", body, ""]
+    """The whole report as Markdown (no plots): summary first, settings last."""
+    parts = ["# schedkit bench report", "", context(results), "", "## Summary", ""]
+    flags = run_flags(results)
+    parts += [*(_md_flag(f) for f in flags), ""] if flags else []
+    summaries = comparison_summaries(results)
+    if not summaries:
+        parts += ["One arm: nothing to compare.", ""]
+    for s in summaries:
+        header, rows = verdict_table(s)
+        rows = [[f"**{r[0]}**" if r[0] == "worse" else r[0], *r[1:]] for r in rows]
+        parts += [f"### {s.title}", "", f"**{_headline(s)}**", ""]
+        parts += [*(_md_flag(f) for f in s.flags), ""] if s.flags else []
+        parts += [_md_table(header, rows), "", f"_{s.method}._", ""] if rows else []
+    parts += ["## Metrics", ""]
+    for title, header, rows in tables(results):
+        parts += [f"### {title}", "", _md_table(header, rows), ""]
+    sections = settings(results)
+    parts += ["## Settings", ""] if sections else []
+    for title, items in sections:
+        body = _md_table(["Setting", "Value"], [[k, ", ".join(v)] for k, v in items])
+        parts += [f"### {title}", "", body, ""]
     return "\n".join(parts)
-
-
-# ---------------------------------------------------------------------------
-# SVG plots
-# ---------------------------------------------------------------------------
-
-
-def plots(runs: Sequence[RunResult]) -> list[str]:
-    """The report's SVG plots: TTFT and TPOT CDFs, waiting requests and KV usage over time."""
-    samples = [per_request_samples(r) for r in runs]
-
-    def cdf(key: str) -> list[tuple[str, Sequence[Point]]]:
-        return [
-            (r.policy, cdf_points(v for v in s[key] if v is not None))
-            for r, s in zip(runs, samples, strict=True)
-        ]
-
-    def timeline(value: Callable[[TimelinePoint], float]) -> list[tuple[str, Sequence[Point]]]:
-        return [(r.policy, downsample([(p.t, value(p)) for p in r.timeline])) for r in runs]
-
-    pct = "requests (%, cumulative)"
-    charts = [
-        (cdf("ttft_ms"), "TTFT CDF", "TTFT (ms)", pct, True, 100.0),
-        (cdf("tpot_ms"), "TPOT CDF", "TPOT (ms)", pct, True, 100.0),
-        (timeline(_waiting), "Waiting requests over time", "time (s)", "waiting", False, None),
-        (timeline(_kv_pct), "KV cache usage over time", "time (s)", "KV in use (%)", False, 100.0),
-    ]
-    return [
-        line_chart(series, title=title, x_label=x, y_label=y, log_x=log, y_max=top)
-        for series, title, x, y, log, top in charts
-    ]
-
-
-def _waiting(point: TimelinePoint) -> float:
-    return float(point.waiting)
-
-
-def _kv_pct(point: TimelinePoint) -> float:
-    return point.kv_usage * 100.0
 
 
 # ---------------------------------------------------------------------------
@@ -233,22 +107,55 @@ def _kv_pct(point: TimelinePoint) -> float:
 # ---------------------------------------------------------------------------
 
 _CSS = """
-body{font-family:system-ui,sans-serif;margin:2rem auto;max-width:1400px;color:#222;padding:0 1rem}
-table{border-collapse:collapse;margin:.5rem 0 1.5rem;font-size:.9rem}
-th,td{border:1px solid #ddd;padding:.25rem .6rem;text-align:left} .num{text-align:right}
-thead th{background:#f3f3f3}
-tbody tr:nth-child(even){background:#fafafa}
-.better{color:#1a7f37} .worse{color:#cf222e} .same{color:#555}
-.plots{display:flex;flex-wrap:wrap;gap:1rem} .plot{background:#fff;border:1px solid #eee}
+*{box-sizing:border-box}
+body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:1.5rem auto;max-width:1400px;
+ color:#1f2328;padding:0 1rem;line-height:1.4}
+h1{font-size:1.6rem;margin:0 0 .25rem} h2{font-size:1.25rem;margin:2rem 0 .75rem}
+h3{font-size:1.05rem;margin:0 0 .4rem} .context{color:#57606a;margin:0 0 1rem}
+.grid{display:grid;grid-template-columns:repeat(2,minmax(0,1fr));gap:1rem;align-items:start}
+.grid.wide-right{grid-template-columns:minmax(0,1fr) minmax(0,2fr)}
+.compact table{font-size:.8rem} .compact th,.compact td{padding:.2rem .4rem}
+@media (max-width:900px){.grid,.grid.wide-right{grid-template-columns:1fr} .verdicts .num{white-space:normal}}
+table{border-collapse:collapse;font-size:.88rem;width:100%}
+th,td{border:1px solid #d8dee4;padding:.25rem .55rem;text-align:left;vertical-align:top}
+.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+thead th{background:#f6f8fa} tbody tr:nth-child(even){background:#fafbfc}
+.scroll{overflow-x:auto} th.num{white-space:normal} .card{margin-bottom:1rem}
+.summary{border:2px solid #d0d7de;border-radius:8px;padding:1rem 1.25rem;background:#f6f8fa}
+.summary h2{margin-top:0}
+.comparison{background:#fff;border:1px solid #d8dee4;border-radius:6px;padding:.8rem 1rem;margin:.75rem 0}
+.headline{font-size:1.05rem;font-weight:600;margin:.2rem 0 .6rem}
+.tally{font-weight:400;font-size:.85rem;margin-left:.5rem}
+.flags{list-style:none;padding:0;margin:.5rem 0}
+.flag{padding:.45rem .7rem;margin:.3rem 0;border-radius:4px;border-left:5px solid;font-weight:500}
+.flag.alert{background:#ffebe9;border-color:#cf222e;color:#82071e}
+.flag.warn{background:#fff8c5;border-color:#bf8700;color:#633c01}
+.flag .kind{font-weight:700;text-transform:uppercase;font-size:.8rem;margin-right:.4rem}
+.badge{display:inline-block;padding:.05rem .5rem;border-radius:1rem;font-weight:700;font-size:.75rem;
+ text-transform:uppercase;color:#fff;background:#6e7781}
+.badge.worse{background:#cf222e} .badge.better{background:#1a7f37}
+.badge.inconclusive{background:#9a6700} .badge.same{background:#6e7781}
+tr.worse td{background:#ffebe9} tr.better td{background:#dafbe1}
+tr.inconclusive td{background:#fff8c5} tr.same td{background:#fff}
+.method{color:#57606a;font-size:.8rem;margin:.4rem 0 0}
+figure{margin:0;border:1px solid #d8dee4;border-radius:6px;padding:.5rem;background:#fff}
+figcaption{font-size:.8rem;color:#57606a;margin:.2rem .3rem}
+svg.plot{width:100%;height:auto;display:block}
 .plot .title{font-size:14px;font-weight:600} .plot .legend{font-size:12px}
-.plot .tick{font-size:11px;fill:#555} .mid{text-anchor:middle} .end{text-anchor:end}
+.plot .tick{font-size:11px;fill:#57606a} .mid{text-anchor:middle} .end{text-anchor:end}
 .plot .axis{font-size:12px;text-anchor:middle;fill:#333}
 .plot .grid{stroke:#eee} .plot .frame{fill:none;stroke:#999} .plot .line{fill:none;stroke-width:1.8}
+.plot .ref{stroke:#57606a;stroke-dasharray:4 3} .plot .dots{fill-opacity:.4}
+details{border:1px solid #d8dee4;border-radius:6px;padding:.5rem 1rem;margin-top:2rem}
+details>summary{cursor:pointer;font-weight:600;font-size:1.1rem}
+#settings th{font-weight:500;font-family:ui-monospace,monospace;font-size:.8rem;width:32%}
+.kv{display:inline-block;margin:.05rem .4rem .05rem 0;padding:0 .35rem;white-space:nowrap;
+ background:#f6f8fa;border:1px solid #e5e7eb;border-radius:3px}
 """
 
 
 def _html_table(header: list[str], rows: Rows) -> str:
-    side = [' class="num"' if _numeric(rows, i) else "" for i in range(len(header))]
+    side = [' class="num"' if numeric(rows, i) else "" for i in range(len(header))]
     head = "".join(f"<th{a}>{escape(h)}</th>" for a, h in zip(side, header, strict=True))
     body = "".join(
         "<tr>"
@@ -259,20 +166,120 @@ def _html_table(header: list[str], rows: Rows) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+def _html_verdicts(s: ComparisonSummary) -> str:
+    """The verdict table: one row per metric, coloured by tone, a badge in front."""
+    header, rows = verdict_table(s)
+    side = ["", "", *(' class="num"' for _ in header[2:])]
+    head = "".join(f"<th{a}>{escape(h)}</th>" for a, h in zip(side, header, strict=True))
+    body = "".join(
+        f'<tr class="{row[0]}" title="{escape(v.text)}">'
+        f'<td><span class="badge {row[0]}">{escape(row[0])}</span></td>'
+        + "".join(f"<td{a}>{escape(c)}</td>" for a, c in zip(side[1:], row[1:], strict=True))
+        + "</tr>"
+        for v, row in zip(s.verdicts, rows, strict=True)
+    )
+    return f'<table class="verdicts"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def _html_flags(flags: Sequence[Flag]) -> str:
+    if not flags:
+        return ""
+    items = "".join(
+        f'<li class="flag {f.level}"><span class="kind">{escape(f.kind.replace("_", " "))}</span>'
+        f"{escape(f.message)}</li>"
+        for f in flags
+    )
+    return f'<ul class="flags">{items}</ul>'
+
+
+def _html_comparison(s: ComparisonSummary) -> str:
+    n = f", {s.n_requests:,} paired requests" if s.n_requests else ""
+    table = f'<div class="scroll">{_html_verdicts(s)}</div>' if s.verdicts else ""
+    return (
+        f'<article class="comparison"><h3>{escape(s.title)}'
+        f'<span class="tally">{escape(_tally(s) + n)}</span></h3>'
+        f'<p class="headline">{escape(_headline(s))}</p>{_html_flags(s.flags)}{table}'
+        f'<p class="method">{escape(s.method)}.</p></article>'
+    )
+
+
+def _html_summary(results: Mapping[str, Any]) -> str:
+    summaries = comparison_summaries(results)
+    body = "".join(_html_comparison(s) for s in summaries) or "<p>One arm: nothing to compare.</p>"
+    if len(summaries) > 1:
+        body = f'<div class="grid">{body}</div>'
+    return (
+        f'<section id="summary" class="summary"><h2>Summary</h2>'
+        f"{_html_flags(run_flags(results))}{body}</section>"
+    )
+
+
+def _html_figure(figure: Figure) -> str:
+    return (
+        f'<figure id="fig-{figure.key}">{figure.svg}'
+        f"<figcaption>{escape(figure.caption)}</figcaption></figure>"
+    )
+
+
+def _html_setting(items: list[Setting]) -> str:
+    rows = "".join(
+        f"<tr><th>{escape(key)}</th>"
+        + (
+            f"<td>{escape(parts[0])}</td>"
+            if len(parts) == 1
+            else '<td class="kvs">'
+            + "".join(f'<span class="kv">{escape(p)}</span>' for p in parts)
+            + "</td>"
+        )
+        + "</tr>"
+        for key, parts in items
+    )
+    return f"<table><tbody>{rows}</tbody></table>"
+
+
+def _html_tables(results: Mapping[str, Any]) -> str:
+    """The metrics table on the left, the per-tenant and per-priority ones stacked right."""
+    cards = [
+        f'<div class="card"><h3>{escape(title)}</h3>'
+        f'<div class="scroll">{_html_table(header, rows)}</div></div>'
+        for title, header, rows in tables(results)
+    ]
+    columns = (
+        f'<div>{cards[0]}</div><div class="compact">{"".join(cards[1:])}</div>' if cards else ""
+    )
+    grid = '<div class="grid wide-right">' if len(cards) > 1 else '<div class="grid">'
+    return f'<section id="metrics"><h2>Metrics</h2>{grid}{columns}</div></section>'
+
+
 def render_html(results: Mapping[str, Any], runs: Sequence[RunResult]) -> str:
     """The whole report as one self-contained HTML page with inline SVG plots."""
-    parts = ["<h1>schedkit bench report</h1>", f"<p>{escape(_intro(results))}</p>"]
-    for title, header, rows in sections(results):
-        if header:
-            body = _html_table(header, rows)
-        else:
-            body = "<ul>" + "".join(f'<li class="{t}">{escape(v)}</li>' for v, t in rows) + "</ul>"
-        parts += [f"<h2>{escape(title)}</h2>", body]
+    slo = results.get("slo") or {}
+    slo_ttft = slo.get("ttft_ms") if isinstance(slo.get("ttft_ms"), int | float) else None
+    parts = [
+        f'<header><h1>schedkit bench report</h1><p class="context">{escape(context(results))}</p></header>',
+        _html_summary(results),
+    ]
     if runs:
-        parts += ["<h2>Plots</h2>", '<div class="plots">', *plots(runs), "</div>"]
+        plots = "".join(_html_figure(f) for f in figures(results, runs, slo_ttft))
+        parts.append(f'<section id="plots"><h2>Plots</h2><div class="grid">{plots}</div></section>')
+    parts.append(_html_tables(results))
+    sections = settings(results)
+    if sections:
+        names = ", ".join(title for title, _ in sections)
+        cards = "".join(
+            f"<div><h3>{escape(title)}</h3>{_html_setting(items)}</div>"
+            for title, items in sections
+        )
+        parts.append(
+            f'<section id="settings"><details><summary>Settings: {escape(names)}</summary>'
+            f'<div class="grid">{cards}</div></details></section>'
+        )
+    arms = [str(a.get("policy", "?")) for a in results.get("arms", [])]
+    title = "schedkit bench report" + (f": {' vs '.join(arms)}" if arms else "")
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        f"<title>schedkit bench report</title><style>{_CSS}</style></head>\n<body>\n"
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{escape(title)}</title><style>{_CSS}</style></head>\n<body>\n"
         + "\n".join(parts)
         + "\n</body></html>\n"
     )
@@ -283,8 +290,9 @@ def write_report(
 ) -> tuple[Path, Path]:
     """Write ``report.md`` and ``report.html`` into ``out_dir``; return their paths.
 
-    ``results`` is the bench's results.json content (``workload``, ``engine``, ``arms``,
-    ``comparisons``); ``runs`` are the arms' raw results, in the same order, for plots.
+    ``results`` is the bench's results.json content (``workload``, ``engine``, ``slo``,
+    ``arms``, ``warnings``, ``flags``, ``comparisons``); ``runs`` are the arms' raw
+    results, in the same order, for the plots.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     md, html = out_dir / "report.md", out_dir / "report.html"
