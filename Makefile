@@ -22,11 +22,21 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check schedkit plugins
 	$(BIN)/mypy --strict schedkit $(filter-out %.egg-info,$(wildcard plugins/*/schedkit_*))
 
-test: lint lint-vllm lint-sglang
+test: lint lint-vllm lint-sglang browser
 	$(BIN)/pytest -q tests $(foreach p,$(PLUGINS),$(dir $(p))tests)
 	$(MAKE) test-vllm
 	$(MAKE) test-vllm033
 	$(MAKE) test-sglang
+
+# The report's browser test (tests/bench/test_report_browser.py) opens report.html in
+# headless Chromium: Debian's package, installed when missing (~15 s, once; needs root).
+# `make report-screenshot` redraws docs/report.png from `make demo`.
+.PHONY: browser report-screenshot
+browser:
+	benchmarks/report/install-chromium.sh
+
+report-screenshot: $(STAMP) browser
+	$(BIN)/python benchmarks/report/screenshot.py --demo docs/report.png
 
 # The vLLM adapter's suites run against the real vLLM CPU build in their own environment
 # (.venv-vllm, created on first use by adapters/vllm/scripts/make-venv.sh, ~2 min).
