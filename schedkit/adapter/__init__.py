@@ -16,15 +16,19 @@ pieces that do not depend on the engine live here, written once:
   names the installed and supported versions and the install command.
 - ``warn_unsupported`` (``schedkit.capabilities``): the launch warning for hooks an engine
   honours only in part.
+- ``ReplayArm`` (``replay``): the real-engine bench arm's bookkeeping (fitted traces,
+  prompts, records, the KV pre-check, rejections, token gaps, the result); the adapter's
+  ``RealEngine`` subclasses it with how its engine is built, fed and read.
 
-The real-engine replay helpers are ``schedkit.bench.replay``; the serve launcher is
-``schedkit.serving.run_server``. An adapter adds a ``RequestView``/``EngineView`` over its
-engine's objects and a driver (patches or a scheduler subclass) that calls the runtime.
+The trace-to-request helpers are ``schedkit.bench.replay``; the serve launchers share
+``schedkit.serving``. An adapter adds a ``RequestView``/``EngineView`` over its engine's
+objects and a driver (patches or a scheduler subclass) that calls the runtime.
 """
 
 from __future__ import annotations
 
 from schedkit.adapter.metadata import RequestMetadata, parse_metadata, parse_priority
+from schedkit.adapter.replay import ReplayArm
 from schedkit.adapter.runtime import REJECTED, AdapterRuntime
 from schedkit.adapter.steps import StepLedger
 from schedkit.adapter.versions import UnsupportedEngineError, check_engine_version, parse_version
@@ -32,6 +36,7 @@ from schedkit.adapter.versions import UnsupportedEngineError, check_engine_versi
 __all__ = [
     "REJECTED",
     "AdapterRuntime",
+    "ReplayArm",
     "RequestMetadata",
     "StepLedger",
     "UnsupportedEngineError",

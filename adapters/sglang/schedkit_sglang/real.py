@@ -3,15 +3,13 @@
 ``schedkit bench --engine sglang --model DIR ...`` starts one ``sglang.Engine`` per arm
 with the arm's config selected through the environment (``config_environ``; the scheduler
 process it spawns loads the schedkit plugin and reads it), submits each request of the
-workload with ``async_generate(stream=True)`` when the wall clock reaches its (scaled)
-arrival time, and waits for every stream to end. The result is the simulator's
-``RunResult``, so metrics and reports mean the same.
+workload with ``async_generate(stream=True)`` when the wall clock reaches its arrival
+time, and waits for every stream to end. What every real engine measures the same way
+(clipping, prompts, the wall clock, the KV pre-check, rejections, token gaps) is
+``schedkit.adapter.replay``; what is SGLang's, in seconds from the start of the replay:
 
-What is measured, in seconds from the start of the replay (``time.perf_counter``):
-
-- ``arrival_s`` is the trace's arrival time; a request is submitted when the replay's
-  event loop reaches it (later while the loop is busy reading outputs), and that delay
-  counts toward its TTFT, as it would for a client.
+- ``arrival_s``: a request is submitted when the replay's event loop reaches it (later
+  while the loop is busy reading outputs), and that delay counts toward its TTFT.
 - ``scheduled_s``: when the scheduler first put the request in a forward batch: the
   ``forward_entry_time`` of its time stats (the scheduler process's ``perf_counter``,
   the same monotonic clock on Linux) read from the batches of outputs, clamped between
@@ -19,11 +17,10 @@ What is measured, in seconds from the start of the replay (``time.perf_counter``
   ``time_stats.has_timing_data`` is set: the bench sets ``SCHEDKIT_SGLANG_TIMING=1``, and
   the plugin marks every request (``enable_metrics`` would too, but cannot start a second
   Engine in one process).
-- ``first_token_s``, each later token (one inter-token gap per token) and ``finish_s``:
-  when the replay received the streamed output carrying it. Outputs queued while the
-  replay was busy arrive together: their tokens count with no gap between them.
+- ``first_token_s``, each later token and ``finish_s``: when the replay received the
+  streamed output carrying it; outputs queued while the replay was busy arrive together.
 - Rejections: a stream ending with ``finish_reason`` type ``abort`` and a message
-  ``"rejected: why"`` (the plugin's admission decision); other aborts are ``aborted``.
+  ``"rejected: why"`` (the plugin's admission decision).
 - ``cached_tokens`` and ``preemptions`` are SGLang's ``cached_tokens`` (capped at the
   prompt) and ``num_retractions``; recomputed tokens are not observed and stay 0.
 - The timeline and KV usage come from SGLang's load snapshots (running and waiting
@@ -35,14 +32,11 @@ What is measured, in seconds from the start of the replay (``time.perf_counter``
   ``schedkit``: ``SchedkitRuntime.internal_state``), summed over the schedulers that
   answer (one per data-parallel rank); ``steps`` is SGLang's count of batches run.
 
-Prompts are token ids (``skip_tokenizer_init``) built as for every engine
-(``schedkit.bench.replay``), mixed into the model's vocabulary; shared prefixes stay
-shared. Requests longer than the model's ``max_position_embeddings`` are clipped (prompt
-first) and counted in ``results.json`` under ``engine.real.clipped_requests``. Engine
-settings: ``--max-num-seqs`` is ``max_running_requests``, ``--max-num-batched-tokens``
-is ``chunked_prefill_size``, ``--kv-blocks`` x ``--block-size`` is ``max_total_tokens``
-(on CPU ``CPU_KV_TOKENS`` when not given), ``--no-prefix-caching`` disables the radix
-cache. Keep workloads for this engine small: every token is really computed.
+Engine settings: ``--max-num-seqs`` is ``max_running_requests``,
+``--max-num-batched-tokens`` is ``chunked_prefill_size``, ``--kv-blocks`` x
+``--block-size`` is ``max_total_tokens`` (on CPU ``CPU_KV_TOKENS`` when not given),
+``--no-prefix-caching`` disables the radix cache. The KV capacity is SGLang's
+``max_total_num_tokens`` (``engine.real.kv_tokens``).
 """
 
 from __future__ import annotations
@@ -57,17 +51,9 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from schedkit.adapter import ReplayArm
 from schedkit.bench.records import RequestRecord, RunResult
-from schedkit.bench.replay import (
-    ModelInfo,
-    fit_traces,
-    model_info,
-    new_record,
-    prompt_token_ids,
-    request_metadata,
-)
-from schedkit.facade import PolicyFacade
-from schedkit.sim.recorder import Recorder
+from schedkit.bench.replay import ModelInfo, request_metadata
 
 from schedkit_sglang import cpu
 from schedkit_sglang.config import TIMING_VAR, config_environ, scoped_environ
@@ -85,51 +71,22 @@ LOAD_POLL_S = 0.01  # how often the replay reads SGLang's load snapshot
 
 def run_real_arm(bench: Bench, index: int, rate_scale: float) -> RunResult:
     """``schedkit.engines`` entry point ``sglang``: one arm on a real in-process SGLang."""
-    info = model_info(bench.spec.model, "sglang")
-    engine = RealEngine(bench, index, rate_scale, info)
-    try:
-        return engine.run()
-    finally:
-        engine.close()
+    return RealEngine.run_arm(bench, index, rate_scale)
 
 
-class RealEngine:
-    """One replay of the bench's workload on a fresh ``sglang.Engine`` with arm ``index``."""
+class RealEngine(ReplayArm):
+    """One replay of the bench's workload on a fresh ``sglang.Engine`` with arm ``index``.
+
+    The engine starts in ``run``; policies run in SGLang's scheduler process, so
+    ``facade`` only names the arm."""
+
+    engine_name = "sglang"
 
     def __init__(self, bench: Bench, index: int, rate_scale: float, info: ModelInfo) -> None:
-        cfg = bench.sim_config
-        traces = sorted(bench.workload(rate_scale).requests, key=lambda r: r.arrival_s)
-        max_model_len, self.traces, clipped = fit_traces(traces, info.max_positions)
-        if clipped:
-            log.warning(
-                "--engine sglang: %d of %d requests clipped to the model's %d positions",
-                clipped,
-                len(traces),
-                info.max_positions,
-            )
-        self.block_size = cfg.block_size
-        self.records = [new_record(t) for t in self.traces]
-        self.prompts = [
-            prompt_token_ids(t, i, cfg.block_size, cfg.hash_block_tokens, info.vocab_size)
-            for i, t in enumerate(self.traces)
-        ]
-        # Policies run in SGLang's scheduler process; this facade names the arm.
-        self.facade = PolicyFacade.from_config(bench.configs[index])
-        self.result = RunResult(policy=self.facade.label, records=self.records, duration_s=0.0)
-        self.recorder = Recorder(self.result, cfg.timeline_interval_s)
-        self.bench, self.index = bench, index
-        self.kwargs = engine_kwargs(bench, info, max_model_len)
+        super().__init__(bench, index, rate_scale, info)
+        self.kwargs = engine_kwargs(bench, info, self.max_model_len)
         self.engine: Any = None
         self.capacity_tokens = 0
-        bench.engine_info["gpu"] = "this machine (wall clock)"
-        bench.engine_info.pop("cost_model", None)
-        bench.engine_info["real"] = {
-            "model_dir": str(info.path),
-            "max_model_len": max_model_len,
-            "clipped_requests": clipped,
-            "clock": "wall",
-        }
-        self._start = 0.0
         self._entered: dict[str, float] = {}  # rid -> forward_entry_time (perf_counter)
 
     def close(self) -> None:
@@ -151,15 +108,13 @@ class RealEngine:
         self.engine = _start_engine(self.bench, self.index, self.kwargs)
         info = self.engine.get_server_info()
         self.capacity_tokens = int(info.get("max_total_num_tokens") or 0)
-        self.bench.engine_info["real"]["kv_tokens"] = self.capacity_tokens
+        self.real_info["kv_tokens"] = self.capacity_tokens
         self._watch_scheduling()
-        self._start = time.perf_counter()
+        self.started = time.perf_counter()
         self.engine.loop.run_until_complete(self._replay())
-        records = self.records
-        end = time.perf_counter() - self._start
-        duration = max((r.finish_s or 0.0 for r in records), default=0.0) or end
+        end = self.clock()
         counters = scheduler_counters(self.engine.get_server_info())
-        result = self.recorder.finish(duration, counters.steps, self.facade, self._start)
+        result = self.finish_run(end, counters.steps)
         result.policy_errors = counters.policy_errors
         result.policy_errors_by_hook = counters.policy_errors_by_hook
         return result
@@ -169,7 +124,7 @@ class RealEngine:
         streams: list[asyncio.Future[None]] = []
         try:
             for i, trace in enumerate(self.traces):
-                delay = trace.arrival_s - self._clock()
+                delay = trace.arrival_s - self.clock()
                 if delay > 0:
                     await asyncio.sleep(delay)
                 streams.append(asyncio.ensure_future(self._request(i)))
@@ -179,16 +134,10 @@ class RealEngine:
             for stream in streams:
                 stream.cancel()
 
-    def _clock(self) -> float:
-        return time.perf_counter() - self._start
-
     async def _request(self, index: int) -> None:
         rec = self.records[index]
-        need = -(-(rec.prompt_tokens + rec.max_tokens) // self.block_size)
-        capacity = self.capacity_tokens // self.block_size
-        if need > capacity:  # SGLang could never hold it; reject as the simulator does
-            self._reject(rec, f"prompt + max_tokens need {need} KV blocks, capacity is {capacity}")
-            return
+        if not self.fits_kv(rec, self.capacity_tokens // self.block_size):
+            return  # SGLang could never hold it
         params = {
             "max_new_tokens": rec.max_tokens,
             "ignore_eos": True,
@@ -204,57 +153,32 @@ class RealEngine:
                 rid=rec.request_id,
             )
             async for out in stream:
-                self.on_output(rec, out.get("meta_info") or {}, self._clock())
+                self.on_output(rec, out.get("meta_info") or {}, self.clock())
         except Exception as exc:  # the engine refused or lost it: count it, keep replaying
             log.warning("--engine sglang: request %s failed: %s", rec.request_id, exc)
         if rec.finish_reason == "":
-            rec.finish_reason, rec.finish_s = "aborted", self._clock()
+            rec.finish_reason, rec.finish_s = "aborted", self.clock()
 
     def on_output(self, rec: RequestRecord, meta: Mapping[str, Any], clock: float) -> None:
         """Record one streamed output of ``rec`` (its ``meta_info``) received at ``clock``."""
         if rec.finish_reason:
             return
-        tokens = int(meta.get("completion_tokens") or 0)
-        new = tokens - rec.output_tokens
         entered = self._entered.get(rec.request_id)
         if rec.scheduled_s is None and entered is not None:
-            rec.scheduled_s = min(max(entered - self._start, rec.arrival_s), clock)
-        if new > 0:
-            if rec.first_token_s is None:
-                rec.first_token_s = clock
-            else:
-                self.recorder.token_gap(clock - self._last_token_s(rec), 1)
-            if new > 1:  # several tokens in one output: no gap between them
-                self.recorder.token_gap(0.0, new - 1)
-            rec.output_tokens = tokens
-            rec.finish_s = clock  # the last token so far; the finish time once it ends
+            rec.scheduled_s = min(max(entered - self.started, rec.arrival_s), clock)
+        self.record_tokens(rec, int(meta.get("completion_tokens") or 0), clock)
         reason = meta.get("finish_reason")
         if reason is None:
             return
         kind = reason.get("type", "") if isinstance(reason, Mapping) else str(reason)
         message = reason.get("message", "") if isinstance(reason, Mapping) else ""
-        if kind == "abort" and isinstance(message, str) and message.startswith("rejected:"):
-            self._reject(rec, message.removeprefix("rejected:").strip() or "rejected")
-            return
-        rec.finish_reason = "aborted" if kind == "abort" else (kind or "stop")
-        rec.finish_s = clock
-        if rec.first_token_s is not None:  # it was scheduled
-            res = self.result
+        if self.end(rec, kind or "stop", message, clock) and rec.first_token_s is not None:
+            res = self.result  # it was scheduled
             rec.cached_tokens = min(int(meta.get("cached_tokens") or 0), rec.prompt_tokens)
             rec.preemptions = int(meta.get("num_retractions") or 0)
             res.preemptions += rec.preemptions
             res.prefix_query_tokens += rec.prompt_tokens
             res.prefix_hit_tokens += rec.cached_tokens
-
-    @staticmethod
-    def _last_token_s(rec: RequestRecord) -> float:
-        return rec.finish_s if rec.finish_s is not None else rec.first_token_s or 0.0
-
-    def _reject(self, rec: RequestRecord, reason: str) -> None:
-        rec.finish_reason, rec.reject_reason, rec.finish_s = "rejected", reason, None
-        rec.first_token_s = rec.scheduled_s = None
-        rej = self.result.rejections
-        rej[reason] = rej.get(reason, 0) + 1
 
     def _watch_scheduling(self) -> None:
         """Note when the scheduler first batched each request, from the time stats that
@@ -280,7 +204,7 @@ class RealEngine:
         reader = getattr(self.engine.tokenizer_manager, "load_snapshot_reader", None)
         if reader is None:
             return
-        last, usage = self._clock(), 0.0
+        last, usage = self.clock(), 0.0
         while True:
             await asyncio.sleep(LOAD_POLL_S)
             try:
@@ -288,7 +212,7 @@ class RealEngine:
             except Exception as exc:  # no timeline rather than no result
                 log.warning("--engine sglang: cannot read SGLang's load snapshot: %s", exc)
                 return
-            now = self._clock()
+            now = self.clock()
             self.recorder.kv_usage(now - last, usage)
             last = now
             if snapshots:

@@ -28,14 +28,12 @@ scheduler with schedkit's message even when SGLang is launched without this comm
 from __future__ import annotations
 
 import os
-import shutil
 import sys
-import tempfile
 from collections.abc import Mapping, Sequence
 
 from schedkit import PolicyFacade, SchedkitConfig
 from schedkit.errors import SchedkitError
-from schedkit.serving import run_server
+from schedkit.serving import metrics_dir, option_value, run_server
 
 from schedkit_sglang.config import (
     CONFIG_VAR,
@@ -54,21 +52,8 @@ METRICS_DIR_VAR = "PROMETHEUS_MULTIPROC_DIR"
 __all__ = ["build_command", "build_environ", "serve", "wants_metrics_dir"]
 
 
-def _option(args: Sequence[str], name: str) -> str | None:
-    """The value of the last ``name VALUE`` or ``name=VALUE`` in ``args``."""
-    found = None
-    for i, arg in enumerate(args):
-        if arg == name:
-            if i + 1 >= len(args):
-                raise SchedkitError(f"{name} needs a value")
-            found = args[i + 1]
-        elif arg.startswith(name + "="):
-            found = arg[len(name) + 1 :]
-    return found
-
-
 def _on_cpu(args: Sequence[str], environ: Mapping[str, str]) -> bool:
-    device = _option(args, "--device")
+    device = option_value(args, "--device")
     return (device or "").strip().lower() == "cpu" or environ.get(CPU_ENGINE_VAR) == "1"
 
 
@@ -84,7 +69,7 @@ def build_command(
                 "the selected policy chooses prefix-cache evictions, but --disable-radix-cache"
                 " turns the prefix cache off; drop --disable-radix-cache or the policy"
             )
-        backend = _option(args, "--radix-cache-backend")
+        backend = option_value(args, "--radix-cache-backend")
         if backend is None:
             args += ["--radix-cache-backend", RADIX_CACHE_BACKEND]
         elif backend != RADIX_CACHE_BACKEND:
@@ -141,14 +126,9 @@ def serve(config: SchedkitConfig, engine_args: list[str]) -> int:
     SIGTERM and SIGINT are passed on to the server, which shuts down cleanly.
     """
     command = build_command(config, engine_args)
-    metrics_dir = None
-    if wants_metrics_dir(engine_args, os.environ):
-        metrics_dir = tempfile.mkdtemp(prefix="schedkit-sglang-metrics-")
-    try:
-        env = build_environ(config, engine_args, os.environ, metrics_dir=metrics_dir)
+    wanted = wants_metrics_dir(engine_args, os.environ)
+    with metrics_dir("schedkit-sglang-metrics-", wanted) as path:
+        env = build_environ(config, engine_args, os.environ, metrics_dir=path)
         label = "+".join(config.policy)
         print(f"schedkit: {' '.join(command[:3])} ... (policy {label})", file=sys.stderr)
         return run_server(command, env)
-    finally:
-        if metrics_dir is not None:
-            shutil.rmtree(metrics_dir, ignore_errors=True)

@@ -18,10 +18,10 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from schedkit.bench.replay import new_record
 from schedkit.policy import Policy
 from schedkit.testing.contract import Outcome, Scenario, facade_of
 
-from schedkit_vllm._replay import new_record
 from schedkit_vllm.modelless import build_for
 
 __all__ = ["run_vllm", "run_vllm_engine"]
@@ -134,9 +134,8 @@ def run_vllm_engine(
     samples the tokens, vLLM's own output processing ends the requests."""
     import os
 
+    from schedkit.bench.replay import in_vocab, prompt_token_ids, request_metadata
     from vllm import LLM, SamplingParams
-
-    from schedkit_vllm._replay import extra_args, in_vocab, prompt_token_ids
 
     cfg = scenario.config
     outcome = Outcome("vllm-engine")
@@ -206,7 +205,7 @@ def run_vllm_engine(
                 max_tokens=trace.output_tokens,
                 ignore_eos=True,
                 detokenize=False,
-                extra_args=extra_args(trace),
+                extra_args=request_metadata(trace),
             )
             engine.add_request(
                 trace.request_id,

@@ -11,16 +11,42 @@ instead of asking the user for ``VLLM_TARGET_DEVICE=cpu``.
 
 from __future__ import annotations
 
+import json
 import os
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from schedkit_vllm._replay import stub_model_dir
-
 if TYPE_CHECKING:
     from schedkit.sim.config import SimConfig
     from schedkit.sim.workloads import TraceRequest
+
+
+_CONFIG_DIRS: dict[int, Path] = {}
+
+
+def stub_model_dir(max_model_len: int) -> Path:
+    """A directory holding only a tiny Llama ``config.json``: enough for vLLM's
+    ``ModelConfig`` when no model runs (the twin). One per length, per process."""
+    path = _CONFIG_DIRS.get(max_model_len)
+    if path is None:
+        path = Path(tempfile.mkdtemp(prefix="schedkit-vllm-twin-"))
+        config = {
+            "architectures": ["LlamaForCausalLM"],
+            "model_type": "llama",
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 4,
+            "num_hidden_layers": 2,
+            "vocab_size": 32000,
+            "max_position_embeddings": max_model_len,
+            "torch_dtype": "float32",
+        }
+        (path / "config.json").write_text(json.dumps(config))
+        _CONFIG_DIRS[max_model_len] = path
+    return path
 
 
 def model_less_device() -> str:

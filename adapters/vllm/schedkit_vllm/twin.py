@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from schedkit.bench.records import RequestRecord, RunResult
+from schedkit.bench.replay import new_record, output_token_id, prompt_token_ids, request_metadata
 from schedkit.config import SchedkitConfig
 from schedkit.facade import PolicyFacade
 from schedkit.sim.config import SimConfig, StepCost
@@ -29,12 +30,6 @@ from schedkit.sim.engine import no_cyclic_gc
 from schedkit.sim.recorder import Recorder
 from schedkit.sim.workloads import TraceRequest
 
-from schedkit_vllm._replay import (
-    extra_args,
-    new_record,
-    output_token_id,
-    prompt_token_ids,
-)
 from schedkit_vllm.modelless import build_for
 
 if TYPE_CHECKING:
@@ -255,7 +250,7 @@ def _make_request(trace: TraceRequest, index: int, rec: RequestRecord, cfg: SimC
     from vllm.v1.request import Request
 
     params = SamplingParams(
-        max_tokens=rec.max_tokens, ignore_eos=True, extra_args=extra_args(trace)
+        max_tokens=rec.max_tokens, ignore_eos=True, extra_args=request_metadata(trace)
     )
     return Request(
         rec.request_id,
