@@ -1,17 +1,22 @@
 """A/B verdicts: every headline metric compared with the baseline arm, with its interval.
 
 Each arm after the first is compared with the first (the baseline) on the same request
-stream. Every compared metric gets a paired circular block bootstrap interval
-(:func:`schedkit.bench.stats.paired_bootstrap`, block length from the data) and a tone:
+stream. Every compared metric gets a 95% interval from paired sectioning
+(:func:`schedkit.bench.stats.sectioned_diff`: the run cut into up to 10 stretches of
+consecutive arrivals, a Student t interval over their differences; the A/A calibration
+in ``benchmarks/stats/calibration.md`` checks its coverage) and a tone:
 
-- ``better`` / ``worse``: the 95% interval excludes no change and the change is at least
-  the minimum effect (``min_effect``, relative; for rates, in points: 0.02 = 2 pp);
-- ``same``: no meaningful difference, the change is below the minimum effect;
-- ``inconclusive``: the interval spans no change and changes larger than the minimum.
+- ``better`` / ``worse``: the interval excludes no change and the change is at least the
+  minimum effect (``min_effect``, relative; for rates, in points: 0.02 = 2 pp);
+- ``same``: no meaningful difference: the interval lies within the minimum effect, or
+  the change is real but below it;
+- ``inconclusive``: the interval spans both no change and changes beyond the minimum,
+  or there is no interval (too few requests for five sections holding enough of the
+  tail: a p99 needs about 4,000 completed requests).
 
-A maximum has no bootstrap interval (resampling cannot produce a larger value than the
-one observed), so ``ttft_max_ms`` is judged on its point values alone and says so. The
-summary names regressions first: ``"B vs A: worse on p99 TTFT; better on p50 TTFT"``.
+A maximum has no interval (one request decides it), so ``ttft_max_ms`` is judged on its
+observed values alone and says so. The summary names regressions first:
+``"B vs A: worse on p99 TTFT; possibly worse on p99 queue; better on p50 TTFT"``.
 Flags say what no interval can: requests starved past the baseline's longest wait, a
 higher rejection share, policy faults (per arm, in :func:`run_flags`), an engine that
 never caught up with its arrivals, a trace cut before its busiest stretch.
@@ -30,16 +35,15 @@ import numpy.typing as npt
 from schedkit.bench.metrics import is_completed, latencies_ms, meets_slo, slo_applies
 from schedkit.bench.records import RequestRecord, RunResult
 from schedkit.bench.stats import (
-    DEFAULT_N_BOOT,
-    BootstrapDiff,
+    MAX_SECTIONS,
+    Diff,
     FloatArray,
     Mean,
     Quantile,
     Ratio,
     Statistic,
     Total,
-    block_length,
-    paired_bootstrap,
+    sectioned,
 )
 from schedkit.errors import SchedkitError
 
@@ -203,7 +207,7 @@ def _relative(diff: float, base: float | None) -> float:
     return 0.0 if diff == 0.0 else math.copysign(math.inf, diff)
 
 
-def _effect(metric: Compared, r: BootstrapDiff) -> tuple[float, list[float] | None] | None:
+def _effect(metric: Compared, r: Diff) -> tuple[float, list[float] | None] | None:
     """The change as the minimum effect measures it (points for rates, else relative to
     the baseline), and its interval in the same terms; None without a change to judge."""
     diff, ci = r["diff"], r["ci"]
@@ -216,26 +220,32 @@ def _effect(metric: Compared, r: BootstrapDiff) -> tuple[float, list[float] | No
     return _relative(diff, r["a"]), [_relative(c, r["a"]) for c in ci] if ci else None
 
 
-def tone(metric: Compared, r: BootstrapDiff, min_effect: float) -> str:
-    """``better``, ``worse``, ``same`` (no meaningful difference) or ``inconclusive``."""
+def tone(metric: Compared, r: Diff, min_effect: float) -> str:
+    """``better`` or ``worse`` (the interval excludes no change and the change reaches
+    the minimum effect), ``same`` (the interval lies within the minimum effect, or the
+    change is real but smaller) or ``inconclusive`` (anything else, and every change
+    without an interval except a maximum's, judged on its observed values)."""
     judged = _effect(metric, r)
     if judged is None:
         return "inconclusive"
     effect, ci = judged
+    small = abs(effect) < min_effect
     gain = effect > 0 if metric.higher_is_better else effect < 0
     direction = "better" if gain else "worse"
-    if effect == 0.0 or abs(effect) < min_effect:
+    if effect == 0.0 and (ci is None or ci == [0.0, 0.0]):
         return "same"
-    if metric.statistic is None:  # no interval: the observed values decide
-        return direction
+    if metric.statistic is None:  # a maximum: the observed values decide
+        return "same" if small else direction
     if ci is None:
-        return "inconclusive"
+        return "same" if small else "inconclusive"
     if ci[0] > -min_effect and ci[1] < min_effect:
         return "same"
-    return direction if r["significant"] else "inconclusive"
+    if r["significant"]:
+        return "same" if small else direction
+    return "inconclusive"
 
 
-def leaning(metric: Compared, r: BootstrapDiff) -> str | None:
+def leaning(metric: Compared, r: Diff) -> str | None:
     """For an inconclusive row, which way its point estimate leans."""
     judged = _effect(metric, r)
     if judged is None or judged[0] == 0.0:
@@ -253,7 +263,7 @@ def _value(metric: Compared, value: float | None) -> str:
     return f"{value:,.1f}" if metric.unit == "tok/s" else f"{value:,.0f}"
 
 
-def verdict(metric: Compared, r: BootstrapDiff, name: str, base: str, judged: str) -> str:
+def verdict(metric: Compared, r: Diff, name: str, base: str, judged: str) -> str:
     """One line: the values, the change with its interval, and the tone in words."""
     a, b, diff = r["a"], r["b"], r["diff"]
     values = f"{_value(metric, b)} vs {_value(metric, a)}"
@@ -262,14 +272,14 @@ def verdict(metric: Compared, r: BootstrapDiff, name: str, base: str, judged: st
     if metric.unit == "rate":
         change = f"{diff * 100:+.1f} pp"
         ci = r["ci"]
-        span = f"95% CI {ci[0] * 100:+.1f} .. {ci[1] * 100:+.1f} pp" if ci else "no interval"
+        span = f"95% CI {ci[0] * 100:+.1f} .. {ci[1] * 100:+.1f} pp" if ci else _none(r)
     else:
         rel, rel_ci = r["rel"], r["rel_ci"]
         change = f"{rel * 100:+.1f}%" if rel is not None else f"{diff:+,.1f}"
         span = (
             f"95% CI {rel_ci[0] * 100:+.1f}% .. {rel_ci[1] * 100:+.1f}%"
             if rel_ci is not None
-            else "no interval"
+            else _none(r)
         )
     if metric.statistic is None:
         span = "a maximum has no interval"
@@ -282,10 +292,16 @@ def verdict(metric: Compared, r: BootstrapDiff, name: str, base: str, judged: st
     return f"{metric.label}: {name} {values}, {change} ({span}): {words}"
 
 
+def _none(r: Diff) -> str:
+    if r["a"] == r["b"]:
+        return "identical"
+    return "no interval: too few requests for five sections"
+
+
 def summary_line(name: str, base: str, rows: Sequence[Mapping[str, Any]]) -> str:
-    """``"B vs A: worse on X, Y; better on Z"``: regressions first (inconclusive changes
-    beyond the minimum effect named as "possibly"), never only "better" while something
-    got worse."""
+    """``"B vs A: worse on X, Y; better on Z"``: regressions first, inconclusive changes
+    beyond the minimum effect as "possibly worse/better", never only "better" while
+    something got worse."""
 
     def labels(tone: str, lean: str | None = None) -> list[str]:
         return [
@@ -297,9 +313,9 @@ def summary_line(name: str, base: str, rows: Sequence[Mapping[str, Any]]) -> str
     parts = []
     for words, found in (
         ("worse on", labels("worse")),
-        ("possibly worse (interval spans no change) on", labels("inconclusive", "worse")),
+        ("possibly worse on", labels("inconclusive", "worse")),
         ("better on", labels("better")),
-        ("possibly better (interval spans no change) on", labels("inconclusive", "better")),
+        ("possibly better on", labels("inconclusive", "better")),
     ):
         if found:
             parts.append(f"{words} " + ", ".join(found))
@@ -421,29 +437,14 @@ def run_flags(runs: Sequence[RunResult]) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------------------
 
 
-def _ranks(values: FloatArray) -> FloatArray:
-    present = values[~np.isnan(values)]
-    order = np.argsort(np.argsort(present, kind="stable"), kind="stable")
-    return order.astype(np.float64)
-
-
-def choose_block(series: Sequence[FloatArray]) -> int:
-    """One block length for a comparison: the largest data-driven length
-    (:func:`block_length` on the ranks of each latency series, both arms)."""
-    return max([1, *(block_length(_ranks(s)) for s in series if s.ndim == 1)])
-
-
 def compare_pair(
     base: RunResult,
     other: RunResult,
     *,
     slo_ttft_ms: float | None,
     slo_tpot_ms: float | None,
-    seed: int,
-    n_boot: int = DEFAULT_N_BOOT,
     min_effect: float = DEFAULT_MIN_EFFECT,
     metrics: Sequence[str] | None = None,
-    block: int | None = None,
 ) -> dict[str, Any]:
     """``other`` against the baseline ``base``: rows, summary, flags and the method."""
     keys = check_metrics(metrics)
@@ -476,14 +477,10 @@ def compare_pair(
                 )
             )
     judged = chosen + [m for _, m in tenant_rows]
-    if block is None:
-        block = choose_block([pa[k] for k in ("ttft_ms", "queue_ms", "e2e_ms")])
     with_interval = {
         m.key: (pa[m.sample], pb[m.sample], m.statistic) for m in judged if m.statistic is not None
     }
-    boot = paired_bootstrap(
-        with_interval, n_boot=n_boot, seed=seed, confidence=CONFIDENCE, block=block
-    )
+    boot = sectioned(with_interval, confidence=CONFIDENCE)
     rows = []
     for m in judged:
         r = boot.get(m.key) or _point_only(m, pa[m.sample], pb[m.sample])
@@ -507,9 +504,8 @@ def compare_pair(
         "n_requests": int(ia.size),
         "summary": summary_line(other.policy, base.policy, rows),
         "method": {
-            "name": "paired circular block bootstrap, percentile interval",
-            "block_length": block,
-            "n_boot": n_boot,
+            "name": "paired sectioning (batch means) with a Student t interval",
+            "max_sections": MAX_SECTIONS,
             "confidence": CONFIDENCE,
         },
         "min_effect": min_effect,
@@ -519,7 +515,7 @@ def compare_pair(
     }
 
 
-def _point_only(metric: Compared, a: FloatArray, b: FloatArray) -> BootstrapDiff:
+def _point_only(metric: Compared, a: FloatArray, b: FloatArray) -> Diff:
     va, vb = _max(a), _max(b)
     diff = vb - va if va is not None and vb is not None else None
     return {
@@ -530,7 +526,7 @@ def _point_only(metric: Compared, a: FloatArray, b: FloatArray) -> BootstrapDiff
         "ci": None,
         "rel_ci": None,
         "significant": False,
-        "n_boot": 0,
+        "sections": 0,
     }
 
 
@@ -539,11 +535,11 @@ def compare_arms(
     *,
     slo_ttft_ms: float | None,
     slo_tpot_ms: float | None,
-    seed: int,
-    n_boot: int = DEFAULT_N_BOOT,
+    seed: int = 0,
     min_effect: float = DEFAULT_MIN_EFFECT,
     metrics: Sequence[str] | None = None,
     progress: Callable[[int], None] | None = None,
+    **_: Any,
 ) -> list[dict[str, Any]]:
     """Every arm after the first against the first (see :func:`compare_pair`)."""
     out = []
@@ -554,8 +550,6 @@ def compare_arms(
                 run,
                 slo_ttft_ms=slo_ttft_ms,
                 slo_tpot_ms=slo_tpot_ms,
-                seed=seed,
-                n_boot=n_boot,
                 min_effect=min_effect,
                 metrics=metrics,
             )

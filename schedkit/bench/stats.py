@@ -18,6 +18,7 @@ resulting 95% intervals is checked by the A/A calibration in ``benchmarks/stats/
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol, TypedDict
@@ -210,7 +211,14 @@ class Statistic(Protocol):
     ``values`` holds one sample per request in arrival order (NaN: the request has none,
     say it did not complete). ``resampled`` gets one row of draw counts per resample and
     returns one estimate per resample (NaN where the resample holds no sample).
+    ``tail`` is the share of samples the statistic rests on (0.01 for a p99: the
+    sections of :func:`sectioned_diff` must each hold enough of them); ``extensive``
+    statistics grow with the number of requests (a total), so a section's value is
+    scaled up to the whole run.
     """
+
+    tail: float
+    extensive: bool
 
     def __call__(self, values: FloatArray) -> float | None: ...
 
@@ -220,9 +228,12 @@ class Statistic(Protocol):
 class Quantile:
     """The ``q``-th percentile (0..100), numpy's default (linear) interpolation."""
 
+    extensive = False
+
     def __init__(self, q: float) -> None:
         _check_q(q)
         self.q = q
+        self.tail = min(q, 100.0 - q) / 100.0
 
     def __call__(self, values: FloatArray) -> float | None:
         present = values[~np.isnan(values)]
@@ -250,6 +261,8 @@ class Quantile:
 class Mean:
     """The mean over requests with a sample (of 0/1 samples: a rate)."""
 
+    tail, extensive = 1.0, False
+
     def __call__(self, values: FloatArray) -> float | None:
         present = values[~np.isnan(values)]
         return float(present.mean()) if present.size else None
@@ -266,6 +279,8 @@ class Mean:
 class Total:
     """The sum over requests (a run total: tokens, preemptions, throughput shares)."""
 
+    tail, extensive = 1.0, True
+
     def __call__(self, values: FloatArray) -> float | None:
         return float(np.nansum(values))
 
@@ -281,6 +296,8 @@ class Ratio:
     """``sum(numerator) / sum(denominator)`` over requests: pass samples with two columns
     (say cached and prompt tokens for a prefix hit rate)."""
 
+    tail, extensive = 1.0, False
+
     def __call__(self, values: FloatArray) -> float | None:
         den = float(np.nansum(values[:, 1]))
         return float(np.nansum(values[:, 0])) / den if den else None
@@ -294,7 +311,7 @@ class Ratio:
 
 
 # ---------------------------------------------------------------------------
-# block length and the paired circular block bootstrap
+# block length (for both methods below)
 # ---------------------------------------------------------------------------
 
 
@@ -350,6 +367,137 @@ def block_length(x: Sequence[float] | FloatArray) -> int:
         return 1
     b = (2.0 * g * g / d) ** (1.0 / 3.0) * n ** (1.0 / 3.0)
     return int(min(cap, max(1, round(b))))
+
+
+# ---------------------------------------------------------------------------
+# paired sectioning: the bench's intervals
+# ---------------------------------------------------------------------------
+
+MIN_SECTIONS = 5  # fewer sections: no interval (t with < 4 degrees of freedom is too wide)
+MAX_SECTIONS = 10
+SECTION_BLOCKS = 3  # a section spans at least this many of the series' dependence blocks
+MIN_TAIL = 8  # samples beyond a quantile that each section must hold
+
+
+class Diff(TypedDict):
+    """One statistic compared between arm ``a`` (baseline) and arm ``b``."""
+
+    a: float | None  # statistic on arm a's samples
+    b: float | None
+    diff: float | None  # b - a
+    rel: float | None  # (b - a) / a; None when a is 0 or missing
+    ci: list[float] | None  # [lo, hi] interval of diff; None: no interval
+    rel_ci: list[float] | None  # the interval of rel
+    significant: bool  # ci excludes 0
+    sections: int  # sections the interval rests on; 0: no interval
+
+
+def sections_for(a: FloatArray, b: FloatArray, statistic: Statistic) -> int:
+    """How many sections to cut a paired series into, 0 when too few for an interval.
+
+    At most :data:`MAX_SECTIONS`; each section must span :data:`SECTION_BLOCKS` of the
+    longer of the two arms' dependence lengths (:func:`block_length` of their ranks)
+    and hold :data:`MIN_TAIL` samples beyond the statistic's quantile. Fewer than
+    :data:`MIN_SECTIONS` gives 0. These constants come from the A/A calibration in
+    ``benchmarks/stats/calibration.md``.
+    """
+    present = min(int(np.count_nonzero(~np.isnan(x))) for x in (a, b))
+    if present < MIN_SECTIONS:
+        return 0
+    block = max(block_length(ranks(x)) for x in (a, b) if x.ndim == 1) if a.ndim == 1 else 1
+    by_dependence = a.shape[0] // (SECTION_BLOCKS * block)
+    by_tail = int(present * statistic.tail // MIN_TAIL)
+    k = min(MAX_SECTIONS, by_dependence, by_tail)
+    return k if k >= MIN_SECTIONS else 0
+
+
+def ranks(values: FloatArray) -> FloatArray:
+    """Average ranks of the samples (NaN left out): their autocorrelations are not thrown
+    by a few huge latencies."""
+    present = values[~np.isnan(values)]
+    distinct, inverse, counts = np.unique(present, return_inverse=True, return_counts=True)
+    average = np.cumsum(counts) - (counts - 1) / 2.0  # each tie group's ranks, averaged
+    return np.asarray(average[inverse], dtype=np.float64) if distinct.size else present
+
+
+def t_quantile(confidence: float, df: int) -> float:
+    """The two-sided Student t critical value (``scipy.special.stdtrit``)."""
+    from scipy.special import stdtrit
+
+    return float(stdtrit(df, 0.5 + confidence / 2.0))
+
+
+def sectioned_diff(
+    a: Samples,
+    b: Samples,
+    statistic: Statistic,
+    *,
+    confidence: float = 0.95,
+    sections: int | None = None,
+) -> Diff:
+    """``statistic(b) - statistic(a)`` with a sectioning interval (batch means).
+
+    ``a[i]`` and ``b[i]`` are the same request in the two arms, in arrival order; NaN
+    (None) marks a request without a sample. The requests are cut into ``K`` contiguous
+    sections (:func:`sections_for` unless given) and the difference computed on each
+    (an extensive statistic scaled up by ``K``); the interval is the whole run's
+    difference plus or minus ``t(K - 1) * sd / sqrt(K)`` over the sections' differences
+    (Asmussen and Glynn, *Stochastic Simulation*, 2007, III.5: sectioning). Sections long
+    against the dependence between neighbouring requests behave as independent
+    replications, which resampling single requests does not.
+    """
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence={confidence!r} must lie strictly between 0 and 1")
+    xa, xb = as_samples(a), as_samples(b)
+    if xa.shape != xb.shape:
+        raise ValueError(
+            f"paired samples differ in length {xa.shape} vs {xb.shape}; align by request"
+        )
+    sa, sb = statistic(xa), statistic(xb)
+    diff = sb - sa if sa is not None and sb is not None else None
+    out: Diff = {
+        "a": sa,
+        "b": sb,
+        "diff": diff,
+        "rel": diff / sa if diff is not None and sa else None,
+        "ci": None,
+        "rel_ci": None,
+        "significant": False,
+        "sections": 0,
+    }
+    k = sections_for(xa, xb, statistic) if sections is None else sections
+    if diff is None or k < 2:
+        return out
+    scale = float(k) if statistic.extensive else 1.0
+    edges = np.linspace(0, xa.shape[0], k + 1).astype(np.intp)
+    parts = [(statistic(xa[i:j]), statistic(xb[i:j])) for i, j in itertools.pairwise(edges)]
+    diffs = np.array([(pb - pa) * scale for pa, pb in parts if pa is not None and pb is not None])
+    if diffs.size < 2:
+        return out
+    t = t_quantile(confidence, diffs.size - 1)
+    half = t * float(diffs.std(ddof=1)) / math.sqrt(diffs.size)
+    ci = [diff - half, diff + half]
+    out["ci"], out["significant"] = ci, bool(ci[0] > 0.0 or ci[1] < 0.0)
+    out["sections"] = int(diffs.size)
+    rels = np.array([(pb - pa) / pa for pa, pb in parts if pa and pb is not None])
+    if sa and rels.size >= 2:
+        rel = diff / sa
+        rel_half = t * float(rels.std(ddof=1)) / math.sqrt(rels.size)
+        out["rel_ci"] = [rel - rel_half, rel + rel_half]
+    return out
+
+
+def sectioned(series: Mapping[str, Series], *, confidence: float = 0.95) -> dict[str, Diff]:
+    """:func:`sectioned_diff` of several ``name -> (a, b, statistic)`` comparisons."""
+    return {
+        name: sectioned_diff(a, b, stat, confidence=confidence)
+        for name, (a, b, stat) in series.items()
+    }
+
+
+# ---------------------------------------------------------------------------
+# the paired circular block bootstrap (kept for comparison: see the calibration)
+# ---------------------------------------------------------------------------
 
 
 def _coverage(starts: npt.NDArray[np.int64], n: int, length: int) -> Counts:

@@ -1,4 +1,5 @@
-"""The bootstrap under the verdicts: exact resampled statistics, block draws, block length."""
+"""The intervals under the verdicts: sectioning (what the bench prints), and the block
+bootstrap it is calibrated against (exact resampled statistics, block draws, block length)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schedkit.bench.stats import (
+    MAX_SECTIONS,
+    MIN_TAIL,
     Draws,
     Mean,
     Quantile,
@@ -17,6 +20,8 @@ from schedkit.bench.stats import (
     paired_bootstrap,
     paired_bootstrap_diff,
     resample_counts,
+    sectioned_diff,
+    sections_for,
 )
 
 
@@ -133,3 +138,54 @@ def test_shared_resamples_missing_samples_and_bad_arguments() -> None:
         paired_bootstrap({"x": ([1.0], [1.0, 2.0], Mean())})
     with pytest.raises(ValueError, match="block"):
         paired_bootstrap({"x": ([1.0], [1.0], Mean())}, block=0)
+
+
+# ---------------------------------------------------------------------------
+# sectioning: the bench's intervals
+# ---------------------------------------------------------------------------
+
+
+def test_sectioning_interval_is_the_t_interval_over_section_differences() -> None:
+    rng = np.random.default_rng(7)
+    a = rng.exponential(100, size=1000)
+    b = a * 1.2 + rng.normal(0, 5, size=1000)
+    r = sectioned_diff(a, b, Mean(), sections=10)
+    parts = np.array([b[i : i + 100].mean() - a[i : i + 100].mean() for i in range(0, 1000, 100)])
+    half = 2.262157162798205 * parts.std(ddof=1) / np.sqrt(10)  # t(0.975, 9)
+    assert r["diff"] == pytest.approx(b.mean() - a.mean())
+    assert r["ci"] == pytest.approx([r["diff"] - half, r["diff"] + half])
+    assert r["sections"] == 10 and r["significant"]
+    assert r["rel_ci"] is not None and r["rel_ci"][0] < r["rel"] < r["rel_ci"][1]
+
+
+def test_sectioning_scales_totals_to_the_whole_run() -> None:
+    a = np.ones(1000)
+    b = np.concatenate([np.ones(500), np.full(500, 3.0)])
+    r = sectioned_diff(a, b, Total(), sections=10)
+    assert r["diff"] == 1000.0  # 500 requests x 2 more
+    lo, hi = r["ci"] or [0.0, 0.0]
+    assert lo < 1000.0 < hi  # the sections' differences (0 or 2000 each) straddle it
+
+
+def test_sections_follow_the_tail_and_the_dependence() -> None:
+    rng = np.random.default_rng(0)
+    iid = rng.exponential(1.0, size=4000)
+    assert sections_for(iid, iid[::-1].copy(), Quantile(50)) == MAX_SECTIONS
+    # A p99 needs MIN_TAIL samples beyond it in each of at least MIN_SECTIONS sections.
+    assert sections_for(iid, iid.copy(), Quantile(99)) == 4000 // 100 // MIN_TAIL
+    assert sections_for(iid[:2000], iid[:2000].copy(), Quantile(99)) == 0
+    # Strong dependence: sections must be long, so fewer of them (or none).
+    walk = np.cumsum(rng.normal(size=4000))
+    assert sections_for(walk, walk.copy(), Quantile(50)) < MAX_SECTIONS
+
+
+def test_sectioning_without_an_interval_and_bad_input() -> None:
+    values = np.random.default_rng(1).exponential(1.0, size=300)
+    same = sectioned_diff(values, values.copy(), Quantile(50))
+    assert same["diff"] == 0.0 and same["ci"] == [0.0, 0.0] and not same["significant"]
+    few = sectioned_diff([1.0, 2.0], [3.0, 4.0], Quantile(50))
+    assert few["diff"] == 2.0 and few["ci"] is None and few["sections"] == 0
+    empty = sectioned_diff([None, None], [1.0, None], Mean())
+    assert empty["a"] is None and empty["diff"] is None and empty["ci"] is None
+    with pytest.raises(ValueError, match="differ in length"):
+        sectioned_diff([1.0], [1.0, 2.0], Mean())
