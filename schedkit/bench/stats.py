@@ -442,7 +442,9 @@ def sectioned_diff(
     sections (:func:`sections_for` unless given) and the difference computed on each
     (an extensive statistic scaled up by ``K``); the interval is the whole run's
     difference plus or minus ``t(K - 1) * sd / sqrt(K)`` over the sections' differences
-    (Asmussen and Glynn, *Stochastic Simulation*, 2007, III.5: sectioning). Sections long
+    (Asmussen and Glynn, *Stochastic Simulation*, 2007, III.5: sectioning), cut at
+    ``-a`` (the statistics are never negative); ``rel_ci`` is that interval over ``a``.
+    Sections long
     against the dependence between neighbouring requests behave as independent
     replications, which resampling single requests does not.
     """
@@ -466,7 +468,7 @@ def sectioned_diff(
         "sections": 0,
     }
     k = sections_for(xa, xb, statistic) if sections is None else sections
-    if diff is None or k < 2:
+    if sa is None or diff is None or k < 2:
         return out
     scale = float(k) if statistic.extensive else 1.0
     edges = np.linspace(0, xa.shape[0], k + 1).astype(np.intp)
@@ -476,14 +478,13 @@ def sectioned_diff(
         return out
     t = t_quantile(confidence, diffs.size - 1)
     half = t * float(diffs.std(ddof=1)) / math.sqrt(diffs.size)
-    ci = [diff - half, diff + half]
+    # Every statistic here is >= 0, so b - a >= -a: the interval is cut there (cutting
+    # it to where the value can lie keeps its coverage).
+    ci = [max(diff - half, -sa), diff + half]
     out["ci"], out["significant"] = ci, bool(ci[0] > 0.0 or ci[1] < 0.0)
     out["sections"] = int(diffs.size)
-    rels = np.array([(pb - pa) / pa for pa, pb in parts if pa and pb is not None])
-    if sa and rels.size >= 2:
-        rel = diff / sa
-        rel_half = t * float(rels.std(ddof=1)) / math.sqrt(rels.size)
-        out["rel_ci"] = [rel - rel_half, rel + rel_half]
+    if sa:  # the same interval relative to the baseline, so both say the same
+        out["rel_ci"] = [ci[0] / abs(sa), ci[1] / abs(sa)]
     return out
 
 
