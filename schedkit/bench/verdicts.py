@@ -148,10 +148,10 @@ def _headline(comparison: Mapping[str, Any], verdicts: Sequence[Verdict], title:
     if comparison.get("summary"):
         return str(comparison["summary"])
     words = {"better": "better on", "worse": "worse on", "inconclusive": "inconclusive on"}
-    words["same"] = "no significant difference on"
+    words["same"] = "no meaningful difference on"
     parts = [
         f"{words[tone]} {', '.join(v.label for v in verdicts if v.tone == tone)}"
-        for tone in ("better", "worse", "inconclusive", "same")
+        for tone in ("worse", "better", "inconclusive", "same")
         if any(v.tone == tone for v in verdicts)
     ]
     return f"{title}: {'; '.join(parts)}" if parts else f"{title}: nothing compared"
@@ -165,6 +165,8 @@ def _method(comparison: Mapping[str, Any]) -> tuple[str, float]:
     confidence = float(confidence) if isinstance(confidence, int | float) else 0.95
     n_boot = method.get("n_boot") or next((r["n_boot"] for r in rows if "n_boot" in r), None)
     parts = [str(method.get("name", "paired bootstrap"))]
+    if method.get("max_sections"):
+        parts.append(f"up to {method['max_sections']} sections of consecutive arrivals")
     if method.get("block_length"):
         parts.append(f"blocks of {method['block_length']:,} requests")
     if isinstance(n_boot, int):

@@ -389,8 +389,8 @@ def test_older_results_still_render(runs: list[RunResult]) -> None:
         del results[key]
     (summary,) = comparison_summaries(results)
     assert [v.tone for v in summary.verdicts] == ["worse", "better", "same"]
-    assert summary.headline == "sjf vs fcfs: better on p50 TTFT; worse on p90 TTFT; no" \
-        " significant difference on SLO attainment"  # fmt: skip
+    assert summary.headline == "sjf vs fcfs: worse on p90 TTFT; better on p50 TTFT; no" \
+        " meaningful difference on SLO attainment"  # fmt: skip
     assert summary.method == "paired bootstrap, 500 resamples, 95% confidence intervals"
     html = render_html(results, runs)
     assert re.findall(r'<tr class="(\w+)"', _section(html, "summary")) == [
