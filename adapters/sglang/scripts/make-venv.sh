@@ -13,11 +13,27 @@ PY="${PY:-python3}"
 SGLANG_DIST="${SGLANG_DIST:-sglang==0.5.23}"
 STAMP="$VENV/.installed"
 
-if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$SGLANG_DIST" ]]; then
+# schedkit, its plugins and the adapter are reinstalled (seconds) whenever a pyproject.toml
+# changes (a new dependency of schedkit's, say); the engine is installed only once.
+cd "$ROOT"
+DEPS="$(cat pyproject.toml adapters/sglang/pyproject.toml plugins/*/pyproject.toml | sha1sum | cut -c1-12)"
+WANT="$SGLANG_DIST $DEPS"
+if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$WANT" ]]; then
+    exit 0
+fi
+start=$(date +%s)
+install_schedkit() {
+    extra=()
+    for p in plugins/*/pyproject.toml; do extra+=(-e "$(dirname "$p")"); done
+    "$VENV/bin/pip" install -q -e . -e adapters/sglang "${extra[@]}" pytest hypothesis mypy ruff
+    echo "$WANT" > "$STAMP"
+}
+if [[ -f "$STAMP" && "$(cut -d' ' -f1 "$STAMP")" == "$SGLANG_DIST" ]]; then
+    install_schedkit
+    echo "make-venv: $VENV: schedkit reinstalled in $(( $(date +%s) - start )) s"
     exit 0
 fi
 
-start=$(date +%s)
 "$PY" -m venv "$VENV"
 "$VENV/bin/pip" install -q --upgrade pip
 "$VENV/bin/pip" install -q "torch==2.13.0"
@@ -29,9 +45,5 @@ start=$(date +%s)
     scipy zstandard "openai==2.8.0" "openai-harmony==0.0.4" pyyaml "python-dateutil<3" distro \
     IPython watchfiles "xgrammar==0.2.7" "llguidance>=1.7.6,<2" "blobfile==3.0.0" gguf tiktoken \
     "compressed-tensors==0.18.0" nvidia-ml-py dill jsonschema "soundfile==0.13.1"
-cd "$ROOT"
-extra=()
-for p in plugins/*/pyproject.toml; do extra+=(-e "$(dirname "$p")"); done
-"$VENV/bin/pip" install -q -e . -e adapters/sglang "${extra[@]}" pytest hypothesis mypy ruff
-echo "$SGLANG_DIST" > "$STAMP"
+install_schedkit
 echo "make-venv: $VENV ready in $(( $(date +%s) - start )) s"

