@@ -9,9 +9,11 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from schedkit.errors import SchedkitError
 from schedkit.facade import PolicyFacade
+from schedkit.inputs import parse_document
 from schedkit.plugins import PolicyRegistry, implemented_hooks
 
 app = typer.Typer(
@@ -21,6 +23,12 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 err = Console(stderr=True)
+
+
+def print_error(message: str) -> None:
+    """``error: message`` on stderr, as one paragraph the terminal wraps. The message is
+    plain text: rich markup in it (a hint such as ``[[gpu]]``) is printed, not applied."""
+    err.print(Text.assemble(("error:", "red"), " ", message), highlight=False, soft_wrap=True)
 
 
 def describe_policies(registry: PolicyRegistry) -> list[dict[str, Any]]:
@@ -53,7 +61,7 @@ def policies(
     rows = describe_policies(PolicyRegistry.discover())
     for row in rows:
         if "error" in row:
-            err.print(f"[red]error:[/red] {row['error']}", highlight=False)
+            print_error(row["error"])
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
@@ -61,7 +69,8 @@ def policies(
     for row in rows:
         options = ", ".join(row.get("options_schema", {}).get("properties", {})) or "-"
         hooks = "\n".join(row.get("hooks", [])) or ("(import failed)" if "error" in row else "-")
-        table.add_row(row["name"], f"{row['distribution']} {row['version']}", hooks, options)
+        cells = (row["name"], f"{row['distribution']} {row['version']}", hooks, options)
+        table.add_row(*(Text(str(cell)) for cell in cells))  # names are text, not markup
     Console().print(table)
 
 
@@ -102,8 +111,8 @@ def serve(
 
 def _json_object(text: str) -> dict[str, Any]:
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
+        value = parse_document(text, "json")
+    except ValueError as exc:
         raise SchedkitError(f"--options is not valid JSON: {exc}") from exc
     if not isinstance(value, dict):
         raise SchedkitError('--options must be a JSON object like {"policy-name": {...}}')
@@ -117,7 +126,7 @@ def main() -> None:
     try:
         app()
     except SchedkitError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        print_error(str(exc))
         sys.exit(2)
 
 
@@ -125,4 +134,4 @@ if __name__ == "__main__":
     main()
 
 
-__all__ = ["app", "describe_policies", "main"]
+__all__ = ["app", "describe_policies", "main", "print_error"]

@@ -6,15 +6,14 @@ or a TOML/JSON file. ``"a+b"`` is shorthand for ``["a", "b"]``.
 
 from __future__ import annotations
 
-import json
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from schedkit.errors import PolicyConfigError
+from schedkit.errors import PolicyConfigError, SchedkitError, quote
+from schedkit.inputs import parse_document, read_document
 
 DEFAULT_POLICY = "fcfs"
 
@@ -40,11 +39,12 @@ class SchedkitConfig(BaseModel):
             raise ValueError("policy names must be non-empty, e.g. 'fcfs' or 'slo+vtc'")
         dupes = sorted({n for n in self.policy if self.policy.count(n) > 1})
         if dupes:
-            raise ValueError(f"policy {dupes[0]!r} is selected twice; name each policy once")
+            raise ValueError(f"policy {quote(dupes[0])} is selected twice; name each policy once")
         stray = sorted(set(self.options) - set(self.policy))
         if stray:
             raise ValueError(
-                f"options given for {stray[0]!r}, which is not selected; selected: {self.policy}"
+                f"options given for {quote(stray[0])}, which is not selected;"
+                f" selected: {quote(self.policy)}"
             )
         return self
 
@@ -73,8 +73,8 @@ def load_config(source: SchedkitConfig | Mapping[str, Any] | str | Path | None) 
         data = _read_file(path)
     elif source.lstrip().startswith("{"):
         try:
-            data = json.loads(source)
-        except json.JSONDecodeError as exc:
+            data = parse_document(source, "json")
+        except ValueError as exc:
             raise PolicyConfigError(f"config is not valid JSON: {exc}") from exc
     else:
         data = {"policy": source}
@@ -87,19 +87,23 @@ def load_config(source: SchedkitConfig | Mapping[str, Any] | str | Path | None) 
 
 
 def _looks_like_file(text: str) -> bool:
-    return text.endswith((".toml", ".json")) or Path(text).is_file()
+    try:
+        return text.endswith((".toml", ".json")) or Path(text).is_file()
+    except OSError:  # a name too long to be a path: a policy name (and an unknown one)
+        return False
+
+
+_CONFIG_FILE = 'a TOML or JSON text file such as: policy = ["slo", "vtc"]'
 
 
 def _read_file(path: Path) -> object:
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise PolicyConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
+        text = read_document(path, "config file", _CONFIG_FILE)
+    except SchedkitError as exc:
+        raise PolicyConfigError(str(exc)) from None
     try:
-        if path.suffix == ".toml":
-            return tomllib.loads(text)
-        return json.loads(text)
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
+        return parse_document(text, "toml" if path.suffix == ".toml" else "json")
+    except ValueError as exc:
         raise PolicyConfigError(
             f"config file {path} is not valid {path.suffix[1:]}: {exc}"
         ) from exc

@@ -11,8 +11,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
-from schedkit.errors import SchedkitError
+from schedkit.errors import SchedkitError, quote
 
 
 def bench(
@@ -88,7 +89,13 @@ def bench(
         bool, typer.Option(help="Exit with status 3 when a policy faulted in any arm.")
     ] = False,
 ) -> None:
-    """A/B benchmark: replay one workload through several policies, side by side."""
+    """A/B benchmark: replay one workload through several policies, side by side.
+
+    Exit status: 0 when every arm finished every request; 2 on bad input (nothing runs
+    and nothing is written); 3 with --strict when a policy faulted in any arm; else 4 when
+    an arm left requests unfinished (its latencies miss them). Results are written for 3
+    and 4.
+    """
     from schedkit.bench.compare import check_metrics, check_min_effect
     from schedkit.bench.runner import BenchSpec, run_bench
 
@@ -122,15 +129,30 @@ def bench(
         task = bar.add_task("bench", total=len(policy))
 
         def progress(label: str, done: int, total: int) -> None:
-            bar.update(task, completed=done, description=f"running {label}")
+            bar.update(task, completed=done, description=f"running {escape(label)}")
 
         results = run_bench(spec, out, progress)
     _print_summary(results, out)
+    unfinished = {a["policy"]: a["metrics"].get("unfinished") or 0 for a in results["arms"]}
+    if any(unfinished.values()):
+        counts = ", ".join(f"{arm}: {n:,}" for arm, n in unfinished.items() if n)
+        console.print(
+            Text(
+                f"! requests unfinished when the run ended ({counts}); their latencies are"
+                " missing from every metric, so the arms are not comparable. Check the"
+                f" engine's log; exit status {UNFINISHED_EXIT}"
+            ),
+            style="bold red",
+            soft_wrap=True,
+        )
     if strict and any(f["kind"] == "policy_errors" for f in results.get("flags", [])):
         raise typer.Exit(STRICT_EXIT)
+    if any(unfinished.values()):
+        raise typer.Exit(UNFINISHED_EXIT)
 
 
 STRICT_EXIT = 3  # --strict: a policy faulted
+UNFINISHED_EXIT = 4  # an arm left requests unfinished
 
 
 def _window(text: str | None) -> tuple[float, float] | None:
@@ -143,20 +165,20 @@ def _window(text: str | None) -> tuple[float, float] | None:
         return float(start), float(end)
     except ValueError:
         raise SchedkitError(
-            f"--window {text!r} is not START:END; pass two numbers of seconds, e.g. 300:600"
+            f"--window {quote(text)} is not START:END; pass two numbers of seconds, e.g. 300:600"
         ) from None
 
 
 def _print_summary(results: dict[str, Any], out: Path) -> None:
-    table = Table(
-        title=f"{results['workload']['name']} on {results['engine']['model']}/{results['engine']['gpu']}"
-    )
+    engine = results["engine"]
+    table = Table(title=Text(f"{results['workload']['name']} on {engine['model']}/{engine['gpu']}"))
     table.add_column("metric")
     for arm in results["arms"]:
-        table.add_column(arm["policy"], justify="right")
+        table.add_column(Text(arm["policy"]), justify="right")  # a label, not markup
     rows: list[tuple[str, Any]] = [
         ("completed", lambda m: m["completed"]),
         ("rejected", lambda m: m["rejected"]),
+        ("unfinished", lambda m: m.get("unfinished")),
         ("TTFT p50 ms", lambda m: m["ttft_ms"]["p50"]),
         ("TTFT p90 ms", lambda m: m["ttft_ms"]["p90"]),
         ("TPOT p50 ms", lambda m: m["tpot_ms"]["p50"]),
@@ -188,7 +210,8 @@ def _print_summary(results: dict[str, Any], out: Path) -> None:
         for verdict in judged:
             style = styles.get(verdict["tone"], "")
             console.print(f"  [{style}]{escape(verdict['verdict'])}[/]", highlight=False)
-    console.print(f"wrote {out / 'results.json'}, {out / 'report.md'}, {out / 'report.html'}")
+    written = ", ".join(str(out / name) for name in ("results.json", "report.md", "report.html"))
+    console.print(Text(f"wrote {written}"), soft_wrap=True)
 
 
 def _fmt(value: Any) -> str:

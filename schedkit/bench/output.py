@@ -3,7 +3,8 @@
 Everything is rendered into a hidden temporary directory inside ``--out`` first and
 moved into place only when all of it was written, so a run that fails (a bad policy, an
 engine crash, a full disk) leaves the previous results untouched and never half of new
-ones. The layout of every file is documented in ``docs/results.md``.
+ones. ``check_out_dir`` makes sure ``--out`` can take them before any arm runs. The layout
+of every file is documented in ``docs/results.md``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import numpy as np
 
 from schedkit.bench.metrics import latencies_ms, meets_slo, slo_applies
 from schedkit.bench.records import RunResult
+from schedkit.errors import SchedkitError, quote
 
 #: Columns of requests.parquet / requests.csv, one row per request per arm.
 REQUEST_COLUMNS: tuple[str, ...] = (
@@ -145,6 +147,45 @@ def write_requests(directory: Path, table: Mapping[str, list[Any]]) -> Path:
     return path
 
 
+def check_out_dir(out_dir: Path) -> None:
+    """Fail before any arm runs when results could not be written to ``out_dir``.
+
+    ``out_dir`` must be a directory, or not exist under a directory, that this process can
+    create files in; that is probed with a temporary file, removed at once. Nothing is
+    created otherwise: a run that fails later leaves no empty ``--out`` behind.
+    """
+    where = quote(str(out_dir))
+    try:
+        is_file = out_dir.exists() and not out_dir.is_dir()
+        parent = out_dir
+        while not parent.exists() and parent != parent.parent:
+            parent = parent.parent
+    except OSError as exc:  # a name too long, a loop of links
+        raise SchedkitError(
+            f"--out {where} is not a usable path ({exc.strerror or exc}); pass a directory"
+        ) from None
+    if is_file:
+        raise SchedkitError(
+            f"--out {where} is an existing file, not a directory; pass a directory for"
+            " results.json and the reports (it is created if missing), or move the file away"
+        )
+    if not parent.is_dir():
+        raise SchedkitError(
+            f"--out {where} cannot be created: {quote(str(parent))} is a file, not a"
+            " directory; pass a path whose parents are directories"
+        )
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".schedkit-probe-", dir=parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise SchedkitError(
+            f"--out {where} is not writable ({exc.strerror or exc} creating a file in"
+            f" {quote(str(parent))}); pass a directory you can write to, or fix its"
+            " permissions"
+        ) from None
+
+
 def write_outputs(
     out_dir: Path,
     results: dict[str, Any],
@@ -157,8 +198,14 @@ def write_outputs(
     nothing; return the paths written."""
     from schedkit.bench.report import write_report
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".schedkit-", dir=out_dir))
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".schedkit-", dir=out_dir))
+    except OSError as exc:
+        raise SchedkitError(
+            f"cannot write the results to --out {quote(str(out_dir))}: {exc.strerror or exc};"
+            " pass a directory you can write to"
+        ) from None
     try:
         (staging / "results.json").write_text(
             json.dumps(results, indent=2, default=str), encoding="utf-8"
@@ -176,5 +223,11 @@ def write_outputs(
             os.replace(path, out_dir / path.name)
             written.append(out_dir / path.name)
         return written
+    except OSError as exc:  # a full disk, a quota: say so rather than print a traceback
+        raise SchedkitError(
+            f"cannot write the results to --out {quote(str(out_dir))}: {exc.strerror or exc}"
+            f" ({quote(exc.filename) if exc.filename else 'a file'}); free space or pass"
+            " another directory. Earlier results there are untouched"
+        ) from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)

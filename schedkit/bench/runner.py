@@ -16,8 +16,9 @@ from schedkit.bench.compare import (
     compare_arms,
     run_flags,
 )
+from schedkit.bench.engine_settings import check_engine_settings
 from schedkit.bench.metrics import compute_metrics
-from schedkit.bench.output import provenance, write_outputs
+from schedkit.bench.output import check_out_dir, provenance, write_outputs
 from schedkit.bench.records import RunResult
 from schedkit.capabilities import matrix_engine, warn_unsupported
 from schedkit.config import load_config
@@ -118,6 +119,7 @@ class Bench:
     """Prepared workload, cost model and engine config shared by every arm."""
 
     def __init__(self, spec: BenchSpec) -> None:
+        check_engine_settings(spec)  # before loading it: refused whether installed or not
         self.runner = load_engine(spec.engine)
         self.spec = spec
         check_metrics(spec.verdict_metrics)
@@ -141,6 +143,12 @@ class Bench:
         blocks = spec.kv_blocks or RooflineCostModel(model, gpu, spec.tp).kv_capacity_blocks(
             spec.block_size, spec.gpu_memory_utilization
         )
+        if blocks < 1:
+            raise SchedkitError(
+                f"--block-size {spec.block_size} is larger than the whole KV cache of"
+                f" {model.name} on {gpu.name} x tp={spec.tp}; use a block size such as 16"
+                " (vLLM's default), or set the capacity with --kv-blocks"
+            )
         self.sim_config = SimConfig(
             num_blocks=blocks,
             block_size=spec.block_size,
@@ -255,6 +263,7 @@ def truncation_flag(full: Workload, kept: Workload, count: int) -> dict[str, Any
 def run_bench(spec: BenchSpec, out_dir: Path, progress: Progress | None = None) -> dict[str, Any]:
     """Run every arm on the identical request stream; write results.json, requests.parquet
     (requests.csv without pyarrow) and the reports, all or nothing."""
+    check_out_dir(out_dir)  # now, not after every arm ran
     bench = Bench(spec)
     no_slo = spec.slo_ttft_ms is None and spec.slo_tpot_ms is None
     if (

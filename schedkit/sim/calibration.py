@@ -17,7 +17,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from schedkit.errors import SchedkitError
+from schedkit.errors import SchedkitError, quote
+from schedkit.inputs import decode_text, parse_document, read_document, read_lines
 from schedkit.sim.costmodel import LinearCostModel
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
 
 TimingRow = tuple[int, int, int, float]
 TIMINGS_HEADER = ("prefill_tokens", "decode_tokens", "kv_tokens", "seconds")
+_HEADER = ",".join(TIMINGS_HEADER)
 
 
 def fit_linear(rows: Sequence[TimingRow]) -> tuple[LinearCostModel, float]:
@@ -95,9 +97,11 @@ def read_timings_csv(path: str | Path) -> list[TimingRow]:
     """Rows of a ``prefill_tokens,decode_tokens,kv_tokens,seconds`` CSV; blank lines skipped."""
     path = Path(path)
     try:
-        text = path.read_text()
+        with path.open("rb") as f:
+            data = read_lines(f, f"timings file {path}")
     except OSError as exc:
         raise SchedkitError(f"cannot read timings file {path}: {exc.strerror}") from exc
+    text = decode_text(data, f"timings file {path}", f"a CSV with the header {_HEADER}")
     reader = csv.reader(text.splitlines())
     rows: list[TimingRow] = []
     header_seen = False
@@ -108,7 +112,7 @@ def read_timings_csv(path: str | Path) -> list[TimingRow]:
         where = f"{path}, line {reader.line_num}"
         if not header_seen:
             if tuple(cells) != TIMINGS_HEADER:
-                raise SchedkitError(f"{where}: header must be {','.join(TIMINGS_HEADER)}")
+                raise SchedkitError(f"{where}: header must be {_HEADER}")
             header_seen = True
         else:
             rows.append(_parse_timing_row(cells, where))
@@ -120,16 +124,16 @@ def read_timings_csv(path: str | Path) -> list[TimingRow]:
 def _parse_timing_row(cells: list[str], where: str) -> TimingRow:
     if len(cells) != 4:
         raise SchedkitError(f"{where}: expected 4 fields, got {len(cells)}")
-    counts = [int(c) if c.isdigit() else -1 for c in cells[:3]]
+    counts = [int(c) if c.isdigit() and len(c) <= 18 else -1 for c in cells[:3]]
     for label, cell, count in zip(TIMINGS_HEADER, cells, counts, strict=False):
         if count < 0:
-            raise SchedkitError(f"{where}: {label} must be an integer >= 0, got {cell!r}")
+            raise SchedkitError(f"{where}: {label} must be an integer >= 0, got {quote(cell)}")
     try:
         seconds = float(cells[3])
     except ValueError:
         seconds = math.nan
     if not (math.isfinite(seconds) and seconds > 0):
-        raise SchedkitError(f"{where}: seconds must be a number > 0, got {cells[3]!r}")
+        raise SchedkitError(f"{where}: seconds must be a number > 0, got {quote(cells[3])}")
     return counts[0], counts[1], counts[2], seconds
 
 
@@ -153,12 +157,11 @@ def save_cost_profile(model: LinearCostModel, path: str | Path, mape: float, sou
 
 def load_cost_profile(path: str | Path) -> LinearCostModel:
     path = Path(path)
+    text = read_document(path, "cost profile", "the JSON that `schedkit calibrate` wrote")
     try:
-        data = json.loads(path.read_text())
-    except OSError as exc:
-        raise SchedkitError(f"cannot read cost profile {path}: {exc.strerror}") from exc
-    except json.JSONDecodeError as exc:
-        raise SchedkitError(f"cost profile {path} is not valid JSON: {exc}") from exc
+        data = parse_document(text, "json")
+    except ValueError as exc:
+        raise SchedkitError(f"cost profile {path} is not valid JSON: {exc}") from None
     try:
         p = _LinearProfile.model_validate(data)
     except ValidationError as exc:

@@ -10,16 +10,17 @@ run of identical pure-decode steps in closed form, so the simulator can skip ove
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from schedkit.errors import SchedkitError
+from schedkit.errors import SchedkitError, quote
+from schedkit.inputs import parse_document, read_document
 from schedkit.sim.profiles import (
     GPUProfile,
     ModelProfile,
+    check_tp,
     get_gpu,
     get_model,
     kv_capacity_tokens,
@@ -61,8 +62,7 @@ class RooflineCostModel:
         bandwidth_efficiency: float = 0.85,
         step_overhead_s: float = 0.0005,
     ) -> None:
-        if tp < 1:
-            raise SchedkitError(f"tp must be >= 1, got {tp}")
+        check_tp(model, tp)
         if not (0.0 < compute_efficiency <= 1.0 and 0.0 < bandwidth_efficiency <= 1.0):
             raise SchedkitError(
                 "compute_efficiency and bandwidth_efficiency must be in (0, 1], got"
@@ -71,7 +71,7 @@ class RooflineCostModel:
         if not (math.isfinite(step_overhead_s) and step_overhead_s >= 0.0):
             raise SchedkitError(f"step_overhead_s must be >= 0 seconds, got {step_overhead_s}")
         if min(gpu.tflops, gpu.mem_bw_gbs) <= 0:
-            raise SchedkitError(f"GPU {gpu.name!r} needs positive tflops and mem_bw_gbs")
+            raise SchedkitError(f"GPU {quote(gpu.name)} needs positive tflops and mem_bw_gbs")
         self.model, self.gpu, self.tp = model, gpu, tp
         self.compute_efficiency = compute_efficiency
         self.bandwidth_efficiency = bandwidth_efficiency
@@ -244,6 +244,7 @@ def make_cost_model(
         else:
             load_profile_file(profile_path)
     model, gpu = get_model(model_name), get_gpu(gpu_name)
+    check_tp(model, tp)  # a fitted profile ignores tp, but the KV cache is sized with it
     return timing if timing is not None else RooflineCostModel(model, gpu, tp), model, gpu
 
 
@@ -251,7 +252,7 @@ def _is_cost_profile(path: Path) -> bool:
     if path.suffix != ".json":
         return False
     try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
+        data = parse_document(read_document(path, "profile file", "a JSON file"), "json")
+    except (SchedkitError, ValueError):
         return False  # let the profile loader report it
     return isinstance(data, dict) and "kind" in data

@@ -6,15 +6,14 @@ user profiles loaded from a TOML/JSON file with ``[[gpu]]`` / ``[[model]]`` tabl
 
 from __future__ import annotations
 
-import json
-import tomllib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from schedkit.errors import SchedkitError
+from schedkit.errors import SchedkitError, quote
+from schedkit.inputs import parse_document, read_document
 
 
 @dataclass(frozen=True)
@@ -66,26 +65,59 @@ class ModelProfile:
 ACTIVATION_RESERVE_BYTES_PER_GPU = 1e9
 
 
+def tp_degrees(model: ModelProfile) -> list[int]:
+    """The tensor-parallel degrees ``model`` can be split over, as vLLM and SGLang split
+    it: each divides the attention heads, and divides the KV heads or is a multiple of
+    them (each KV head then replicated on ``tp / num_kv_heads`` GPUs)."""
+    heads, kv = model.num_heads, model.num_kv_heads
+    return [d for d in range(1, heads + 1) if heads % d == 0 and (kv % d == 0 or d % kv == 0)]
+
+
+def check_tp(model: ModelProfile, tp: int) -> None:
+    """Raise :class:`SchedkitError` unless ``tp`` is one of :func:`tp_degrees`."""
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+        raise SchedkitError(f"tp must be >= 1, got {quote(tp)}; it counts GPUs (an integer)")
+    heads, kv = model.num_heads, model.num_kv_heads
+    if heads % tp == 0 and (kv % tp == 0 or tp % kv == 0):
+        return
+    if heads % tp:
+        why = f"does not divide its {heads} attention heads"
+    else:
+        why = f"neither divides its {kv} KV heads nor is a multiple of them"
+    raise SchedkitError(
+        f"--tp {tp} cannot split {model.name} across GPUs: {tp} {why}, so no engine could"
+        f" shard it that way; use --tp {_one_of(tp_degrees(model))}"
+    )
+
+
+def _one_of(values: list[int]) -> str:
+    """``[1, 2, 4]`` -> ``1, 2 or 4``."""
+    text = ", ".join(map(str, values))
+    return text if len(values) < 2 else f"{text.rsplit(', ', 1)[0]} or {values[-1]}"
+
+
 def kv_capacity_tokens(
     model: ModelProfile, gpu: GPUProfile, tp: int = 1, gpu_memory_utilization: float = 0.9
 ) -> int:
-    """KV-cache tokens that fit once weights and the activation reserve are placed."""
-    if tp < 1:
-        raise SchedkitError(f"tp must be >= 1, got {tp}")
+    """KV-cache tokens that fit once weights and the activation reserve are placed (with
+    ``tp`` above the KV heads, each KV head is stored on ``tp / num_kv_heads`` GPUs)."""
+    check_tp(model, tp)
     if not 0.0 < gpu_memory_utilization <= 1.0:
         raise SchedkitError(
             f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}"
         )
     per_gpu = gpu.mem_gb * 1e9 * gpu_memory_utilization - ACTIVATION_RESERVE_BYTES_PER_GPU
     free = tp * per_gpu - model.weight_bytes
-    tokens = int(free // model.kv_bytes_per_token) if free > 0 else 0
+    replicas = max(1, tp // model.num_kv_heads)
+    tokens = int(free // (model.kv_bytes_per_token * replicas)) if free > 0 else 0
     if tokens > 0:
         return tokens
     usable = f"{tp * gpu.mem_gb * gpu_memory_utilization:.0f} GB"
     if per_gpu <= 0:
         fix = "raise gpu_memory_utilization"
     else:
-        fix = f"use --tp {int(model.weight_bytes // per_gpu) + 1} or more"
+        need = int(model.weight_bytes // per_gpu) + 1
+        fix = f"use --tp {min([d for d in tp_degrees(model) if d >= need], default=need)} or more"
     raise SchedkitError(
         f"{model.name} needs ~{model.weight_bytes / 1e9:.0f} GB of weights; {gpu.name} x tp={tp}"
         f" has {usable} at utilisation {gpu_memory_utilization}: {fix}"
@@ -174,7 +206,7 @@ class ProfileRegistry:
         key = self._gpu_aliases.get(name.lower(), name.lower())
         if key not in self._gpus:
             raise SchedkitError(
-                f"unknown GPU {name!r}; known GPUs: {', '.join(self.gpu_names())}."
+                f"unknown GPU {quote(name)}; known GPUs: {', '.join(self.gpu_names())}."
                 " Pick one of these or load a profile file with a [[gpu]] table."
             )
         return self._gpus[key]
@@ -182,7 +214,7 @@ class ProfileRegistry:
     def get_model(self, name: str) -> ModelProfile:
         if name.lower() not in self._models:
             raise SchedkitError(
-                f"unknown model {name!r}; known models: {', '.join(self.model_names())}."
+                f"unknown model {quote(name)}; known models: {', '.join(self.model_names())}."
                 " Pick one of these or load a profile file with a [[model]] table."
             )
         return self._models[name.lower()]
@@ -192,14 +224,16 @@ class ProfileRegistry:
         key = gpu.name.lower()
         clash = self._gpus.get(key)
         if key in self._gpu_aliases or (clash is not None and clash != gpu):
-            raise SchedkitError(f"GPU {gpu.name!r} is already defined differently; rename it")
+            raise SchedkitError(f"GPU {quote(gpu.name)} is already defined differently; rename it")
         self._gpus[key] = gpu
 
     def register_model(self, model: ModelProfile) -> None:
         """Add ``model``; re-registering an identical profile is a no-op."""
         clash = self._models.get(model.name.lower())
         if clash is not None and clash != model:
-            raise SchedkitError(f"model {model.name!r} is already defined differently; rename it")
+            raise SchedkitError(
+                f"model {quote(model.name)} is already defined differently; rename it"
+            )
         self._models[model.name.lower()] = model
 
     def load_file(self, path: str | Path) -> None:
@@ -229,14 +263,11 @@ class ProfileRegistry:
 def _read_profile_data(path: Path) -> Any:
     if path.suffix not in (".toml", ".json"):
         raise SchedkitError(f"profile file {path} must end in .toml or .json")
+    text = read_document(path, "profile file", "a TOML or JSON file of [[gpu]] / [[model]] tables")
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise SchedkitError(f"cannot read profile file {path}: {exc.strerror}") from exc
-    try:
-        return tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
-        raise SchedkitError(f"profile file {path} is not valid {path.suffix[1:]}: {exc}") from exc
+        return parse_document(text, "toml" if path.suffix == ".toml" else "json")
+    except ValueError as exc:
+        raise SchedkitError(f"profile file {path} is not valid {path.suffix[1:]}: {exc}") from None
 
 
 def _describe(exc: ValidationError) -> str:
@@ -279,7 +310,7 @@ def register_model_dir(name: str) -> str | None:
     if not config_file.is_file():
         return None
     try:
-        data = json.loads(config_file.read_text())
+        data = parse_document(config_file.read_text(encoding="utf-8"), "json")
         cfg = data.get("text_config", data)
         heads = int(cfg["num_attention_heads"])
         hidden = int(cfg["hidden_size"])

@@ -11,6 +11,9 @@ draws Gamma gaps with coefficient of variation ``cv`` (1 is Poisson, larger is b
 sigma 0.8, about the spread of the Azure conversation trace), ``const:512`` (always 512) or
 ``lognormal:1024:1.2`` (mean and sigma). Draws are rounded and kept within 1 and 8x the mean.
 Defaults: ``prompt=1024,output=128,seed=0``. Example: ``gamma:rate=5,cv=4,n=1000,output=const:64``.
+``cv`` is from 0.01 to 10, a mean length at most 100,000,000 tokens, sigma at most 5; ``n``
+may be written ``1e6``. Sizes are capped (10,000,000 requests, 30 days) by
+:mod:`schedkit.sim.limits`, checked before a request is drawn.
 
 Workload-spec files (``.toml``, or ``.json`` with the same structure) mix tenants::
 
@@ -37,20 +40,22 @@ in tenant order). The same spec and seed always give the same workload.
 from __future__ import annotations
 
 import functools
-import json
 import math
 import random
-import tomllib
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from schedkit.errors import SchedkitError
+from schedkit.errors import SchedkitError, quote
+from schedkit.inputs import parse_document
+from schedkit.sim.limits import MAX_TOKENS, check_duration, check_requests, max_requests
 from schedkit.sim.workloads import TraceRequest, Workload
 
 _SIGMA = 0.8  # lognormal sigma of token lengths unless a spec says otherwise
 _CAP = 8.0  # lengths are capped at this multiple of the mean: one draw cannot fill a KV cache
+MAX_SIGMA = 5.0  # lognormal sigma; above it nearly every draw is 1 token or the cap
+MIN_CV, MAX_CV = 0.01, 10.0  # gamma arrivals: nearly even gaps .. bursts no clock resolves
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,9 +67,10 @@ class _Lengths:
 
     def draw(self, rng: random.Random) -> int:
         if self.sigma == 0:
-            return max(1, round(self.mean))
+            return max(1, min(round(self.mean), MAX_TOKENS))
         mu = math.log(self.mean) - self.sigma**2 / 2  # makes the lognormal's mean self.mean
-        return max(1, min(round(rng.lognormvariate(mu, self.sigma)), round(_CAP * self.mean)))
+        draw = rng.lognormvariate(mu, self.sigma)
+        return max(1, min(round(min(draw, _CAP * self.mean)), MAX_TOKENS))
 
 
 def _stream(
@@ -76,12 +82,17 @@ def _stream(
     duration_s: float | None,
     prompt: _Lengths,
     output: _Lengths,
+    what: str,
 ) -> list[tuple[float, int, int]]:
-    """(arrival_s, prompt_tokens, output_tokens) until ``n`` requests or ``duration_s``."""
+    """(arrival_s, prompt_tokens, output_tokens) until ``n`` requests or ``duration_s``;
+    an error naming ``what`` past :func:`~schedkit.sim.limits.max_requests`."""
     shape = 1.0 / cv**2 if cv is not None else 0.0
     out: list[tuple[float, int, int]] = []
     t = 0.0
+    cap = max_requests()  # rate x duration was checked; this bounds the draw's luck
     while n is None or len(out) < n:
+        if len(out) >= cap:
+            check_requests(len(out) + 1, what)
         # Gamma(shape k, scale 1/(rate k)) has mean 1/rate and coefficient of variation 1/sqrt(k).
         t += rng.gammavariate(shape, 1.0 / (rate * shape)) if cv else rng.expovariate(rate)
         if duration_s is not None and t >= duration_s:
@@ -97,7 +108,7 @@ _INLINE_KEYS = {"rate", "cv", "n", "duration", "prompt", "output", "seed"}
 
 def _inline_error(spec: str, problem: str) -> SchedkitError:
     return SchedkitError(
-        f"bad synthetic workload {spec!r}: {problem}. Syntax: 'poisson:rate=R,n=N[,prompt=LEN]"
+        f"bad synthetic workload {quote(spec)}: {problem}. Syntax: 'poisson:rate=R,n=N[,prompt=LEN]"
         "[,output=LEN][,seed=K]' or 'gamma:rate=R,cv=C,n=N[,...]' (duration=S may replace n;"
         " LEN is 1024, const:512 or lognormal:1024:1.2)"
     )
@@ -116,9 +127,13 @@ def _parse_lengths(spec: str, key: str, value: str) -> _Lengths:
         else:
             raise ValueError(value)
     except ValueError:
-        raise _inline_error(spec, f"{key}={value!r} is not a length") from None
-    if not (0 < lengths.mean < math.inf and 0 <= lengths.sigma < math.inf):
-        raise _inline_error(spec, f"{key}={value!r} needs a mean > 0 and a sigma >= 0")
+        raise _inline_error(spec, f"{key}={quote(value)} is not a length") from None
+    if not (0 < lengths.mean <= MAX_TOKENS and 0 <= lengths.sigma <= MAX_SIGMA):
+        raise _inline_error(
+            spec,
+            f"{key}={quote(value)} needs a mean > 0 and at most {MAX_TOKENS:,} tokens, and a"
+            f" sigma from 0 to {MAX_SIGMA:g}",
+        )
     return lengths
 
 
@@ -128,7 +143,7 @@ def _positive(spec: str, key: str, value: str) -> float:
     except ValueError:
         number = math.nan
     if not 0 < number < math.inf:
-        raise _inline_error(spec, f"{key}={value!r} must be a number > 0")
+        raise _inline_error(spec, f"{key}={quote(value)} must be a number > 0")
     return number
 
 
@@ -136,10 +151,23 @@ def _integer(spec: str, key: str, value: str, *, minimum: int) -> int:
     try:
         number = int(value)
     except ValueError:
-        number = minimum - 1
+        try:  # 1e6 spells an integer too
+            as_float = float(value)
+            number = int(as_float) if as_float.is_integer() else minimum - 1
+        except (ValueError, OverflowError):
+            number = minimum - 1
     if number < minimum:
-        raise _inline_error(spec, f"{key}={value!r} must be an integer >= {minimum}")
+        raise _inline_error(spec, f"{key}={quote(value)} must be an integer >= {minimum}")
     return number
+
+
+def _check_size(what: str, n: int | None, duration_s: float | None, rate: float) -> None:
+    """The limits of :mod:`schedkit.sim.limits`, before a single request is drawn."""
+    if n is not None:
+        check_requests(n, what)
+    if duration_s is not None:
+        check_duration(duration_s, what)
+        check_requests(rate * duration_s, f"{what} (rate x duration)")
 
 
 @functools.lru_cache(maxsize=32)
@@ -148,13 +176,13 @@ def inline_workload(spec: str, seed: int = 0) -> Workload:
     kind, _, body = spec.partition(":")
     kind = kind.strip().lower()
     if kind not in ("poisson", "gamma"):
-        raise _inline_error(spec, f"unknown arrival process {kind!r}; use poisson or gamma")
+        raise _inline_error(spec, f"unknown arrival process {quote(kind)}; use poisson or gamma")
     params: dict[str, str] = {}
     for item in filter(None, (part.strip() for part in body.split(","))):
         key, eq, value = (s.strip() for s in item.partition("="))
         if not eq or key not in _INLINE_KEYS or key in params:
             problem = "repeated" if key in params else "unknown or missing '='"
-            raise _inline_error(spec, f"{item!r} is {problem}; keys: {sorted(_INLINE_KEYS)}")
+            raise _inline_error(spec, f"{quote(item)} is {problem}; keys: {sorted(_INLINE_KEYS)}")
         params[key] = value
     if "rate" not in params or ("n" in params) == ("duration" in params):
         raise _inline_error(spec, "give rate, and exactly one of n and duration")
@@ -163,15 +191,25 @@ def inline_workload(spec: str, seed: int = 0) -> Workload:
     n = _integer(spec, "n", params["n"], minimum=1) if "n" in params else None
     duration = _positive(spec, "duration", params["duration"]) if "duration" in params else None
     cv = _positive(spec, "cv", params["cv"]) if "cv" in params else None
+    if cv is not None and not MIN_CV <= cv <= MAX_CV:
+        raise _inline_error(
+            spec,
+            f"cv={quote(params['cv'])} must be from {MIN_CV:g} (nearly even gaps) to"
+            f" {MAX_CV:g} (very bursty); 1 is Poisson",
+        )
     spec_seed = _integer(spec, "seed", params.get("seed", "0"), minimum=-(2**63))
+    rate = _positive(spec, "rate", params["rate"])
+    what = f"workload {quote(spec.strip())}"
+    _check_size(what, n, duration, rate)
     rows = _stream(
         random.Random(spec_seed + seed),
-        rate=_positive(spec, "rate", params["rate"]),
+        rate=rate,
         cv=cv,
         n=n,
         duration_s=duration,
         prompt=_parse_lengths(spec, "prompt", params.get("prompt", "1024")),
         output=_parse_lengths(spec, "output", params.get("output", "128")),
+        what=what,
     )
     requests = tuple(TraceRequest(f"{kind}-{i:06d}", *row) for i, row in enumerate(rows))
     return Workload(
@@ -199,12 +237,14 @@ class TenantSpec(_Model):
     name: str = Field(min_length=1)
     rate: float = Field(gt=0, description="mean arrival rate, requests/s")
     arrival: Literal["poisson", "gamma"] = "poisson"
-    cv: float | None = Field(default=None, gt=0, description="gamma only: burstiness")
+    cv: float | None = Field(
+        default=None, ge=MIN_CV, le=MAX_CV, description="gamma only: burstiness"
+    )
     priority: int = 0
-    prompt_mean: float = Field(default=1024, gt=0)
-    prompt_sigma: float = Field(default=_SIGMA, ge=0)
-    output_mean: float = Field(default=128, gt=0)
-    output_sigma: float = Field(default=_SIGMA, ge=0)
+    prompt_mean: float = Field(default=1024, gt=0, le=MAX_TOKENS)
+    prompt_sigma: float = Field(default=_SIGMA, ge=0, le=MAX_SIGMA)
+    output_mean: float = Field(default=128, gt=0, le=MAX_TOKENS)
+    output_sigma: float = Field(default=_SIGMA, ge=0, le=MAX_SIGMA)
     slo_class: str | None = None
 
     @model_validator(mode="after")
@@ -238,7 +278,7 @@ class WorkloadSpec(_Model):
         for t in self.tenant:
             if t.slo_class is not None and t.slo_class not in self.slo_class:
                 raise ValueError(
-                    f"tenant {t.name!r} uses slo_class {t.slo_class!r}, which is not defined;"
+                    f"tenant {quote(t.name)} uses slo_class {quote(t.slo_class)}, which is not defined;"
                     f" defined classes: {sorted(self.slo_class) or 'none'}"
                     f" (add [slo_class.{t.slo_class}])"
                 )
@@ -253,7 +293,7 @@ def _field_path(loc: tuple[int | str, ...], data: Any) -> str:
             out += f"[{part}]"
             item = data[part] if isinstance(data, list) and part < len(data) else None
             if isinstance(item, dict) and isinstance(item.get("name"), str):
-                out += f" ({item['name']!r})"
+                out += f" ({quote(item['name'])})"
             data = item
         else:
             out += f".{part}" if out else part
@@ -264,8 +304,8 @@ def _field_path(loc: tuple[int | str, ...], data: Any) -> str:
 def parse_spec(text: str, *, origin: str, fmt: Literal["toml", "json"]) -> WorkloadSpec:
     """Parse and validate a workload spec; errors name ``origin`` and each bad field."""
     try:
-        data: Any = tomllib.loads(text) if fmt == "toml" else json.loads(text)
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
+        data: Any = parse_document(text, fmt)
+    except ValueError as exc:
         raise SchedkitError(f"{origin}: not valid {fmt.upper()}: {exc}") from None
     try:
         return WorkloadSpec.model_validate(data)
@@ -273,7 +313,7 @@ def parse_spec(text: str, *, origin: str, fmt: Literal["toml", "json"]) -> Workl
         problems = []
         for err in exc.errors():
             msg = err["msg"].removeprefix("Value error, ")
-            given = "" if err["type"] == "missing" else f" (got {err['input']!r})"
+            given = "" if err["type"] == "missing" else f" (got {quote(err['input'])})"
             if err["type"] == "value_error" or len(given) > 80:
                 given = ""
             problems.append(f"  {_field_path(err['loc'], data)}: {msg}{given}")
@@ -288,6 +328,8 @@ def spec_workload(
 ) -> Workload:
     """The workload a ``.toml``/``.json`` spec describes; ``seed`` is added to its seed."""
     spec = parse_spec(text, origin=origin, fmt=fmt)
+    what = f"workload spec {origin}"
+    _check_size(what, spec.n, spec.duration_s, sum(t.rate for t in spec.tenant))
     base = spec.seed + seed
     merged: list[TraceRequest] = []
     for index, tenant in enumerate(spec.tenant):
@@ -303,6 +345,7 @@ def spec_workload(
             duration_s=spec.duration_s,
             prompt=_Lengths(tenant.prompt_mean, tenant.prompt_sigma),
             output=_Lengths(tenant.output_mean, tenant.output_sigma),
+            what=f"{what}, tenant {quote(tenant.name)}",
         )
         merged.extend(
             TraceRequest(

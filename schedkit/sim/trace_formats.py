@@ -12,7 +12,9 @@ import json
 import math
 from datetime import date
 
-from schedkit.errors import SchedkitError
+from schedkit.errors import SchedkitError, quote
+from schedkit.inputs import parse_document
+from schedkit.sim.limits import MAX_TOKENS, check_requests
 from schedkit.sim.workloads import TraceRequest, Workload
 
 __all__ = ["parse_azure_csv", "parse_jsonl"]
@@ -29,15 +31,25 @@ class _RowError(ValueError):
 
 def _count(value: object, field: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise _RowError(f"{field} must be a non-negative integer, got {value!r}")
+        raise _RowError(f"{field} must be a non-negative integer, got {quote(value)}")
     return value
+
+
+def _tokens(value: object, field: str) -> int:
+    count = _count(value, field)
+    if count > MAX_TOKENS:
+        raise _RowError(
+            f"{field} {quote(count)} is more than {MAX_TOKENS:,} tokens, longer than any model's"
+            " context; check the column"
+        )
+    return count
 
 
 def _number(value: object, field: str, *, positive: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise _RowError(f"{field} must be a finite number, got {value!r}")
+        raise _RowError(f"{field} must be a finite number, got {quote(value)}")
     if value < 0 or (positive and value == 0):
-        raise _RowError(f"{field} must be {'> 0' if positive else '>= 0'}, got {value!r}")
+        raise _RowError(f"{field} must be {'> 0' if positive else '>= 0'}, got {quote(value)}")
     return float(value)
 
 
@@ -57,7 +69,7 @@ def _azure_time(raw: str, days: dict[str, int]) -> tuple[int, float]:
             raise ValueError(raw)
     except ValueError:
         raise _RowError(
-            f"bad TIMESTAMP {raw!r}; expected 'YYYY-MM-DD HH:MM:SS[.fraction]'"
+            f"bad TIMESTAMP {quote(raw)}; expected 'YYYY-MM-DD HH:MM:SS[.fraction]'"
         ) from None
     return day, hours * 3600 + minutes * 60 + seconds
 
@@ -66,17 +78,18 @@ def _int_cell(cell: str, column: str) -> int:
     try:
         value = int(cell)
     except ValueError:
-        raise _RowError(f"{column} {cell!r} is not an integer token count") from None
-    return _count(value, column)
+        raise _RowError(f"{column} {quote(cell)} is not an integer token count") from None
+    return _tokens(value, column)
 
 
 def parse_azure_csv(text: str, origin: str, id_prefix: str) -> list[TraceRequest]:
     lines = text.splitlines()
+    check_requests(len(lines) - 1, f"trace {origin}")
     header = [cell.strip() for cell in lines[0].split(",")] if lines else []
     if not set(_AZURE_COLUMNS) <= set(header):
         raise SchedkitError(
             f"{origin}: line 1: expected the Azure trace header {','.join(_AZURE_COLUMNS)},"
-            f" got {lines[0] if lines else ''!r}"
+            f" got {quote(lines[0] if lines else '')}"
         )
     i_time, i_prompt, i_output = (header.index(c) for c in _AZURE_COLUMNS)
     days: dict[str, int] = {}
@@ -88,13 +101,13 @@ def parse_azure_csv(text: str, origin: str, id_prefix: str) -> list[TraceRequest
         try:
             if len(cells) != len(header):
                 raise _RowError(
-                    f"expected {len(header)} columns ({','.join(header)}), got {len(cells)}"
+                    f"expected {len(header)} columns ({quote(','.join(header))}), got {len(cells)}"
                 )
             try:  # fast path; the helpers below re-read a bad cell to say what is wrong
                 prompt, output = int(cells[i_prompt]), int(cells[i_output])
             except ValueError:
                 prompt = output = -1
-            if prompt < 0 or output < 0:
+            if not (0 <= prompt <= MAX_TOKENS and 0 <= output <= MAX_TOKENS):
                 _int_cell(cells[i_prompt], "ContextTokens")
                 _int_cell(cells[i_output], "GeneratedTokens")
             rows.append((_azure_time(cells[i_time], days), prompt, output))
@@ -113,13 +126,15 @@ def _hash_ids(value: object) -> tuple[int, ...]:
     if not isinstance(value, list) or not all(
         isinstance(h, int) and not isinstance(h, bool) for h in value
     ):
-        raise _RowError(f"hash_ids must be a list of integers, got {value!r}")
+        raise _RowError(f"hash_ids must be a list of integers, got {quote(value)}")
     return tuple(value)
 
 
 def _check_keys(obj: dict[str, object], known: frozenset[str], required: tuple[str, ...]) -> None:
     if unknown := sorted(obj.keys() - known):
-        raise _RowError(f"unknown field(s) {unknown}; this format's fields are {sorted(known)}")
+        raise _RowError(
+            f"unknown field(s) {quote(unknown)}; this format's fields are {sorted(known)}"
+        )
     if missing := [key for key in required if key not in obj]:
         raise _RowError(f"missing required field(s) {missing}")
 
@@ -129,8 +144,8 @@ def _mooncake_row(obj: dict[str, object], request_id: str) -> TraceRequest:
     return TraceRequest(
         request_id,
         _number(obj["timestamp"], "timestamp") / 1000.0,
-        _count(obj["input_length"], "input_length"),
-        _count(obj["output_length"], "output_length"),
+        _tokens(obj["input_length"], "input_length"),
+        _tokens(obj["output_length"], "output_length"),
         hash_ids=_hash_ids(obj.get("hash_ids", [])),
     )
 
@@ -140,16 +155,18 @@ def _schedkit_row(obj: dict[str, object], default_id: str) -> TraceRequest:
     request_id, tenant = obj.get("request_id", default_id), obj.get("tenant", "default")
     for field, value in (("request_id", request_id), ("tenant", tenant)):
         if not isinstance(value, str) or not value:
-            raise _RowError(f"{field} must be a non-empty string, got {value!r}")
+            raise _RowError(f"{field} must be a non-empty string, got {quote(value)}")
     priority = obj.get("priority", 0)
     if isinstance(priority, bool) or not isinstance(priority, int):
-        raise _RowError(f"priority must be an integer (lower is more important), got {priority!r}")
+        raise _RowError(
+            f"priority must be an integer (lower is more important), got {quote(priority)}"
+        )
     ttft, tpot = obj.get("slo_ttft_ms"), obj.get("slo_tpot_ms")
     return TraceRequest(
         str(request_id),
         _number(obj["arrival_s"], "arrival_s"),
-        _count(obj["prompt_tokens"], "prompt_tokens"),
-        _count(obj["output_tokens"], "output_tokens"),
+        _tokens(obj["prompt_tokens"], "prompt_tokens"),
+        _tokens(obj["output_tokens"], "output_tokens"),
         tenant=str(tenant),
         priority=priority,
         slo_ttft_ms=None if ttft is None else _number(ttft, "slo_ttft_ms", positive=True),
@@ -167,11 +184,11 @@ def _jsonl_header(obj: dict[str, object]) -> tuple[str, str, int]:
     ):
         raise _RowError(
             'the header line must be {"workload": {"name": ..., "source": ...,'
-            f' "hash_block_tokens": ...}}}} with only those keys, got {obj!r}'
+            f' "hash_block_tokens": ...}}}} with only those keys, got {quote(obj)}'
         )
     name, source = meta.get("name", ""), meta.get("source", "")
     if not isinstance(name, str) or not isinstance(source, str):
-        raise _RowError(f"workload name and source must be strings, got {meta!r}")
+        raise _RowError(f"workload name and source must be strings, got {quote(meta)}")
     return name, source, _count(meta.get("hash_block_tokens", 0), "hash_block_tokens")
 
 
@@ -180,14 +197,18 @@ def parse_jsonl(text: str, origin: str, stem: str, source: str = "") -> Workload
     fmt, name, block_tokens = "", stem, 0
     requests: list[TraceRequest] = []
     seen_ids: set[str] = set()
-    for lineno, line in enumerate(text.splitlines(), start=1):
+    lines = text.splitlines()
+    check_requests(len(lines), f"trace {origin}")
+    for lineno, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
             try:
-                obj = json.loads(line)
+                obj = parse_document(line, "json")
             except json.JSONDecodeError as exc:
                 raise _RowError(f"not valid JSON ({exc.msg}, column {exc.colno})") from None
+            except ValueError as exc:  # NestingError, or an integer of over 4,300 digits
+                raise _RowError(f"not a request: {exc}") from None
             if not isinstance(obj, dict):
                 raise _RowError(f"expected a JSON object, got {type(obj).__name__}")
             if not fmt and "workload" in obj:
@@ -204,7 +225,7 @@ def parse_jsonl(text: str, origin: str, stem: str, source: str = "") -> Workload
                 continue
             request = _schedkit_row(obj, default_id)
             if request.request_id in seen_ids:
-                raise _RowError(f"duplicate request_id {request.request_id!r}")
+                raise _RowError(f"duplicate request_id {quote(request.request_id)}")
             if request.hash_ids and not block_tokens:
                 raise _RowError(
                     'hash_ids need a block size: start the file with {"workload":'

@@ -35,7 +35,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Literal
 
-from schedkit.errors import SchedkitError
+from schedkit.errors import SchedkitError, quote
+from schedkit.inputs import MAX_DOCUMENT_BYTES, decode_text, read_lines
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,10 +75,16 @@ class Workload:
         if not isinstance(rate_scale, int | float) or not 0 < rate_scale < math.inf:
             raise SchedkitError(
                 f"rate_scale must be a finite number > 0 (2.0 doubles the arrival rate, 0.5"
-                f" halves it), got {rate_scale!r}"
+                f" halves it), got {quote(rate_scale)}"
             )
         if rate_scale == 1:
             return self
+        last = self.requests[-1].arrival_s if self.requests else 0.0
+        if not math.isfinite(last / rate_scale):
+            raise SchedkitError(
+                f"--rate-scale {rate_scale:g} stretches {self.name}'s last arrival ({last:g} s)"
+                " past any finite time; use a rate scale such as 0.5 (half the rate)"
+            )
         requests = tuple(
             dataclasses.replace(r, arrival_s=r.arrival_s / rate_scale) for r in self.requests
         )
@@ -89,7 +96,7 @@ class Workload:
         if isinstance(max_requests, bool) or not isinstance(max_requests, int) or max_requests < 1:
             raise SchedkitError(
                 f"max_requests must be a positive integer (how many requests to keep from the"
-                f" start of the workload), got {max_requests!r}"
+                f" start of the workload), got {quote(max_requests)}"
             )
         if max_requests >= len(self.requests):
             return self
@@ -134,7 +141,7 @@ class Workload:
             ):
                 raise SchedkitError(
                     f"default SLO {name} must be a finite number of milliseconds > 0 or None,"
-                    f" got {value!r}"
+                    f" got {quote(value)}"
                 )
         if not any(
             (ttft_ms is not None and r.slo_ttft_ms is None)
@@ -213,18 +220,31 @@ _SYNTAX_HELP = (
 
 
 def _read_text(path: Path | None, filename: str) -> str:
-    """A file's text (gunzipped if ``.gz``); ``path=None`` reads ``schedkit/data/<filename>``."""
-    where = path if path is not None else f"bundled file {filename}"
+    """A file's text (gunzipped if ``.gz``); ``path=None`` reads ``schedkit/data/<filename>``.
+
+    Trace files are read a line at a time with each line bounded (``MAX_LINE_BYTES``), specs
+    whole up to ``MAX_DOCUMENT_BYTES``; either fails with a message, not a traceback.
+    """
+    where = str(path) if path is not None else f"bundled file {filename}"
+    lowered = filename.lower()
+    spec = lowered.endswith(_SPEC_SUFFIXES)
+    expected = "a TOML or JSON workload spec" if spec else "a trace in CSV or JSONL text"
+    source = path if path is not None else resources.files("schedkit") / "data" / filename
     try:
-        if path is None:
-            data = (resources.files("schedkit") / "data" / filename).read_bytes()
-        else:
-            data = path.read_bytes()
-        return (gzip.decompress(data) if filename.lower().endswith(".gz") else data).decode(
-            "utf-8-sig"
-        )
-    except (OSError, EOFError, zlib.error, UnicodeDecodeError) as exc:
+        with source.open("rb") as raw:
+            stream = gzip.GzipFile(fileobj=raw) if lowered.endswith(".gz") else raw
+            if spec:
+                data = stream.read(MAX_DOCUMENT_BYTES + 1)
+                if len(data) > MAX_DOCUMENT_BYTES:
+                    raise SchedkitError(
+                        f"workload spec {where} is larger than {MAX_DOCUMENT_BYTES >> 20} MiB;"
+                        f" pass {expected} (a few KiB)"
+                    )
+            else:
+                data = read_lines(stream, where)
+    except (OSError, EOFError, zlib.error) as exc:
         raise SchedkitError(f"cannot read workload file {where} (gzip, UTF-8 text): {exc}") from exc
+    return decode_text(data, f"workload file {where}", expected)
 
 
 def _parse(text: str, origin: str, filename: str, name: str, source: str, seed: int) -> Workload:
@@ -269,11 +289,11 @@ def load_workload(spec: str, *, seed: int = 0) -> Workload:
     """
     if not isinstance(spec, str) or not spec.strip():
         raise SchedkitError(
-            f"workload spec must be a non-empty string, got {spec!r}; use a bundled name"
+            f"workload spec must be a non-empty string, got {quote(spec)}; use a bundled name"
             f" ({', '.join(KNOWN_WORKLOADS)}), {_SYNTAX_HELP}"
         )
     if isinstance(seed, bool) or not isinstance(seed, int):
-        raise SchedkitError(f"seed must be an integer, got {seed!r}")
+        raise SchedkitError(f"seed must be an integer, got {quote(seed)}")
     text = spec.strip()
     if text in _BUNDLED:
         # Traces ignore the seed; keying them on 0 keeps one cached copy.
@@ -289,12 +309,12 @@ def load_workload(spec: str, *, seed: int = 0) -> Workload:
             stat = path.stat()
         except OSError:
             raise SchedkitError(
-                f"workload file {str(path)!r} does not exist (or cannot be read); check the"
+                f"workload file {quote(str(path))} does not exist (or cannot be read); check the"
                 " path, or use one of the bundled workloads: " + ", ".join(KNOWN_WORKLOADS)
             ) from None
         spec_seed = seed if text.lower().endswith(_SPEC_SUFFIXES) else 0  # traces ignore it
         return _load_file(str(path.resolve()), stat.st_mtime_ns, stat.st_size, spec_seed)
     raise SchedkitError(
-        f"unknown workload {text!r}. Known workloads: {', '.join(KNOWN_WORKLOADS)}. Also"
+        f"unknown workload {quote(text)}. Known workloads: {', '.join(KNOWN_WORKLOADS)}. Also"
         f" accepted: {_SYNTAX_HELP}"
     )

@@ -16,7 +16,7 @@ from schedkit.sim.calibration import (
     save_cost_profile,
 )
 from schedkit.sim.costmodel import CostModel, LinearCostModel, RooflineCostModel, make_cost_model
-from schedkit.sim.profiles import GPUProfile, get_gpu, get_model
+from schedkit.sim.profiles import GPUProfile, get_gpu, get_model, tp_degrees
 
 LLAMA_8B = get_model("Llama-3-8B")
 H100 = get_gpu("H100-SXM")
@@ -43,14 +43,18 @@ gpus = st.builds(
     mem_bw_gbs=st.floats(10, 20000),
     mem_gb=st.just(80.0),
 )
-roofline_models = st.builds(
-    RooflineCostModel,
-    model=st.sampled_from([get_model(m) for m in ("Llama-3-8B", "Llama-3-70B", "Qwen2.5-7B")]),
-    gpu=gpus,
-    tp=st.integers(1, 8),
-    compute_efficiency=st.floats(0.05, 1.0),
-    bandwidth_efficiency=st.floats(0.05, 1.0),
-    step_overhead_s=st.floats(0.0, 0.01),
+roofline_models = st.sampled_from(
+    [get_model(m) for m in ("Llama-3-8B", "Llama-3-70B", "Qwen2.5-7B")]
+).flatmap(
+    lambda model: st.builds(
+        RooflineCostModel,
+        model=st.just(model),
+        gpu=gpus,
+        tp=st.sampled_from([d for d in tp_degrees(model) if d <= 8]),  # a shardable split
+        compute_efficiency=st.floats(0.05, 1.0),
+        bandwidth_efficiency=st.floats(0.05, 1.0),
+        step_overhead_s=st.floats(0.0, 0.01),
+    )
 )
 coefficient = st.floats(0.0, 1e-3)
 linear_models = st.builds(LinearCostModel, coefficient, coefficient, coefficient, coefficient)

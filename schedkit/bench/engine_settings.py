@@ -1,0 +1,65 @@
+"""Bench settings an engine would not honour: refused before it runs, never silently dropped.
+
+``schedkit bench`` records every setting in results.json, so a setting the engine does not
+receive would be reported as measured when it was not (``--engine vllm --tp 3`` ran on one
+GPU). The engines the adapters ship pass on what ``adapters/*/schedkit_*/real.py`` and
+``twin.py`` show; the simulator honours every setting. An engine not listed here (a third
+party's) is trusted with all of them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from schedkit.errors import SchedkitError
+
+if TYPE_CHECKING:
+    from schedkit.bench.runner import BenchSpec
+
+__all__ = ["IGNORED_SETTINGS", "check_engine_settings"]
+
+_ONE_ENGINE = "it runs one in-process engine on one device"
+_WALL_CLOCK = "it is timed by the wall clock on this machine, not by a GPU profile"
+_OWN_EVICTION = "the adapter's eviction hook keeps its own window of 4,096 blocks"
+
+#: engine -> BenchSpec field -> why that engine does not honour it
+IGNORED_SETTINGS: dict[str, dict[str, str]] = {
+    "vllm": {
+        "tp": _ONE_ENGINE,
+        "gpu": _WALL_CLOCK,
+        "profile": _WALL_CLOCK,
+        "eviction_window": _OWN_EVICTION,
+    },
+    "sglang": {
+        "tp": _ONE_ENGINE,
+        "gpu": _WALL_CLOCK,
+        "profile": _WALL_CLOCK,
+        "gpu_memory_utilization": "SGLang sizes its pools with its own mem_fraction_static",
+        "eviction_window": "SGLang's radix cache evicts by its own rules",
+    },
+    "vllm-twin": {"eviction_window": _OWN_EVICTION},
+}
+
+
+def _flag(field: str) -> str:
+    return "--" + field.replace("_", "-")
+
+
+def check_engine_settings(spec: BenchSpec) -> None:
+    """Raise :class:`SchedkitError` naming every setting of ``spec`` that differs from
+    its default and that ``spec.engine`` would not pass to the engine."""
+    ignored = IGNORED_SETTINGS.get(spec.engine, {})
+    fields = type(spec).model_fields
+    refused = [
+        f"{_flag(name)} {getattr(spec, name)} ({why})"
+        for name, why in ignored.items()
+        if getattr(spec, name) != fields[name].default
+    ]
+    if not refused:
+        return
+    flags = ", ".join(_flag(name) for name in ignored)
+    raise SchedkitError(
+        f"--engine {spec.engine} does not pass these settings to the engine, so results.json"
+        f" would record settings the run did not use: {'; '.join(refused)}. Drop them (the"
+        f" engine ignores {flags}), or use --engine sim, which honours every setting"
+    )
