@@ -77,13 +77,14 @@ def intervals(
     return out
 
 
-def calibrate(rate: float, n: int, pairs: int, n_boot: int) -> dict[str, Any]:
+def calibrate(rate: float, n: int, pairs: int, n_boot: int, offset: int = 0) -> dict[str, Any]:
     covered = {m: dict.fromkeys(STATISTICS, 0) for m in METHODS}
     given = {m: dict.fromkeys(STATISTICS, 0) for m in METHODS}
     widths: dict[str, dict[str, list[float]]] = {m: {s: [] for s in STATISTICS} for m in METHODS}
     started = time.perf_counter()
     for k in range(pairs):
-        found = intervals(arm(rate, n, 2 * k), arm(rate, n, 2 * k + 1), k, n_boot)
+        seed = offset + 2 * k
+        found = intervals(arm(rate, n, seed), arm(rate, n, seed + 1), k, n_boot)
         for method, per in found.items():
             for name, ci in per.items():
                 if ci is not None:
@@ -94,6 +95,7 @@ def calibrate(rate: float, n: int, pairs: int, n_boot: int) -> dict[str, Any]:
         "workload": f"poisson:rate={rate:g},n={n}",
         "policy": "fcfs vs fcfs (independent seeds)",
         "pairs": pairs,
+        "seeds": [offset, offset + 2 * pairs - 1],
         "n_boot": n_boot,
         "coverage": {
             m: {s: covered[m][s] / given[m][s] if given[m][s] else None for s in STATISTICS}
@@ -130,13 +132,23 @@ def main() -> None:
         "--pairs", type=int, default=None, help="pairs per setting (default: each setting's)"
     )
     parser.add_argument("--n-boot", type=int, default=1000)
-    parser.add_argument("--out", type=Path, default=None, help="directory for calibration.json")
+    parser.add_argument(
+        "--seed-offset",
+        type=int,
+        default=0,
+        help="first workload seed (fresh seeds check constants chosen on earlier ones)",
+    )
+    parser.add_argument("--name", default="calibration.json", help="file name under --out")
+    parser.add_argument("--out", type=Path, default=None, help="directory for the JSON")
     args = parser.parse_args()
-    results = [calibrate(rate, n, args.pairs or pairs, args.n_boot) for rate, n, pairs in SETTINGS]
+    results = [
+        calibrate(rate, n, args.pairs or pairs, args.n_boot, args.seed_offset)
+        for rate, n, pairs in SETTINGS
+    ]
     print(table(results))
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "calibration.json").write_text(json.dumps(results, indent=2) + "\n")
+        (args.out / args.name).write_text(json.dumps(results, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -376,7 +376,7 @@ def block_length(x: Sequence[float] | FloatArray) -> int:
 MIN_SECTIONS = 5  # fewer sections: no interval (t with < 4 degrees of freedom is too wide)
 MAX_SECTIONS = 10
 SECTION_BLOCKS = 3  # a section spans at least this many of the series' dependence blocks
-MIN_TAIL = 8  # samples beyond a quantile that each section must hold
+MIN_TAIL = 12  # samples beyond a quantile that each section must hold
 
 
 class Diff(TypedDict):

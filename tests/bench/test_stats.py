@@ -169,13 +169,13 @@ def test_sectioning_scales_totals_to_the_whole_run() -> None:
 
 def test_sections_follow_the_tail_and_the_dependence() -> None:
     rng = np.random.default_rng(0)
-    iid = rng.exponential(1.0, size=4000)
+    iid = rng.exponential(1.0, size=8000)
     assert sections_for(iid, iid[::-1].copy(), Quantile(50)) == MAX_SECTIONS
     # A p99 needs MIN_TAIL samples beyond it in each of at least MIN_SECTIONS sections.
-    assert sections_for(iid, iid.copy(), Quantile(99)) == 4000 // 100 // MIN_TAIL
+    assert 5 <= sections_for(iid, iid.copy(), Quantile(99)) == 8000 // 100 // MIN_TAIL
     assert sections_for(iid[:2000], iid[:2000].copy(), Quantile(99)) == 0
     # Strong dependence: sections must be long, so fewer of them (or none).
-    walk = np.cumsum(rng.normal(size=4000))
+    walk = np.cumsum(rng.normal(size=8000))
     assert sections_for(walk, walk.copy(), Quantile(50)) < MAX_SECTIONS
 
 
