@@ -85,6 +85,10 @@ def bench(
         str | None,
         typer.Option(help="Comma-separated metrics to give verdicts on (default: all)."),
     ] = None,
+    jobs: Annotated[
+        int | None,
+        typer.Option(help="Simulator arms run at once, in processes (default: one per core)."),
+    ] = None,
     strict: Annotated[
         bool, typer.Option(help="Exit with status 3 when a policy faulted in any arm.")
     ] = False,
@@ -114,7 +118,7 @@ def bench(
             gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
             prefix_caching=not no_prefix_caching, kv_blocks=kv_blocks,
             eviction_window=eviction_window, window=_window(window),
-            min_effect=min_effect, verdict_metrics=verdict_metrics,
+            min_effect=min_effect, verdict_metrics=verdict_metrics, jobs=jobs,
         )  # fmt: skip
     except ValidationError as exc:
         fields = "; ".join(

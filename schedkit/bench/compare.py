@@ -12,7 +12,7 @@ in ``benchmarks/stats/calibration.md`` checks its coverage) and a tone:
   the change is real but below it;
 - ``inconclusive``: the interval spans both no change and changes beyond the minimum,
   or there is no interval (too few requests for five sections holding enough of the
-  tail: a p99 needs about 4,000 completed requests).
+  tail: a p99 needs about 6,000 completed requests).
 
 A maximum has no interval (one request decides it), so ``ttft_max_ms`` is judged on its
 observed values alone and says so. The summary names regressions first:

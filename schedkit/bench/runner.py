@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import multiprocessing as mp
+import os
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Protocol
@@ -110,6 +113,7 @@ class BenchSpec(BaseModel):
     window: tuple[float, float] | None = None  # seconds of the trace, before --rate-scale
     min_effect: float = Field(default=DEFAULT_MIN_EFFECT, ge=0, lt=1)
     verdict_metrics: list[str] | None = None  # None: every one of METRIC_KEYS
+    jobs: int | None = Field(default=None, gt=0)  # simulator arms run at once; None: cores
 
 
 Progress = Callable[[str, int, int], None]  # (arm label, requests done, total)
@@ -260,6 +264,56 @@ def truncation_flag(full: Workload, kept: Workload, count: int) -> dict[str, Any
     }
 
 
+def _arm(bench: Bench, index: int) -> tuple[RunResult, dict[str, Any]]:
+    run = bench.run_arm(index, bench.spec.rate_scale)
+    run.policy = bench.labels[index]
+    metrics = bench.metrics(run)
+    if bench.spec.goodput:
+        metrics.update(bench.goodput(index))
+    return run, metrics
+
+
+_FORKED: Bench | None = None  # the bench a forked worker inherited
+
+
+def _forked_arm(index: int) -> tuple[RunResult, dict[str, Any]]:
+    assert _FORKED is not None
+    return _arm(_FORKED, index)
+
+
+def run_arms(
+    bench: Bench, progress: Progress | None = None
+) -> tuple[list[RunResult], list[dict[str, Any]]]:
+    """Every arm's result and metrics, in arm order. On the simulator, arms run in
+    parallel processes (``--jobs``, default one per CPU core), forked from this one so
+    that they share the parsed workload; the results are the same as run one by one.
+    Real engines run one arm at a time (each holds the accelerator)."""
+    n = len(bench.configs)
+    jobs = min(n, bench.spec.jobs or len(os.sched_getaffinity(0)))
+    if bench.spec.engine != "sim" or jobs < 2 or "fork" not in mp.get_all_start_methods():
+        out = []
+        for i in range(n):
+            if progress:
+                progress(bench.labels[i], i, n)
+            out.append(_arm(bench, i))
+    else:
+        global _FORKED
+        _FORKED = bench
+        try:
+            with ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork")) as pool:
+                futures = [pool.submit(_forked_arm, i) for i in range(n)]
+                if progress:
+                    progress(f"{n} arms on {jobs} processes", 0, n)
+                    for done, _ in enumerate(as_completed(futures), start=1):
+                        progress(f"{n} arms on {jobs} processes", done, n)
+                out = [f.result() for f in futures]
+        finally:
+            _FORKED = None
+    if progress:
+        progress("done", n, n)
+    return [run for run, _ in out], [metrics for _, metrics in out]
+
+
 def run_bench(spec: BenchSpec, out_dir: Path, progress: Progress | None = None) -> dict[str, Any]:
     """Run every arm on the identical request stream; write results.json, requests.parquet
     (requests.csv without pyarrow) and the reports, all or nothing."""
@@ -272,21 +326,11 @@ def run_bench(spec: BenchSpec, out_dir: Path, progress: Progress | None = None) 
         and not any(r.slo_ttft_ms or r.slo_tpot_ms for r in bench.base.requests)
     ):
         raise SchedkitError("--goodput needs SLOs: pass --slo-ttft-ms and/or --slo-tpot-ms")
-    runs: list[RunResult] = []
-    arms: list[dict[str, Any]] = []
-    for i, cfg in enumerate(bench.configs):
-        label = bench.labels[i]
-        if progress:
-            progress(label, i, len(bench.configs))
-        run = bench.run_arm(i, spec.rate_scale)
-        run.policy = label
-        metrics = bench.metrics(run)
-        if spec.goodput:
-            metrics.update(bench.goodput(i))
-        runs.append(run)
-        arms.append({"policy": label, "config": cfg.model_dump(), "metrics": metrics})
-    if progress:
-        progress("done", len(bench.configs), len(bench.configs))
+    runs, arm_metrics = run_arms(bench, progress)
+    arms = [
+        {"policy": label, "config": cfg.model_dump(), "metrics": metrics}
+        for label, cfg, metrics in zip(bench.labels, bench.configs, arm_metrics, strict=True)
+    ]
     workload = bench.workload(spec.rate_scale)
     window = list(spec.window) if spec.window else None
     results: dict[str, Any] = {

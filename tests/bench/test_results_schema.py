@@ -194,3 +194,17 @@ def test_request_rows_count_outcomes_and_latencies() -> None:
     assert rows["outcome"] == ["length", "unfinished"]
     assert rows["ttft_ms"] == [1000.0, None] and rows["tpot_ms"] == [250.0, None]
     assert rows["queue_ms"] == [500.0, None] and rows["met_slo"] == [False, False]
+
+
+def test_arms_in_parallel_processes_give_the_same_results(tmp_path: Path) -> None:
+    spec = BenchSpec(
+        workload="poisson:rate=30,n=300", policies=["fcfs", "shortest-prompt"], kv_blocks=600
+    )
+    one = run_bench(spec.model_copy(update={"jobs": 1}), tmp_path / "one")
+    two = run_bench(spec.model_copy(update={"jobs": 2}), tmp_path / "two")
+    for results in (one, two):
+        results.pop("provenance")
+        for arm in results["arms"]:
+            arm["metrics"].pop("wall_s")
+    assert one == two
+    assert one["arms"][0]["metrics"]["completed"] == 300
