@@ -4,13 +4,16 @@ Engines and adapters talk to policies only through ``PolicyFacade``. It consults
 selected policies in configured order, validates every decision, and isolates faults: a
 hook that raises or answers nonsense is logged once per (policy, hook), counted, and
 skipped, so the next policy or the engine default decides. A request is never lost
-because of a policy. A hook no selected policy implements is never called: check the
-``has_*`` flags before building arguments on a hot path.
+because of a policy: the engine receives a copy the facade built from the answer, of the
+engine's own objects, never the policy's object. A hook no selected policy implements is
+never called: check the ``has_*`` flags before building arguments on a hot path.
 """
 
 from __future__ import annotations
 
 import logging
+import math
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -31,6 +34,15 @@ log = logging.getLogger("schedkit")
 T = TypeVar("T")
 Impl = tuple[str, Callable[..., Any]]
 
+# What a policy may raise and still not stop the engine: everything but the two that ask
+# the process to stop (Ctrl-C, sys.exit), which must keep working inside a hook.
+PROPAGATED = (KeyboardInterrupt, SystemExit)
+MAX_SHOWN = 200  # characters of an exception or answer in a fault message
+
+
+class _Invalid(Exception):
+    """An answer that fails validation; its message is the logged problem."""
+
 
 class PolicyFacade:
     """Selected policies behind one typed method per hook."""
@@ -40,10 +52,14 @@ class PolicyFacade:
         policies: Sequence[tuple[str, Policy]],
         *,
         strict: bool = False,
+        hook_budget_ms: float | None = None,
     ) -> None:
         self.policies = list(policies)
         self.strict = strict
         self.errors: Counter[tuple[str, str]] = Counter()
+        self.slow_calls: Counter[tuple[str, str]] = Counter()
+        self.hook_budget_ms = _budget_ms(hook_budget_ms)
+        self._budget_s = None if self.hook_budget_ms is None else self.hook_budget_ms / 1000
         self._pm = pluggy.PluginManager(hookspecs.PROJECT)
         self._pm.add_hookspecs(hookspecs)
         # pluggy calls the last registered first: register in reverse so the first
@@ -77,6 +93,7 @@ class PolicyFacade:
         *,
         registry: PolicyRegistry | None = None,
         strict: bool = False,
+        hook_budget_ms: float | None = None,
     ) -> PolicyFacade:
         """Instantiate the configured policies (loading only those) behind a facade."""
         cfg = load_config(config)
@@ -93,7 +110,7 @@ class PolicyFacade:
                 )
                 raise PolicyConfigError(f"bad options for policy {name!r}: {fields}") from exc
             policies.append((name, policy_cls(options)))
-        return cls(policies, strict=strict)
+        return cls(policies, strict=strict, hook_budget_ms=hook_budget_ms)
 
     @property
     def label(self) -> str:
@@ -102,6 +119,10 @@ class PolicyFacade:
     @property
     def error_count(self) -> int:
         return sum(self.errors.values())
+
+    @property
+    def slow_call_count(self) -> int:
+        return sum(self.slow_calls.values())
 
     def _collect(self, hook: str) -> list[Impl]:
         """The hook's implementations in configured policy order. pluggy would move an
@@ -121,14 +142,18 @@ class PolicyFacade:
             fn = impl.function
             if list(impl.argnames) != spec_args:
                 fn = _reorder(fn, [spec_args.index(a) for a in impl.argnames])
+            if self._budget_s is not None:  # else nothing is timed
+                fn = self._timed(impl.plugin_name, hook, fn, self._budget_s)
             impls.append((impl.plugin_name, fn))
         return impls
 
-    def _fault(self, policy: str, hook: str, problem: str) -> None:
+    def _fault(
+        self, policy: str, hook: str, problem: str, cause: BaseException | None = None
+    ) -> None:
         key = (policy, hook)
         self.errors[key] += 1
         if self.strict:
-            raise PolicyDecisionError(f"policy {policy!r}, hook {hook}: {problem}")
+            raise PolicyDecisionError(f"policy {policy!r}, hook {hook}: {problem}") from cause
         if self.errors[key] == 1:
             log.warning(
                 "schedkit: policy %r, hook %s: %s; using the next policy or the engine"
@@ -138,22 +163,54 @@ class PolicyFacade:
                 problem,
             )
 
-    def _decide(self, hook: str, args: tuple[Any, ...], check: Callable[[Any], str | None]) -> Any:
+    def _slow(self, policy: str, hook: str, elapsed_s: float) -> None:
+        key = (policy, hook)
+        self.slow_calls[key] += 1
+        if self.slow_calls[key] == 1:
+            log.warning(
+                "schedkit: policy %r, hook %s: took %.3f ms, over the %g ms hook budget;"
+                " its answer is still used (logged once, counted in slow_calls)",
+                policy,
+                hook,
+                elapsed_s * 1000,
+                self.hook_budget_ms,
+            )
+
+    def _timed(
+        self, policy: str, hook: str, fn: Callable[..., Any], budget_s: float
+    ) -> Callable[..., Any]:
+        def timed(*args: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return fn(*args)
+            finally:  # raising late is slow too
+                elapsed = time.perf_counter() - started
+                if elapsed > budget_s:
+                    self._slow(policy, hook, elapsed)
+
+        return timed
+
+    def _decide(self, hook: str, args: tuple[Any, ...], check: Callable[[Any], T]) -> T | None:
+        """The first valid answer, as ``check`` copied it; ``check`` raises ``_Invalid``."""
         for policy, fn in self._impls[hook]:
             try:
                 result = fn(*args)
-            except Exception as exc:
-                self._fault(policy, hook, f"raised {type(exc).__name__}: {exc}")
+            except PROPAGATED:
+                raise
+            except BaseException as exc:  # GeneratorExit, CancelledError... from a policy too
+                self._fault(policy, hook, f"raised {describe_exception(exc)}", exc)
                 continue
             if result is None:
                 continue
             try:
-                problem = check(result)
-            except Exception as exc:  # a malformed answer that breaks validation itself
-                problem = f"returned an invalid {type(result).__name__}: {exc}"
-            if problem is None:
-                return result
-            self._fault(policy, hook, problem)
+                return check(result)
+            except _Invalid as invalid:
+                self._fault(policy, hook, str(invalid))
+            except PROPAGATED:
+                raise
+            except BaseException as exc:  # the answer broke validation itself
+                problem = f"returned an invalid {type_name(result)}: {describe_exception(exc)}"
+                self._fault(policy, hook, problem, exc)
         return None
 
     # -- decisions ------------------------------------------------------------------
@@ -166,7 +223,7 @@ class PolicyFacade:
             self._observe("on_request_arrived", (request, engine))
         if not self.has_admit:
             return ADMIT
-        result = self._decide("admit_request", (request, engine), _check_admission)
+        result = self._decide("admit_request", (request, engine), _admission)
         return result if result is not None else ADMIT
 
     def order_waiting(
@@ -175,21 +232,20 @@ class PolicyFacade:
         """A new order of the waiting queue, or None to keep the engine's."""
         if not self.has_order or not waiting:
             return None
-
-        def check(result: Any) -> str | None:
-            return _check_permutation(result, waiting)
-
-        return self._decide("order_waiting", (waiting, engine), check)  # type: ignore[no-any-return]
+        pool = _Pool(waiting)  # before the call: a policy may change the list it was given
+        return self._decide("order_waiting", (waiting, engine), pool.permutation)
 
     def plan_batch(self, engine: EngineView, default: BatchBudget) -> BatchBudget:
         """This step's limits: the policy's, or ``default``."""
         if not self.has_plan:
             return default
+        limits = (default.token_budget, default.max_running, default.prefill_chunk)
 
-        def check(result: Any) -> str | None:
-            return _check_budget(result, default)
+        def check(result: Any) -> BatchBudget:
+            return _budget(result, *limits)
 
-        result = self._decide("plan_batch", (engine, default), check)
+        # Policies get a copy: the engine's default stays the engine's.
+        result = self._decide("plan_batch", (engine, BatchBudget(*limits)), check)
         return result if result is not None else default
 
     def select_victims(
@@ -198,11 +254,12 @@ class PolicyFacade:
         """Preemption victims in order, or None for the engine default."""
         if not self.has_victims:
             return None
+        pool = _Pool(running)
 
-        def check(result: Any) -> str | None:
-            return _check_subset(result, running, "running request", 0)
+        def check(result: Any) -> list[RequestView]:
+            return pool.subset(result, "running request", 0)
 
-        return self._decide("select_victims", (running, needing, engine), check)  # type: ignore[no-any-return]
+        return self._decide("select_victims", (running, needing, engine), check)
 
     def select_evictions(
         self, candidates: Sequence[BlockView], num_blocks: int, engine: EngineView
@@ -210,11 +267,12 @@ class PolicyFacade:
         """Cached blocks to evict in order, or None for LRU."""
         if not self.has_evictions or not candidates:
             return None
+        pool = _Pool(candidates)
 
-        def check(result: Any) -> str | None:
-            return _check_subset(result, candidates, "evictable block", num_blocks)
+        def check(result: Any) -> list[BlockView]:
+            return pool.subset(result, "evictable block", num_blocks)
 
-        return self._decide("select_evictions", (candidates, num_blocks, engine), check)  # type: ignore[no-any-return]
+        return self._decide("select_evictions", (candidates, num_blocks, engine), check)
 
     # -- observation ----------------------------------------------------------------
 
@@ -228,8 +286,10 @@ class PolicyFacade:
         for policy, fn in self._impls[hook]:
             try:
                 fn(*args)
-            except Exception as exc:
-                self._fault(policy, hook, f"raised {type(exc).__name__}: {exc}")
+            except PROPAGATED:
+                raise
+            except BaseException as exc:
+                self._fault(policy, hook, f"raised {describe_exception(exc)}", exc)
 
 
 def _reorder(fn: Callable[..., Any], indices: list[int]) -> Callable[..., Any]:
@@ -241,50 +301,146 @@ def _reorder(fn: Callable[..., Any], indices: list[int]) -> Callable[..., Any]:
     return call
 
 
-def _check_admission(result: Any) -> str | None:
-    if not isinstance(result, Admission):
-        return f"returned {type(result).__name__}, expected Admission or None"
-    if not isinstance(result.admitted, bool):
-        return f"returned {result!r}; Admission.admitted must be a bool"
-    if not result.admitted and not (isinstance(result.reason, str) and result.reason):
-        return "rejected without a reason; use Admission.reject('why')"
-    return None
+def _budget_ms(value: float | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        ms = float(value) if type(value) in (int, float) else math.nan
+    except OverflowError:  # an int too large for a float
+        ms = math.nan
+    if not 0 < ms < math.inf:
+        raise PolicyConfigError(
+            f"hook_budget_ms must be a positive number of milliseconds or None (off),"
+            f" not {show(value)}"
+        )
+    return ms
 
 
-def _check_permutation(result: Any, waiting: Sequence[RequestView]) -> str | None:
-    if not isinstance(result, list):
-        return f"returned {type(result).__name__}, expected a list of the waiting requests"
-    if len(result) != len(waiting):
-        return f"returned {len(result)} requests for a waiting queue of {len(waiting)}"
-    if set(map(id, result)) != set(map(id, waiting)):
-        return "did not return a permutation of the waiting queue (unknown or repeated request)"
-    return None
+# -- formatting that cannot raise ---------------------------------------------------------
+
+_type_name = type.__dict__["__name__"].__get__  # not the metaclass's, which may lie
 
 
-def _check_subset(result: Any, pool: Sequence[Any], what: str, at_least: int) -> str | None:
-    if not isinstance(result, list):
-        return f"returned {type(result).__name__}, expected a list or None"
-    ids = set(map(id, result))
-    if len(ids) != len(result):
-        return f"named the same {what} twice"
-    if not ids <= set(map(id, pool)):
-        return f"named something that is not a {what}"
-    if len(result) < at_least:
-        return f"returned {len(result)} items, at least {at_least} needed"
-    return None
+def type_name(obj: object) -> str:
+    """The name of ``obj``'s type; never raises."""
+    try:
+        return _truncate(str.__str__(_type_name(type(obj))))
+    except PROPAGATED:
+        raise
+    except BaseException:
+        return "?"
 
 
-def _check_budget(result: Any, default: BatchBudget) -> str | None:
-    if not isinstance(result, BatchBudget):
-        return f"returned {type(result).__name__}, expected BatchBudget or None"
-    fields = (result.token_budget, result.max_running, result.prefill_chunk)
-    if any(type(v) is not int for v in fields):
-        return f"returned {result!r}; BatchBudget fields must be ints"
-    if not 1 <= result.token_budget <= default.token_budget:
-        return f"token_budget {result.token_budget} outside 1..{default.token_budget}"
-    if not 1 <= result.max_running <= default.max_running:
-        return f"max_running {result.max_running} outside 1..{default.max_running}"
-    cap = default.prefill_chunk
-    if result.prefill_chunk < 0 or (cap and not 1 <= result.prefill_chunk <= cap):
-        return f"prefill_chunk {result.prefill_chunk} outside {'1..' + str(cap) if cap else '>= 0'}"
-    return None
+def show(obj: object, *, prefer_str: bool = False) -> str:
+    """``repr(obj)`` (or ``str`` first), falling back to the other, then to a placeholder;
+    at most ``MAX_SHOWN`` characters. Never raises, whatever ``obj``'s methods do."""
+    if type(obj) is int and obj.bit_length() > 600:  # str() refuses over 4,300 digits
+        return f"<{obj.bit_length()}-bit int>"
+    for fmt in (str, repr) if prefer_str else (repr, str):
+        try:
+            # str.__str__ makes an exact str of a str subclass whose methods may lie.
+            return _truncate(str.__str__(fmt(obj)))
+        except PROPAGATED:
+            raise
+        except BaseException:
+            continue
+    return f"<unprintable {type_name(obj)}>"
+
+
+def describe_exception(exc: BaseException) -> str:
+    """``"TypeName: message"`` (just the name when the message is empty); never raises."""
+    text = show(exc, prefer_str=True)
+    return f"{type_name(exc)}: {text}" if text else type_name(exc)
+
+
+def _truncate(text: str) -> str:
+    return text if len(text) <= MAX_SHOWN else text[: MAX_SHOWN - 1] + "…"
+
+
+# -- validation: each check returns the engine's copy of a valid answer -------------------
+
+
+class _Pool:
+    """The engine's items at call time, which an answer may name (by identity)."""
+
+    __slots__ = ("_ids", "items")
+
+    def __init__(self, items: Sequence[Any]) -> None:
+        self.items = tuple(items)
+        self._ids: set[int] | None = None
+
+    @property
+    def ids(self) -> set[int]:
+        if self._ids is None:  # built once per facade call, only when a policy answers
+            self._ids = set(map(id, self.items))
+        return self._ids
+
+    def permutation(self, result: Any) -> list[Any]:
+        items = _plain_list(result, "expected a list of the waiting requests")
+        if len(items) != len(self.items):
+            raise _Invalid(
+                f"returned {len(items)} requests for a waiting queue of {len(self.items)}"
+            )
+        if set(map(id, items)) != self.ids:
+            raise _Invalid(
+                "did not return a permutation of the waiting queue (unknown or repeated request)"
+            )
+        return items
+
+    def subset(self, result: Any, what: str, at_least: int) -> list[Any]:
+        items = _plain_list(result, "expected a list or None")
+        ids = set(map(id, items))
+        if len(ids) != len(items):
+            raise _Invalid(f"named the same {what} twice")
+        if not ids <= self.ids:
+            raise _Invalid(f"named something that is not a {what}")
+        if len(items) < at_least:
+            raise _Invalid(f"returned {len(items)} items, at least {at_least} needed")
+        return items
+
+
+def _plain_list(result: Any, expected: str) -> list[Any]:
+    """A new plain list of what ``result`` holds. A list subclass is read as the list it
+    stores: none of its methods runs (``__iter__``, ``__len__``, ``__getitem__``...), so
+    what is validated is what the engine gets. ``isinstance`` would trust ``__class__``."""
+    if not issubclass(type(result), list):
+        raise _Invalid(f"returned {type_name(result)}, {expected}")
+    return list.copy(result)
+
+
+def _admission(result: Any) -> Admission:
+    if not issubclass(type(result), Admission):
+        raise _Invalid(f"returned {type_name(result)}, expected Admission or None")
+    admitted, reason = result.admitted, result.reason  # each read once
+    if type(admitted) is not bool:
+        raise _Invalid(f"returned admitted={show(admitted)}; Admission.admitted must be a bool")
+    text = str.__str__(reason) if issubclass(type(reason), str) else ""
+    if admitted:
+        return Admission(True, text) if text else ADMIT
+    if not text:
+        raise _Invalid("rejected without a reason; use Admission.reject('why')")
+    return Admission(False, text)
+
+
+def _budget(result: Any, token_budget: int, max_running: int, prefill_chunk: int) -> BatchBudget:
+    if not issubclass(type(result), BatchBudget):
+        raise _Invalid(f"returned {type_name(result)}, expected BatchBudget or None")
+    tokens, running, chunk = result.token_budget, result.max_running, result.prefill_chunk
+    if type(tokens) is not int or type(running) is not int or type(chunk) is not int:
+        fields = zip(_BUDGET_FIELDS, (tokens, running, chunk), strict=True)
+        name, value = next((n, v) for n, v in fields if type(v) is not int)
+        raise _Invalid(  # a bool, a float or an int subclass is not an int
+            f"returned BatchBudget.{name}={show(value)} ({type_name(value)});"
+            " BatchBudget fields must be ints"
+        )
+    if not 1 <= tokens <= token_budget:
+        raise _Invalid(f"token_budget {show(tokens)} outside 1..{token_budget}")
+    if not 1 <= running <= max_running:
+        raise _Invalid(f"max_running {show(running)} outside 1..{max_running}")
+    cap = prefill_chunk
+    if chunk < 0 or (cap and not 1 <= chunk <= cap):
+        raise _Invalid(f"prefill_chunk {show(chunk)} outside {f'1..{cap}' if cap else '>= 0'}")
+    return BatchBudget(tokens, running, chunk)
+
+
+_BUDGET_FIELDS = ("token_budget", "max_running", "prefill_chunk")

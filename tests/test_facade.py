@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import time
 import types
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -24,7 +26,7 @@ from schedkit import (
     hookimpl,
 )
 from schedkit.decisions import ADMIT
-from schedkit.errors import PluginLoadError, PolicyDecisionError
+from schedkit.errors import PluginLoadError, PolicyConfigError, PolicyDecisionError
 from schedkit.hookspecs import DECISION_HOOKS, HOOK_NAMES, OBSERVATION_HOOKS
 
 DEFAULT = BatchBudget(token_budget=2048, max_running=16, prefill_chunk=512)
@@ -358,7 +360,9 @@ def test_valid_budgets_are_accepted(
     default: BatchBudget, budget: BatchBudget, engine: EngineState
 ) -> None:
     facade = PolicyFacade([("ok", scripted(plan_batch=budget))], strict=True)
-    assert facade.plan_batch(engine, default) is budget
+    planned = facade.plan_batch(engine, default)
+    assert planned == budget
+    assert planned is not budget  # the engine gets the facade's copy, never the policy's
 
 
 def test_negative_prefill_chunk_refused_when_default_is_uncapped(engine: EngineState) -> None:
@@ -366,8 +370,6 @@ def test_negative_prefill_chunk_refused_when_default_is_uncapped(engine: EngineS
     facade = PolicyFacade([("bad", scripted(plan_batch=BatchBudget(2048, 16, -5)))])
     assert facade.plan_batch(engine, uncapped) is uncapped
     assert facade.errors == {("bad", "plan_batch"): 1}
-
-
 
 
 @pytest.mark.parametrize(
@@ -414,6 +416,154 @@ def test_strict_mode_raises_for_observers(world: World) -> None:
     )
     with pytest.raises(PolicyDecisionError, match="on_step_finished"):
         call(facade, "on_step_finished", world)
+
+
+# -- what the engine receives ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("hook", DECISION_HOOKS)
+def test_the_engine_gets_the_facades_copy_never_the_policys_object(hook: str, world: World) -> None:
+    policy = scripted(**{hook: FIRST[hook]})
+    facade = PolicyFacade([("p", policy)], strict=True)
+
+    result = call(facade, hook, world)
+
+    answer = answered(policy, hook)
+    assert result == answer
+    assert result is not answer
+    assert type(result) is type(answer)
+
+
+def test_a_list_subclass_is_read_as_the_list_it_stores(world: World) -> None:
+    class Lying(list):  # type: ignore[type-arg]
+        def __iter__(self) -> Any:
+            return iter(())
+
+        def __len__(self) -> int:
+            return 0
+
+    facade = PolicyFacade([("p", scripted(order_waiting=Lying(world.waiting[::-1])))])
+
+    order = facade.order_waiting(world.waiting, world.engine)
+
+    assert type(order) is list and order == world.waiting[::-1]
+    assert not facade.errors
+
+
+@pytest.mark.parametrize("hook", HOOK_NAMES)
+@pytest.mark.parametrize("exc", [GeneratorExit(), BaseException("odd"), StopIteration()])
+def test_base_exceptions_other_than_stop_requests_are_isolated(
+    hook: str, exc: BaseException, world: World
+) -> None:
+    facade = PolicyFacade([("broken", scripted(**{hook: raising(exc)}))])  # type: ignore[arg-type]
+    assert call(facade, hook, world) == ENGINE_DEFAULT.get(hook)
+    assert facade.errors == {("broken", hook): 1}
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, SystemExit])
+def test_keyboard_interrupt_and_system_exit_leave_the_facade(
+    stop: type[BaseException], world: World
+) -> None:
+    facade = PolicyFacade([("p", scripted(order_waiting=raising(stop())))])  # type: ignore[arg-type]
+    with pytest.raises(stop):
+        call(facade, "order_waiting", world)
+
+
+def test_an_exception_that_cannot_be_printed_is_logged_by_its_type(
+    world: World, warnings_log: pytest.LogCaptureFixture
+) -> None:
+    class Unprintable(Exception):
+        def __str__(self) -> str:
+            raise RuntimeError("no")
+
+        __repr__ = __str__
+
+    facade = PolicyFacade([("p", scripted(admit_request=raising(Unprintable())))])
+
+    assert call(facade, "admit_request", world) is ADMIT
+    [message] = warnings_about(warnings_log, "p", "admit_request")
+    assert "raised Unprintable: <unprintable Unprintable>" in message
+
+
+def test_a_long_exception_message_is_truncated(
+    world: World, warnings_log: pytest.LogCaptureFixture
+) -> None:
+    facade = PolicyFacade([("p", scripted(admit_request=raising(ValueError("x" * 10_000))))])
+    call(facade, "admit_request", world)
+    [message] = warnings_about(warnings_log, "p", "admit_request")
+    assert "ValueError: " + "x" * 199 + "…;" in message
+
+
+# -- hook time budget -------------------------------------------------------------------
+
+
+def slow(answer: Any, seconds: float = 0.005) -> Callable[..., Any]:
+    def call(*args: Any) -> Any:
+        time.sleep(seconds)
+        return answer(*args) if callable(answer) else answer
+
+    return call
+
+
+@pytest.mark.parametrize("hook", HOOK_NAMES)
+def test_a_call_over_the_hook_budget_is_counted_logged_once_and_still_used(
+    hook: str, world: World, warnings_log: pytest.LogCaptureFixture
+) -> None:
+    answer = FIRST.get(hook)
+    policy = scripted(**{hook: slow(answer)})
+    facade = PolicyFacade([("slow", policy)], hook_budget_ms=1)
+
+    results = [call(facade, hook, world) for _ in range(3)]
+
+    if answer is not None:
+        assert results[0] == answer(*policy.calls_to(hook)[0])  # the answer is used
+    assert facade.slow_calls == {("slow", hook): 3}
+    assert facade.slow_call_count == 3
+    assert not facade.errors
+    [message] = [m for m in warnings_about(warnings_log, "slow", hook) if "budget" in m]
+    assert "over the 1 ms hook budget; its answer is still used" in message
+
+
+def test_calls_within_the_budget_are_not_counted(world: World) -> None:
+    facade = PolicyFacade(
+        [("p", scripted(**{hook: FIRST.get(hook) for hook in HOOK_NAMES}))],
+        hook_budget_ms=10_000,
+    )
+    for hook in HOOK_NAMES:
+        call(facade, hook, world)
+    assert not facade.slow_calls and not facade.errors
+
+
+def test_a_slow_call_that_raises_is_a_fault_and_slow(world: World) -> None:
+    def answer(*args: Any) -> Any:
+        time.sleep(0.005)
+        raise RuntimeError("late and wrong")
+
+    facade = PolicyFacade([("p", scripted(order_waiting=answer))], hook_budget_ms=1)
+    assert call(facade, "order_waiting", world) is None
+    assert facade.errors == facade.slow_calls == {("p", "order_waiting"): 1}
+
+
+def test_no_hook_budget_by_default(world: World) -> None:
+    facade = PolicyFacade([("slow", scripted(order_waiting=slow(FIRST["order_waiting"])))])
+    assert facade.hook_budget_ms is None
+    call(facade, "order_waiting", world)
+    assert not facade.slow_calls
+
+
+def test_from_config_takes_a_hook_budget() -> None:
+    facade = PolicyFacade.from_config("priority", hook_budget_ms=2)
+    assert facade.hook_budget_ms == 2.0
+
+
+@pytest.mark.parametrize(
+    "budget",
+    [0, -1, math.nan, math.inf, True, "5", 10**400],
+    ids=["zero", "negative", "nan", "inf", "bool", "str", "huge-int"],
+)
+def test_an_invalid_hook_budget_is_refused(budget: Any) -> None:
+    with pytest.raises(PolicyConfigError, match="hook_budget_ms must be a positive number"):
+        PolicyFacade([], hook_budget_ms=budget)
 
 
 # -- zero cost --------------------------------------------------------------------------

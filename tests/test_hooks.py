@@ -74,7 +74,7 @@ def test_hook_plan_batch_tightened_budget_is_returned(engine: EngineState) -> No
     policy = scripted(plan_batch=tighter)
     facade = PolicyFacade([("small", policy)])
 
-    assert facade.plan_batch(engine, DEFAULT) is tighter
+    assert facade.plan_batch(engine, DEFAULT) == tighter
     assert policy.calls_to("plan_batch") == [(engine, DEFAULT)]
     assert not facade.errors
 
@@ -82,7 +82,7 @@ def test_hook_plan_batch_tightened_budget_is_returned(engine: EngineState) -> No
 def test_hook_plan_batch_budget_equal_to_default_is_allowed(engine: EngineState) -> None:
     same = BatchBudget(token_budget=2048, max_running=16, prefill_chunk=512)
     facade = PolicyFacade([("same", scripted(plan_batch=same))], strict=True)
-    assert facade.plan_batch(engine, DEFAULT) is same
+    assert facade.plan_batch(engine, DEFAULT) == same
 
 
 @pytest.mark.parametrize(
@@ -111,7 +111,7 @@ def test_hook_plan_batch_refused_budget_falls_back_to_next_policy(engine: Engine
         [("greedy", scripted(plan_batch=looser)), ("ok", scripted(plan_batch=tighter))]
     )
 
-    assert facade.plan_batch(engine, DEFAULT) is tighter
+    assert facade.plan_batch(engine, DEFAULT) == tighter
     assert facade.errors == {("greedy", "plan_batch"): 1}
 
 
