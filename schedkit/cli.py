@@ -96,7 +96,11 @@ def serve(
     config = load_config(policy)
     if options is not None:
         config = load_config(
-            {"policy": config.policy, "options": {**config.options, **_json_object(options)}}
+            {
+                "policy": config.policy,
+                "options": {**config.options, **_json_object(options)},
+                "trust": config.trust.model_dump(),  # a config file's trust section stays
+            }
         )
     found = {ep.name: ep for ep in metadata.entry_points(group=SERVE_GROUP)}
     if engine not in found:

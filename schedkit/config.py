@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from schedkit.errors import PolicyConfigError, SchedkitError, quote
 from schedkit.inputs import parse_document, read_document
+from schedkit.trust import TrustConfig
 
 DEFAULT_POLICY = "fcfs"
 
@@ -25,6 +26,7 @@ class SchedkitConfig(BaseModel):
 
     policy: list[str] = Field(default_factory=lambda: [DEFAULT_POLICY], min_length=1)
     options: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    trust: TrustConfig = Field(default_factory=TrustConfig)  # docs/trust.md
 
     @field_validator("policy", mode="before")
     @classmethod

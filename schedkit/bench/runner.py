@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing as mp
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from importlib import metadata
 from pathlib import Path
@@ -31,7 +32,8 @@ from schedkit.sim.config import DEFAULT_EVICTION_WINDOW, SimConfig
 from schedkit.sim.costmodel import RooflineCostModel, make_cost_model
 from schedkit.sim.engine import SimEngine, no_cyclic_gc
 from schedkit.sim.profiles import register_model_dir
-from schedkit.sim.workloads import Workload, load_workload
+from schedkit.sim.workloads import TraceRequest, Workload, load_workload
+from schedkit.trust import TrustConfig
 
 ENGINE_GROUP = "schedkit.engines"  # entry points: engine name -> ArmRunner
 
@@ -49,12 +51,41 @@ class ArmRunner(Protocol):
 
 
 def run_on_sim(bench: Bench, index: int, rate_scale: float) -> RunResult:
-    facade = PolicyFacade.from_config(bench.configs[index])
+    config = bench.configs[index]
+    facade = PolicyFacade.from_config(config)
+    requests = trusted_requests(bench.workload(rate_scale).requests, config.trust)
     with no_cyclic_gc():
-        engine = SimEngine(
-            bench.workload(rate_scale).requests, bench.cost, bench.sim_config, facade
-        )
+        engine = SimEngine(requests, bench.cost, bench.sim_config, facade)
         return engine.run()
+
+
+def trusted_requests(
+    requests: Sequence[TraceRequest], trust: TrustConfig
+) -> Sequence[TraceRequest]:
+    """``requests`` with tenant, priority and SLO targets as ``trust`` lets them reach
+    the scheduler (``TrustConfig.for_trace``; ``docs/trust.md``); unchanged requests are
+    the same objects."""
+    out: list[TraceRequest] = []
+    for r in requests:
+        meta = trust.for_trace(r.tenant, r.priority, r.slo_ttft_ms, r.slo_tpot_ms)
+        if (meta.tenant, meta.priority, meta.slo_ttft_ms, meta.slo_tpot_ms) == (
+            r.tenant,
+            r.priority,
+            r.slo_ttft_ms,
+            r.slo_tpot_ms,
+        ):
+            out.append(r)
+        else:
+            out.append(
+                dataclasses.replace(
+                    r,
+                    tenant=meta.tenant,
+                    priority=meta.priority,
+                    slo_ttft_ms=meta.slo_ttft_ms,
+                    slo_tpot_ms=meta.slo_tpot_ms,
+                )
+            )
+    return out
 
 
 def engines() -> dict[str, str]:

@@ -53,6 +53,7 @@ from typing import Any
 from schedkit import PolicyFacade
 from schedkit.capabilities import warn_unsupported
 from schedkit.errors import PolicyConfigError
+from schedkit.trust import TrustConfig
 
 from schedkit_sglang import runtime as _runtime
 from schedkit_sglang.runtime import REJECTED, SchedkitRuntime
@@ -70,11 +71,14 @@ def _active() -> SchedkitRuntime | None:
     return _runtime.ACTIVE
 
 
-def plan(facade: PolicyFacade, timing: bool = False) -> dict[str, tuple[Callable[..., Any], str]]:
+def plan(
+    facade: PolicyFacade, timing: bool = False, trust: TrustConfig | None = None
+) -> dict[str, tuple[Callable[..., Any], str]]:
     """The patches ``facade`` needs: dotted target -> (hook, HookType name). ``timing``:
-    also mark every request so SGLang returns its time stats (for the bench)."""
+    also mark every request so SGLang returns its time stats (for the bench); ``trust``:
+    the scheduler-side bounds on request metadata (``schedkit.trust``)."""
     patches: dict[str, tuple[Callable[..., Any], str]] = {
-        f"{SCHEDULER}.__init__": (_make_init(facade, timing), "AROUND"),
+        f"{SCHEDULER}.__init__": (_make_init(facade, timing, trust), "AROUND"),
     }
     if facade.implemented:  # step index, step reports, error metrics; none for fcfs
         patches[f"{SCHEDULER}.get_next_batch_to_run"] = (_next_batch, "AROUND")
@@ -100,7 +104,9 @@ def plan(facade: PolicyFacade, timing: bool = False) -> dict[str, tuple[Callable
     return patches
 
 
-def _make_init(facade: PolicyFacade, timing: bool) -> Callable[..., Any]:
+def _make_init(
+    facade: PolicyFacade, timing: bool, trust: TrustConfig | None = None
+) -> Callable[..., Any]:
     def init(original: Callable[..., Any], self: Any, *args: Any, **kwargs: Any) -> None:
         self.schedkit = None
         original(self, *args, **kwargs)
@@ -115,7 +121,7 @@ def _make_init(facade: PolicyFacade, timing: bool) -> Callable[..., Any]:
                 " higher values first; add --schedule-low-priority-values-first so both"
                 " agree that lower values come first, as schedkit's 'priority' does"
             )
-        runtime = SchedkitRuntime(self, facade)
+        runtime = SchedkitRuntime(self, facade, trust)
         runtime.timing = timing
         self.schedkit = runtime
         _runtime.ACTIVE = runtime

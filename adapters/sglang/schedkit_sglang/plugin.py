@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
+from pathlib import Path
 from typing import Any
 
 from schedkit import PolicyFacade
@@ -46,10 +48,25 @@ def load() -> None:
     from schedkit_sglang import eviction, patches
 
     timing = os.environ.get(TIMING_VAR) == "1"
-    for target, (hook, kind) in patches.plan(facade, timing).items():
+    for target, (hook, kind) in patches.plan(facade, timing, config.trust).items():
         HookRegistry.register(target, hook, HookType[kind])
     eviction.register()  # --radix-cache-backend schedkit works with any selection
+    if _is_http_launcher():
+        from schedkit_sglang import trust
+
+        HookRegistry.register(trust.SETUP_TARGET, trust.install_hook(config.trust), HookType.BEFORE)
     log.info("schedkit: policies %s selected for SGLang", facade.label)
+
+
+def _is_http_launcher() -> bool:
+    """Whether this is the process that serves SGLang's HTTP API (``python -m
+    sglang.launch_server`` or ``sglang serve``), where the trust middleware goes; other
+    processes (schedulers, an in-process ``sglang.Engine``) never import the server."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if getattr(spec, "name", None) == "sglang.launch_server":
+        return True
+    return Path(sys.argv[0]).name == "sglang" and sys.argv[1:2] == ["serve"]
 
 
 def _refuse(error: Exception) -> Any:

@@ -21,6 +21,7 @@ from typing import Any, cast
 from schedkit import BatchBudget, PolicyFacade, RequestView
 from schedkit.adapter import REJECTED, AdapterRuntime
 from schedkit.adapter.runtime import report_of
+from schedkit.trust import DEFAULT_TRUST, TrustConfig
 
 from schedkit_sglang.views import (
     SglangEngineView,
@@ -43,9 +44,12 @@ class SchedkitRuntime(AdapterRuntime):
 
     engine: SglangEngineView
 
-    def __init__(self, scheduler: Any, facade: PolicyFacade) -> None:
+    def __init__(
+        self, scheduler: Any, facade: PolicyFacade, trust: TrustConfig | None = None
+    ) -> None:
         super().__init__(facade, SglangEngineView(scheduler))
         self.scheduler = scheduler
+        self.trust = trust or DEFAULT_TRUST  # the scheduler-side bounds (schedkit.trust)
         self.unset_priority = unset_priority(scheduler)
         self.observer_errors = 0  # adapter faults while observing (logged, not raised)
         self.timing = False  # mark requests so SGLang returns their time stats
@@ -61,7 +65,12 @@ class SchedkitRuntime(AdapterRuntime):
         if view is None:
             engine = self.engine
             view = SglangRequestView(
-                req, engine.epoch, engine.node, self.unset_priority, engine.arrival_of(req)
+                req,
+                engine.epoch,
+                engine.node,
+                self.unset_priority,
+                engine.arrival_of(req),
+                self.trust,
             )
             setattr(req, _VIEW, view)
         return view

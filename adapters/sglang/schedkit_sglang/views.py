@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from schedkit.adapter import parse_metadata, parse_priority
+from schedkit.trust import DEFAULT_TRUST, TrustConfig
 
 # SGLang stamps request times with time.perf_counter() (rebased across its processes).
 _now = time.perf_counter
@@ -55,10 +55,21 @@ class SglangRequestView:
     an SLO that is not a finite positive number counts as absent). Priority is SGLang's
     own ``priority`` field; a request without one has ``unset_priority`` (the
     scheduler's ``unset_priority()``: 0 unless SGLang's priority scheduling gives it
-    another value).
+    another value). All within ``trust``'s bounds (``TrustConfig.bound``: the defence in
+    depth for requests that did not pass the HTTP edge); the unset value is SGLang's own
+    and is not clamped.
     """
 
-    __slots__ = ("_arrival", "_nodes", "_unset", "req", "slo_tpot_ms", "slo_ttft_ms", "tenant")
+    __slots__ = (
+        "_arrival",
+        "_nodes",
+        "_trust",
+        "_unset",
+        "req",
+        "slo_tpot_ms",
+        "slo_ttft_ms",
+        "tenant",
+    )
 
     def __init__(
         self,
@@ -67,14 +78,16 @@ class SglangRequestView:
         nodes: Callable[[int], Any] | None = None,
         unset_priority: int = 0,
         arrival: float | None = None,
+        trust: TrustConfig = DEFAULT_TRUST,
     ) -> None:
         self.req = req
         self._unset = unset_priority
+        self._trust = trust
         self._nodes = nodes  # the radix tree's node by id (the unified cache records ids)
         # Seconds on the engine's clock (SglangEngineView.arrival_of); by default from
         # the request's time stats.
         self._arrival = _arrival(req) - epoch if arrival is None else arrival
-        meta = parse_metadata(getattr(req.sampling_params, "custom_params", None))
+        meta = trust.bound(getattr(req.sampling_params, "custom_params", None), None)
         self.tenant: str = meta.tenant
         self.slo_ttft_ms: float | None = meta.slo_ttft_ms
         self.slo_tpot_ms: float | None = meta.slo_tpot_ms
@@ -86,7 +99,9 @@ class SglangRequestView:
     @property
     def priority(self) -> int:
         priority = self.req.priority
-        return self._unset if priority is None else parse_priority(priority)
+        if priority is None or priority == self._unset:
+            return self._unset
+        return self._trust.bound_priority(priority, self.tenant)
 
     @property
     def arrival_time(self) -> float:

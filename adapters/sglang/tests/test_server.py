@@ -57,8 +57,11 @@ def _engine_args(model: Path, port: int) -> list[str]:
     ]
 
 
-POLICY = "priority+test-reject-long"  # the second from tests/site, on PYTHONPATH
-OPTIONS = '{"test-reject-long": {"max_prompt": 64}}'
+POLICY = "priority+test-reject-long+test-echo-metadata"  # the last two from tests/site
+ECHO_PROMPT = 19  # prompts of this length are rejected with their metadata as the reason
+OPTIONS = json.dumps(
+    {"test-reject-long": {"max_prompt": 64}, "test-echo-metadata": {"prompt_tokens": ECHO_PROMPT}}
+)
 
 
 def _env() -> dict[str, str]:
@@ -136,12 +139,25 @@ def server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         _kill(process)
 
 
-def _post(url: str, body: dict[str, Any]) -> dict[str, Any]:
+def _post(
+    url: str, body: dict[str, Any] | str, headers: dict[str, str] | None = None
+) -> dict[str, Any]:
+    data = body if isinstance(body, str) else json.dumps(body)
     request = urllib.request.Request(
-        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        url, data=data.encode(), headers={"Content-Type": "application/json", **(headers or {})}
     )
     with urllib.request.urlopen(request, timeout=60) as response:
         return dict(json.load(response))
+
+
+def _seen(server: Server, body: dict[str, Any], headers: dict[str, str]) -> str:
+    """What the scheduler saw of a request: the echo policy's rejection reason."""
+    body = {"input_ids": [3] * ECHO_PROMPT, **body}
+    body.setdefault("sampling_params", {})["max_new_tokens"] = 2
+    with pytest.raises(urllib.error.HTTPError) as error:
+        _post(f"{server.base}/generate", body, headers)
+    assert error.value.code == 503
+    return error.value.read().decode()
 
 
 def test_server_generates_under_the_policy(server: Server) -> None:
@@ -185,6 +201,25 @@ def test_metrics_endpoint_has_schedkit_metrics(server: Server) -> None:
     rejections = [line for line in schedkit if line.startswith("schedkit_rejections_total{")]
     assert any(line.endswith(" 1.0") for line in rejections), rejections
     assert "sglang:" in text  # SGLang's own metrics still served
+
+
+def test_body_tenant_is_ignored_and_the_header_wins(server: Server) -> None:
+    """The trust middleware (added by the plugin) with the default config."""
+    body = {"sampling_params": {"custom_params": {"tenant": "victim"}}, "priority": -(2**62)}
+    seen = _seen(server, body, {"X-Tenant-Id": "acme"})
+    assert "rejected: tenant=acme priority=0 " in seen, seen
+    assert "tenant=default " in _seen(server, {"sampling_params": {}}, {})
+
+
+def test_nan_slo_gets_400_naming_the_field(server: Server) -> None:
+    body = json.dumps(
+        {"input_ids": [3] * 8, "sampling_params": {"max_new_tokens": 2, "custom_params": {}}}
+    ).replace('"custom_params": {}', '"custom_params": {"slo_ttft_ms": NaN}')
+    with pytest.raises(urllib.error.HTTPError) as error:
+        _post(f"{server.base}/generate", body)
+    assert error.value.code == 400
+    detail = json.load(error.value)["error"]
+    assert detail["param"] == "sampling_params.custom_params.slo_ttft_ms", detail
 
 
 def test_sigterm_is_passed_on_and_stops_the_server(server: Server) -> None:

@@ -159,6 +159,68 @@ def test_an_slo_that_is_not_a_finite_positive_number_is_absent(bad: object) -> N
     assert (view.tenant, view.slo_ttft_ms, view.slo_tpot_ms) == ("default", None, None)
 
 
+def test_request_view_keeps_metadata_within_the_trust_bounds() -> None:
+    """Defence in depth for requests that did not pass the HTTP edge (``sglang.Engine``)."""
+    import sys
+
+    from schedkit.trust import TrustConfig
+
+    from schedkit_sglang.views import SglangRequestView
+
+    view = SglangRequestView(_req(-(2**62), tenant="x" * 5000, slo_tpot_ms=0.01), 0.0)
+    assert (view.tenant, view.priority, view.slo_tpot_ms) == ("x" * 64, -1000, 1.0)
+    unset = SglangRequestView(_req(sys.maxsize), 0.0, unset_priority=sys.maxsize)
+    assert unset.priority == sys.maxsize  # SGLang's own value for "no priority" stays
+    trust = TrustConfig(tenant_priority={"offline": 1})
+    tier = SglangRequestView(_req(-3, tenant="offline"), 0.0, trust=trust)
+    assert tier.priority == 1
+
+
+def test_trust_rewrite_of_sglang_bodies() -> None:
+    from schedkit.trust import TrustConfig
+
+    from schedkit_sglang.trust import rewrite
+
+    trust = TrustConfig()
+    native = {"input_ids": [1], "sampling_params": {"custom_params": {"tenant": "v", "k": 1}}}
+    native["priority"] = -(2**62)
+    assert rewrite(trust, "acme", native, "/generate") == []
+    assert native == {
+        "input_ids": [1],
+        "sampling_params": {"custom_params": {"k": 1, "tenant": "acme"}},
+    }
+    bare: dict[str, object] = {"input_ids": [1]}
+    assert rewrite(trust, "acme", bare, "/generate") == []
+    assert bare["sampling_params"] == {"custom_params": {"tenant": "acme"}}
+    batch = {
+        "input_ids": [[1], [2]],
+        "sampling_params": [{}, {"custom_params": {"slo_tpot_ms": "x"}}],
+    }
+    problems = rewrite(trust, None, batch, "/generate")
+    assert [p.field for p in problems] == ["sampling_params[1].custom_params.slo_tpot_ms"]
+    openai = {"prompt": "hi", "custom_params": {"tenant": "v"}, "priority": 5}
+    assert rewrite(TrustConfig(priority_from_body=True), "a", openai, "/v1/completions") == []
+    assert openai == {"prompt": "hi", "custom_params": {"tenant": "a"}, "priority": 5}
+
+
+def test_the_trust_middleware_goes_only_to_the_http_launcher(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sys
+    from types import SimpleNamespace
+
+    from schedkit_sglang import plugin
+
+    monkeypatch.setattr(sys, "argv", ["/venv/bin/python"])
+    assert not plugin._is_http_launcher()
+    monkeypatch.setattr(sys, "argv", ["/venv/bin/sglang", "serve", "--model-path", "m"])
+    assert plugin._is_http_launcher()
+    main = SimpleNamespace(__spec__=SimpleNamespace(name="sglang.launch_server"))
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    monkeypatch.setattr(sys, "argv", ["x"])
+    assert plugin._is_http_launcher()
+
+
 def _fake_scheduler(**settings: object) -> object:
     from types import SimpleNamespace
 

@@ -15,6 +15,7 @@ from typing import Any, cast
 from schedkit import BatchBudget, PolicyFacade, RequestView
 from schedkit.adapter import REJECTED, AdapterRuntime
 from schedkit.adapter.runtime import report_of
+from schedkit.trust import DEFAULT_TRUST, TrustConfig
 
 from schedkit_vllm.eviction import EvictionHook
 from schedkit_vllm.views import VllmEngineView, VllmRequestView
@@ -28,10 +29,15 @@ class SchedkitRuntime(AdapterRuntime):
     engine: VllmEngineView
 
     def __init__(
-        self, scheduler: Any, facade: PolicyFacade, engine: VllmEngineView | None = None
+        self,
+        scheduler: Any,
+        facade: PolicyFacade,
+        engine: VllmEngineView | None = None,
+        trust: TrustConfig | None = None,
     ) -> None:
         super().__init__(facade, engine or VllmEngineView(scheduler))
         self.scheduler = scheduler
+        self.trust = trust or DEFAULT_TRUST  # the scheduler-side bounds (schedkit.trust)
         self.views: dict[str, VllmRequestView] = {}
         self._rejected: dict[str, str] = {}  # request id -> reason, until finished
         self._unreported: list[tuple[Any, str]] = []  # rejected requests owed an output
@@ -49,7 +55,7 @@ class SchedkitRuntime(AdapterRuntime):
     def view(self, request: Any) -> VllmRequestView:
         view = self.views.get(request.request_id)
         if view is None or view.request is not request:
-            view = VllmRequestView(request, self.engine.epoch)
+            view = VllmRequestView(request, self.engine.epoch, self.trust)
             self.views[request.request_id] = view
         return view
 
@@ -171,5 +177,5 @@ class SchedkitRuntime(AdapterRuntime):
         reason = REJECTED if self._rejected.pop(request.request_id, None) else status_reason
         view = self.views.pop(request.request_id, None)
         if view is None or view.request is not request:
-            view = VllmRequestView(request, self.engine.epoch)
+            view = VllmRequestView(request, self.engine.epoch, self.trust)
         self.request_finished(view, reason)

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 import vllm
 from schedkit import PolicyFacade
 from schedkit.capabilities import warn_unsupported
+from schedkit.trust import TrustConfig
 
 from schedkit_vllm.compat import check_version
 
@@ -136,16 +137,18 @@ class SchedkitSchedulerMixin(_Base):  # type: ignore[misc]
         super().__init__(*args, **kwargs)
         config = resolve_config(self.vllm_config.additional_config)
         if config is not None:
-            self.install_schedkit(PolicyFacade.from_config(config))
+            self.install_schedkit(PolicyFacade.from_config(config), config.trust)
 
-    def install_schedkit(self, facade: PolicyFacade) -> SchedkitRuntime:
+    def install_schedkit(
+        self, facade: PolicyFacade, trust: TrustConfig | None = None
+    ) -> SchedkitRuntime:
         """Put ``facade``'s policies in charge of this (so far stock) scheduler, before
         any request arrives. ``__init__`` does this from the config; drivers that build
         policy objects themselves (the contract suite) call it directly."""
         if self.schedkit is not None or self.requests:
             raise RuntimeError("install_schedkit: the scheduler already has policies or requests")
         warn_unsupported(facade, "vllm")
-        runtime = SchedkitRuntime(self, facade)
+        runtime = SchedkitRuntime(self, facade, trust=trust)
         if facade.has_order:
             queue = OrderedRequestQueue()
             queue.replace(self.waiting)

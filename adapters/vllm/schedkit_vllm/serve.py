@@ -9,6 +9,8 @@ running schedkit, adding:
   must match vLLM's async scheduling (see ``scheduler_class``);
 - ``--additional-config`` with ``{"schedkit": <config>}`` merged into the user's own
   ``--additional-config`` object, if any;
+- ``--middleware schedkit_vllm.trust.TrustMiddleware`` (unless given), the trust config's
+  HTTP edge (``docs/trust.md``), with the config's ``trust`` section in ``SCHEDKIT_TRUST``;
 - ``PROMETHEUS_MULTIPROC_DIR`` (a fresh temporary directory, unless already set) so the
   schedkit metrics, counted in the engine-core process, appear on the API server's
   ``/metrics`` (see ``schedkit_vllm.metrics``).
@@ -30,6 +32,9 @@ from typing import Any
 from schedkit import SchedkitConfig
 from schedkit.errors import SchedkitError
 from schedkit.serving import find_option, metrics_dir, run_server
+from schedkit.trust import DEFAULT_TRUST
+
+from schedkit_vllm.trust import MIDDLEWARE, TRUST_VAR
 
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 SYNC_CLASS = "schedkit_vllm.Scheduler"
@@ -112,7 +117,11 @@ def build_command(
         del args[user_cls[0] : user_cls[1]]
     else:
         cls, more = scheduler_class(args, is_cpu_build() if cpu is None else cpu)
-    extra["schedkit"] = config.model_dump(mode="json")
+    # The default trust section is left out: the engine core reads the same defaults.
+    default_trust = config.trust == DEFAULT_TRUST
+    extra["schedkit"] = config.model_dump(mode="json", exclude={"trust"} if default_trust else None)
+    if MIDDLEWARE not in args and f"--middleware={MIDDLEWARE}" not in args:
+        more = [*more, "--middleware", MIDDLEWARE]
     return [
         python or sys.executable,
         "-m",
@@ -133,6 +142,7 @@ def serve(config: SchedkitConfig, engine_args: list[str]) -> int:
     """
     command = build_command(config, engine_args)
     env = dict(os.environ)
+    env[TRUST_VAR] = config.trust.model_dump_json()
     print(f"schedkit: {' '.join(command[:3])} ... --scheduler-cls {command[-3]}", file=sys.stderr)
     with metrics_dir("schedkit-vllm-metrics-", METRICS_DIR_VAR not in env) as path:
         if path is not None:

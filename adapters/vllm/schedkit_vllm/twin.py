@@ -78,7 +78,7 @@ class TwinEngine:
             schedkit=schedkit.model_dump() if facade is None else None,
         )
         if facade is not None:
-            self.scheduler.install_schedkit(facade)
+            self.scheduler.install_schedkit(facade, schedkit.trust)
         runtime = self.scheduler.schedkit
         # Policies see the simulated clock, the one arrival times are on, as in the
         # simulator (not the wall clock vLLM stamps requests with).

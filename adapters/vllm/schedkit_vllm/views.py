@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from schedkit.adapter import parse_metadata, parse_priority
+from schedkit.trust import DEFAULT_TRUST, TrustConfig
 
 # vLLM stamps Request.arrival_time with time.time(); the engine clock uses the same
 # source so that ``engine.clock - request.arrival_time`` is a wait in seconds.
@@ -30,13 +30,16 @@ class VllmRequestView:
     """A ``schedkit.RequestView`` over a ``vllm.v1.request.Request``.
 
     Tenant and SLO targets come from the request's ``vllm_xargs``
-    (``sampling_params.extra_args``): keys ``tenant``, ``slo_ttft_ms``, ``slo_tpot_ms``.
+    (``sampling_params.extra_args``): keys ``tenant``, ``slo_ttft_ms``, ``slo_tpot_ms``;
+    priority from vLLM's own field. All within ``trust``'s bounds (``TrustConfig.bound``:
+    the defence in depth for requests that did not pass the HTTP edge).
     """
 
     __slots__ = (
         "_epoch",
         "_hashed",
         "_hashes",
+        "_trust",
         "num_cached_tokens",
         "request",
         "slo_tpot_ms",
@@ -44,11 +47,12 @@ class VllmRequestView:
         "tenant",
     )
 
-    def __init__(self, request: Any, epoch: float) -> None:
+    def __init__(self, request: Any, epoch: float, trust: TrustConfig = DEFAULT_TRUST) -> None:
         self.request = request
         self._epoch = epoch
+        self._trust = trust
         params = getattr(request, "sampling_params", None)
-        meta = parse_metadata(getattr(params, "extra_args", None))
+        meta = trust.bound(getattr(params, "extra_args", None), None)
         self.tenant: str = meta.tenant
         self.slo_ttft_ms: float | None = meta.slo_ttft_ms
         self.slo_tpot_ms: float | None = meta.slo_tpot_ms
@@ -63,7 +67,7 @@ class VllmRequestView:
 
     @property
     def priority(self) -> int:
-        return parse_priority(self.request.priority)
+        return self._trust.bound_priority(self.request.priority, self.tenant)
 
     @property
     def arrival_time(self) -> float:

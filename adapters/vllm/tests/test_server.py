@@ -24,6 +24,8 @@ import pytest
 SCHEDKIT = str(Path(sys.executable).parent / "schedkit")
 STARTUP_S = 150  # healthy in ~45 s on an idle 2-core machine; CI boxes are slower
 MAX_TOKENS = 6
+POLICY = "priority+test-echo-metadata"  # the second from tests/site, on PYTHONPATH
+ECHO_PROMPT = 17  # prompts of this length are rejected with their metadata as the reason
 
 
 def _free_port() -> int:
@@ -53,7 +55,10 @@ def _engine_args(model: Path, port: int) -> list[str]:
 
 def _env() -> dict[str, str]:
     env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1")
+    site = str(Path(__file__).with_name("site"))
+    env["PYTHONPATH"] = os.pathsep.join([site, env.get("PYTHONPATH", "")])
     env.pop("SCHEDKIT_CONFIG", None)
+    env.pop("SCHEDKIT_TRUST", None)
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)  # schedkit serve makes a fresh one
     return env
 
@@ -80,7 +85,7 @@ def _tail(log: Path, n: int = 4000) -> str:
 def server(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = _free_port()
     log = tmp_path_factory.mktemp("server-log") / "server.log"
-    command = [SCHEDKIT, "serve", "vllm", "--policy", "priority", "--"]
+    command = [SCHEDKIT, "serve", "vllm", "--policy", POLICY, "--"]
     with log.open("wb") as out:
         process = subprocess.Popen(
             command + _engine_args(tiny_model, port),
@@ -109,12 +114,53 @@ def server(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         _kill(process)
 
 
-def _post(url: str, body: dict[str, Any]) -> dict[str, Any]:
+def _post(
+    url: str, body: dict[str, Any] | str, headers: dict[str, str] | None = None
+) -> dict[str, Any]:
+    data = body if isinstance(body, str) else json.dumps(body)
     request = urllib.request.Request(
-        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        url, data=data.encode(), headers={"Content-Type": "application/json", **(headers or {})}
     )
     with urllib.request.urlopen(request, timeout=60) as response:
         return dict(json.load(response))
+
+
+def _seen(server: str, model: Path, extra: dict[str, Any], headers: dict[str, str]) -> str:
+    """What the scheduler saw of a request: the echo policy's rejection reason."""
+    body = {"model": str(model), "prompt": [3] * ECHO_PROMPT, "max_tokens": 2, **extra}
+    choice = _post(f"{server}/v1/completions", body, headers)["choices"][0]
+    assert choice["finish_reason"] == "abort", choice
+    return str(choice["stop_reason"])
+
+
+def test_body_tenant_is_ignored_and_the_header_wins(server: str, tiny_model: Path) -> None:
+    """The trust middleware (added by schedkit serve vllm) with the default config."""
+    body = {"vllm_xargs": {"tenant": "victim"}}
+    seen = _seen(server, tiny_model, body, {"X-Tenant-Id": "acme"})
+    assert seen.startswith("rejected: tenant=acme "), seen
+    assert "tenant=default " in _seen(server, tiny_model, body, {})
+
+
+def test_hostile_priority_is_ignored(server: str, tiny_model: Path) -> None:
+    seen = _seen(server, tiny_model, {"priority": -(2**63)}, {"x-tenant-id": "acme"})
+    assert "priority=0 " in seen, seen
+    seen = _seen(server, tiny_model, {"vllm_xargs": {"slo_ttft_ms": 300}}, {})
+    assert "slo_ttft_ms=None " in seen, seen  # SLO targets come from the body only if allowed
+
+
+def test_nan_slo_gets_400_naming_the_field(server: str, tiny_model: Path) -> None:
+    body = json.dumps(
+        {"model": str(tiny_model), "prompt": [3] * 8, "max_tokens": 2, "vllm_xargs": {}}
+    ).replace('"vllm_xargs": {}', '"vllm_xargs": {"slo_ttft_ms": NaN}')
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        _post(f"{server}/v1/completions", body)
+    assert caught.value.code == 400
+    error = json.load(caught.value)["error"]
+    assert error["param"] == "vllm_xargs.slo_ttft_ms", error
+    assert "slo_ttft_ms" in error["message"]
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        _post(f"{server}/v1/completions", body, {"x-tenant-id": "x" * 1000})
+    assert caught.value.code == 400
 
 
 def test_server_serves_priority_and_tenant(server: str, tiny_model: Path) -> None:
@@ -145,9 +191,9 @@ def test_metrics_endpoint_has_schedkit_metrics(server: str, tiny_model: Path) ->
             name, _, value = line.rpartition(" ")
             samples[name] = float(value)
     # The scheduler (in the engine-core process) observed order_waiting calls.
-    key = 'schedkit_hook_latency_seconds_count{hook="order_waiting",policy="priority"}'
+    key = f'schedkit_hook_latency_seconds_count{{hook="order_waiting",policy="{POLICY}"}}'
     assert samples.get(key, 0) >= 1, "\n".join(sorted(samples)) or text[-2000:]
-    assert 'schedkit_preemption_victims_total{policy="priority"}' in samples
+    assert f'schedkit_preemption_victims_total{{policy="{POLICY}"}}' in samples
     assert "vllm:num_requests_running" in text  # vLLM's own metrics still served
 
 
@@ -219,6 +265,7 @@ def test_command_merges_additional_config_and_picks_the_class() -> None:
     assert command[:3] == ["py", "-m", "vllm.entrypoints.openai.api_server"]
     assert command[3:5] == ["--model", "m"]
     assert command[-4:-2] == ["--scheduler-cls", "schedkit_vllm.Scheduler"]
+    assert command[-6:-4] == ["--middleware", "schedkit_vllm.trust.TrustMiddleware"]
     merged = json.loads(command[-1])
     assert merged == {"other": 1, "schedkit": {"policy": ["priority"], "options": {}}}
     assert command.count("--additional-config") == 1
@@ -228,6 +275,12 @@ def test_command_merges_additional_config_and_picks_the_class() -> None:
     assert "--async-scheduling" in gpu
     sync = build_command(config, ["--model", "m", "--no-async-scheduling"], cpu=False)
     assert sync[-4:-2] == ["--scheduler-cls", "schedkit_vllm.Scheduler"]
+
+    given = build_command(config, ["--middleware", "schedkit_vllm.trust.TrustMiddleware"], cpu=True)
+    assert given.count("schedkit_vllm.trust.TrustMiddleware") == 1
+    trusted = load_config({"policy": "priority", "trust": {"tenant_from_body": True}})
+    section = json.loads(build_command(trusted, [], cpu=True)[-1])["schedkit"]
+    assert section["trust"]["tenant_from_body"] is True
 
     with pytest.raises(SchedkitError, match="schedkit"):
         build_command(config, ["--additional-config", '{"schedkit": {}}'], cpu=True)

@@ -85,3 +85,37 @@ def test_request_view_block_hashes_follow_vllms_list() -> None:
     request.block_hashes.append(bytes(32))
     assert list(view.block_hashes) == [hash_int(request.block_hashes[0]), 0]
     assert VllmRequestView(make_request("e", 15), epoch=0.0).block_hashes == []
+
+
+def test_request_view_keeps_metadata_within_the_trust_bounds() -> None:
+    """Defence in depth for requests that did not pass the HTTP edge (``LLM(...)``)."""
+    from schedkit.trust import TrustConfig
+
+    request = make_request(
+        "t", 5, priority=-(2**63), tenant="x" * 5000, slo_ttft_ms=float("nan"), slo_tpot_ms=0.01
+    )
+    view = VllmRequestView(request, epoch=0.0)
+    assert (view.tenant, view.priority) == ("x" * 64, -1000)
+    assert (view.slo_ttft_ms, view.slo_tpot_ms) == (None, 1.0)
+    trust = TrustConfig(tenants=["gold"], tenant_priority={"gold": -5}, priority_range=(-10, 10))
+    gold = VllmRequestView(make_request("g", 5, priority=3, tenant="gold"), 0.0, trust)
+    assert (gold.tenant, gold.priority) == ("gold", -5)
+    other = VllmRequestView(make_request("o", 5, priority=99, tenant="acme"), 0.0, trust)
+    assert (other.tenant, other.priority) == ("default", 10)
+
+
+def test_middleware_config_sources(tmp_path: Path) -> None:
+    from schedkit.trust import DEFAULT_TRUST
+
+    from schedkit_vllm.trust import trust_from_environ
+
+    assert trust_from_environ({}, argv=[]) == DEFAULT_TRUST
+    env = {"SCHEDKIT_TRUST": '{"tenant_from_body": true}'}
+    assert trust_from_environ(env, argv=[]).tenant_from_body
+    argv = ["x", "--additional-config", '{"schedkit": {"trust": {"max_tenant_len": 8}}}']
+    assert trust_from_environ({}, argv=argv).max_tenant_len == 8
+    path = tmp_path / "c.json"
+    path.write_text('{"policy": ["vtc"], "trust": {"tenants": ["a"]}}')
+    assert trust_from_environ({"SCHEDKIT_CONFIG": str(path)}, argv=[]).tenants == ["a"]
+    with pytest.raises(PolicyConfigError, match="SCHEDKIT_TRUST"):
+        trust_from_environ({"SCHEDKIT_TRUST": '{"nope": 1}'}, argv=[])

@@ -153,3 +153,20 @@ class Flaky(Policy):
     @hookimpl
     def on_request_finished(self, request: RequestView, reason: str) -> None:
         self._fault()
+
+
+class EchoMetadata(Policy):
+    """Rejects requests of exactly ``prompt_tokens`` prompt tokens, with their metadata
+    as the scheduler sees it as the reason: the client reads it in the finish reason."""
+
+    class Options(PolicyOptions):
+        prompt_tokens: int = 17
+
+    @hookimpl
+    def admit_request(self, request: RequestView) -> Admission | None:
+        if request.num_prompt_tokens != self.options.prompt_tokens:  # type: ignore[attr-defined]
+            return None
+        return Admission.reject(
+            f"tenant={request.tenant} priority={request.priority}"
+            f" slo_ttft_ms={request.slo_ttft_ms} slo_tpot_ms={request.slo_tpot_ms}"
+        )
