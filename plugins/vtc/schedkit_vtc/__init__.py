@@ -18,9 +18,17 @@ import schedkit
 from pydantic import Field, model_validator
 from schedkit import EngineView, RequestView, StepReport, hookimpl
 
+from schedkit_vtc.keys import OVERFLOW_TENANT, TENANT_KEY_CHARS, tenant_key
 from schedkit_vtc.ledger import Ledger, token_cost
 
-__all__ = ["Ledger", "VirtualTokenCounter", "token_cost"]
+__all__ = [
+    "OVERFLOW_TENANT",
+    "TENANT_KEY_CHARS",
+    "Ledger",
+    "VirtualTokenCounter",
+    "tenant_key",
+    "token_cost",
+]
 
 TenantWeight = Annotated[float, Field(gt=0, le=1e6)]
 
@@ -35,6 +43,10 @@ class VirtualTokenCounter(schedkit.Policy):
     prompt positions at ``input_weight``, positions past the prompt at ``output_weight``
     (prefix-cache hits are not computed, so not charged). ``admit_request`` only notes
     arrivals, for the counter lift, and always answers ``None``.
+
+    State is bounded (``Ledger``): tenants idle for ``idle_s`` are dropped when that loses
+    nothing, at most ``max_tenants`` are kept (the least recently active idle one makes
+    room; never one with a request in the engine), and long tenant ids are stored hashed.
     """
 
     class Options(schedkit.PolicyOptions):
@@ -52,6 +64,25 @@ class VirtualTokenCounter(schedkit.Policy):
             ),
         )
 
+        idle_s: float = Field(
+            default=300.0,
+            ge=0,
+            le=31_536_000,
+            description=(
+                "engine seconds after its last request finished that an idle tenant's"
+                " counter is dropped, once dropping it changes no decision"
+            ),
+        )
+        max_tenants: int = Field(
+            default=10_000,
+            ge=1,
+            le=10_000_000,
+            description=(
+                "most tenants tracked; a new one evicts the least recently active idle"
+                " tenant, or shares one overflow counter while all have requests in the engine"
+            ),
+        )
+
         @model_validator(mode="after")
         def _charges_something(self) -> Self:
             if self.input_weight == 0 and self.output_weight == 0:
@@ -65,11 +96,13 @@ class VirtualTokenCounter(schedkit.Policy):
 
     def __init__(self, options: schedkit.PolicyOptions | None = None, **kwargs: object) -> None:
         super().__init__(options, **kwargs)
-        self.ledger = Ledger(self.options.weights)
+        opts = self.options
+        self.ledger = Ledger(opts.weights, idle_s=opts.idle_s, max_tenants=opts.max_tenants)
 
     @property
     def counters(self) -> dict[str, float]:
-        """Service received per tenant, in weighted tokens over the tenant's weight."""
+        """Service received per tracked tenant key (``tenant_key``: the id itself when
+        shorter than ``TENANT_KEY_CHARS``), in weighted tokens over the tenant's weight."""
         return self.ledger.counters
 
     def _cost(self, request: RequestView, start: int, end: int) -> float:
@@ -88,7 +121,7 @@ class VirtualTokenCounter(schedkit.Policy):
         ledger.resync(waiting)
         queues: dict[str, deque[tuple[int, RequestView]]] = {}
         for position, request in enumerate(waiting):
-            queues.setdefault(request.tenant, deque()).append((position, request))
+            queues.setdefault(ledger.key(request), deque()).append((position, request))
         # (provisional counter, position of the tenant's next request, tenant)
         heap = [(ledger.counter(t), queue[0][0], t) for t, queue in queues.items()]
         heapq.heapify(heap)
@@ -107,17 +140,18 @@ class VirtualTokenCounter(schedkit.Policy):
         return order
 
     @hookimpl
-    def on_step_finished(self, report: StepReport) -> None:
+    def on_step_finished(self, report: StepReport, engine: EngineView) -> None:
         ledger = self.ledger
         # The views are in their state after the step: the request computed the n
         # positions just below its num_computed_tokens.
         for request, n in zip(report.scheduled, report.num_scheduled_tokens, strict=True):
             end = request.num_computed_tokens
-            ledger.charge(request.tenant, self._cost(request, end - n, end))
+            ledger.charge_request(request, self._cost(request, end - n, end))
             ledger.leave(request)
         for request in report.preempted:
             ledger.requeue(request)
+        ledger.step_reported(engine.clock)
 
     @hookimpl
-    def on_request_finished(self, request: RequestView) -> None:
-        self.ledger.leave(request)
+    def on_request_finished(self, request: RequestView, engine: EngineView) -> None:
+        self.ledger.finish(request, engine.clock)

@@ -56,7 +56,7 @@ def computed(
     req.num_computed_tokens += n
     if req.num_computed_tokens >= req.num_prompt_tokens + req.num_output_tokens:
         req.num_output_tokens += 1  # the step sampled a token
-    policy.on_step_finished(StepReport(1, 0.01, 0, 0, [req], [n], tuple(preempted)))
+    policy.on_step_finished(StepReport(1, 0.01, 0, 0, [req], [n], tuple(preempted)), ENGINE)
 
 
 # --- installation and selection ---------------------------------------------------
@@ -95,6 +95,8 @@ def test_cli_lists_it_with_its_options() -> None:
         "input_weight",
         "output_weight",
         "weights",
+        "idle_s",
+        "max_tenants",
     }
 
 
@@ -220,7 +222,7 @@ def test_an_aborted_waiting_request_ends_the_backlog() -> None:
     policy.admit_request(q1)
     policy.admit_request(request("f1", "flood"))
     computed(policy, request("f0", "flood", 700), 700)
-    policy.on_request_finished(q1)
+    policy.on_request_finished(q1, ENGINE)
     policy.admit_request(request("q2", "quiet"))
     assert policy.counters["quiet"] == 700
 
@@ -339,6 +341,9 @@ def test_backlogged_tenants_stay_within_the_papers_2u_bound() -> None:
         ({"weights": {"a": 0}}, "weights.a"),
         ({"weights": {"a": "heavy"}}, "weights.a"),
         ({"weights": ["a"]}, "weights"),
+        ({"idle_s": -1}, "idle_s"),
+        ({"max_tenants": 0}, "max_tenants"),
+        ({"max_tenants": 2.5}, "max_tenants"),
     ],
 )
 def test_bad_options_name_the_field(options: dict[str, Any], field: str) -> None:
