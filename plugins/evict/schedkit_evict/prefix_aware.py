@@ -45,6 +45,10 @@ class PrefixAware(Policy):
 
     def __init__(self, options: PolicyOptions | None = None, **kwargs: Any) -> None:
         super().__init__(options, **kwargs)
+        # Bounded by the requests in the engine, whatever clients send: an entry per
+        # request from its arrival until on_request_finished, which the engine calls
+        # exactly once per request (rejected ones included), and _reuse counts only the
+        # hashes those entries list. Hashes are ints: nothing a client sizes is kept.
         self._hashes: dict[str, tuple[int, ...]] = {}  # request id -> its block hashes
         self._reuse: dict[int, int] = {}  # block hash -> requests listing it
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import pytest
-from schedkit import PolicyFacade
+from schedkit import EngineView, Policy, PolicyFacade, hookimpl
 from schedkit.bench.records import RunResult
 from schedkit.sim.config import SimConfig
 from schedkit.sim.costmodel import LinearCostModel
 from schedkit.sim.engine import SimEngine
 from schedkit.sim.workloads import TraceRequest
+
+from schedkit_evict import PrefixAware
 
 COST = LinearCostModel(c0=0.005, c_prefill=1e-5, c_decode=0.0, c_kv=0.0)
 PREFIX = (1, 2, 3, 4)  # four 16-token blocks every "shared" request starts with
@@ -83,3 +85,30 @@ def test_prefix_aware_keeps_the_blocks_a_queued_request_will_hit() -> None:
     run = replay_queued("prefix-aware")
     assert cached_tokens(run, "queued") == 64
     assert all(cached_tokens(run, f"one-off-{i}") == 0 for i in range(3))
+
+
+def test_prefix_aware_keeps_state_only_for_requests_in_the_engine() -> None:
+    # 400 requests, each with its own tenant and private blocks after the shared prefix.
+    requests = [
+        TraceRequest(
+            f"r{i}", 0.01 * i, 16 * 6 + 8, 2, tenant=f"t{i}", hash_ids=(*PREFIX, 1000 + i, 2000 + i)
+        )
+        for i in range(400)
+    ]
+    facade = PolicyFacade.from_config("prefix-aware", strict=True)
+    policy = facade.policies[0][1]
+    assert isinstance(policy, PrefixAware)
+    peak = [0]
+
+    class Probe(Policy):
+        @hookimpl
+        def on_step_finished(self, engine: EngineView) -> None:
+            assert len(policy._hashes) <= engine.num_running + engine.num_waiting
+            peak[0] = max(peak[0], len(policy._reuse))
+
+    facade = PolicyFacade([("prefix-aware", policy), ("probe", Probe())], strict=True)
+    config = SimConfig(num_blocks=64, max_num_seqs=4, hash_block_tokens=16)
+    run = SimEngine(requests, COST, config, facade, check_invariants=True).run()
+    assert all(r.finish_reason == "length" for r in run.records)
+    assert peak[0] > 0  # it did track queued requests
+    assert not policy._hashes and not policy._reuse

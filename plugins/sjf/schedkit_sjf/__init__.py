@@ -8,17 +8,21 @@ from __future__ import annotations
 
 from schedkit_sjf.policy import ShortestPredictedJobFirst, remaining_prefill
 from schedkit_sjf.predictors import (
+    TENANT_KEY_CHARS,
     LearnedPredictor,
     OraclePredictor,
     OutputPredictor,
     prompt_bucket,
+    tenant_key,
 )
 
 __all__ = [
+    "TENANT_KEY_CHARS",
     "LearnedPredictor",
     "OraclePredictor",
     "OutputPredictor",
     "ShortestPredictedJobFirst",
     "prompt_bucket",
     "remaining_prefill",
+    "tenant_key",
 ]

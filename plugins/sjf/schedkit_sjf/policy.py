@@ -66,6 +66,15 @@ class ShortestPredictedJobFirst(Policy):
             le=1_000_000,
             description="Learned predictor: finished requests a mean needs before it is used.",
         )
+        max_tenants: int = Field(
+            default=10_000,
+            ge=1,
+            le=10_000_000,
+            description=(
+                "Learned predictor: most tenants whose means are kept; a new one evicts the"
+                " least recently seen tenant still learning, else the least recently seen."
+            ),
+        )
 
     options: Options
 
@@ -75,7 +84,7 @@ class ShortestPredictedJobFirst(Policy):
         self.predictor: OutputPredictor = (
             OraclePredictor()
             if opts.predictor == "oracle"
-            else LearnedPredictor(opts.prior_output_tokens, opts.min_samples)
+            else LearnedPredictor(opts.prior_output_tokens, opts.min_samples, opts.max_tenants)
         )
 
     def score(self, request: RequestView, clock: float) -> float:

@@ -71,7 +71,7 @@ def test_predictor_option_selects_the_predictor() -> None:
     assert isinstance(ShortestPredictedJobFirst(predictor="oracle").predictor, OraclePredictor)
     learned = ShortestPredictedJobFirst(prior_output_tokens=7, min_samples=3).predictor
     assert isinstance(learned, LearnedPredictor)
-    assert (learned.prior, learned.min_samples) == (7, 3)
+    assert (learned.prior, learned.min_samples, learned.max_tenants) == (7, 3, 10_000)
 
 
 # --- ordering -----------------------------------------------------------------------
@@ -164,6 +164,7 @@ def test_through_the_facade_with_options() -> None:
         ("aging_rate", 1e9),
         ("prior_output_tokens", 0),
         ("min_samples", 0),
+        ("max_tenants", 0),
     ],
 )
 def test_bad_option_value_names_the_field(field: str, bad: object) -> None:
@@ -185,6 +186,9 @@ test_conformance = conformance_test(NAME, max_examples=100)
 test_conformance_oracle = conformance_test(NAME, {"predictor": "oracle"}, max_examples=50)
 test_conformance_learned_fast = conformance_test(
     NAME, {"min_samples": 1, "aging_rate": 0, "output_weight": 3.5}, max_examples=50
+)
+test_conformance_few_tenants = conformance_test(
+    NAME, {"min_samples": 1, "max_tenants": 1}, max_examples=50
 )
 
 
@@ -208,4 +212,5 @@ def test_cli_lists_it_with_its_hooks_and_options() -> None:
         "aging_rate",
         "prior_output_tokens",
         "min_samples",
+        "max_tenants",
     }

@@ -25,6 +25,10 @@ class Backlog:
     prefilling or preempted), its work shrinks as steps compute it, and it leaves once
     its prefill is done or it finishes. Deadlines order requests as EDF serves them, so
     ``ahead(d)`` is the work an EDF engine does before a request with deadline ``d``.
+
+    Bounded by the requests in the engine: an entry leaves when its prefill is done, when
+    the request finishes (reported once per request) and, for any the hooks missed, when
+    the engine is idle (``DeadlineAware`` clears it). Nothing is kept per tenant.
     """
 
     def __init__(self) -> None:
