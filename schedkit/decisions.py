@@ -10,18 +10,26 @@ from schedkit.views import RequestView
 
 @dataclass(frozen=True, slots=True)
 class Admission:
-    """Answer of ``admit_request``: admit, or reject with a reason the client sees."""
+    """Answer of ``admit_request``: admit, or reject with a reason the client sees.
+
+    ``reason`` is free text for the client (it may quote the request's numbers);
+    ``code`` is a stable name for the kind of rejection (``[a-z0-9_]``, up to 40
+    characters, e.g. ``"slo_ttft"``), the label metrics count by. Without a code, metrics
+    count by the reason with its numbers replaced by ``N``, and at most
+    ``schedkit.prometheus.MAX_REASON_LABELS`` distinct labels per policy.
+    """
 
     admitted: bool
     reason: str = ""
+    code: str = ""
 
     @classmethod
     def admit(cls) -> Admission:
         return ADMIT
 
     @classmethod
-    def reject(cls, reason: str) -> Admission:
-        return cls(False, reason)
+    def reject(cls, reason: str, code: str = "") -> Admission:
+        return cls(False, reason, code)
 
 
 ADMIT = Admission(True)

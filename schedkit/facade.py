@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -408,10 +409,14 @@ def _plain_list(result: Any, expected: str) -> list[Any]:
     return list.copy(result)
 
 
+_CODE = re.compile(r"[a-z0-9_]{1,40}")  # Admission.code: a metric label, or nothing
+
+
 def _admission(result: Any) -> Admission:
     if not issubclass(type(result), Admission):
         raise _Invalid(f"returned {type_name(result)}, expected Admission or None")
     admitted, reason = result.admitted, result.reason  # each read once
+    code = getattr(result, "code", "")
     if type(admitted) is not bool:
         raise _Invalid(f"returned admitted={show(admitted)}; Admission.admitted must be a bool")
     text = str.__str__(reason) if issubclass(type(reason), str) else ""
@@ -419,7 +424,8 @@ def _admission(result: Any) -> Admission:
         return Admission(True, text) if text else ADMIT
     if not text:
         raise _Invalid("rejected without a reason; use Admission.reject('why')")
-    return Admission(False, text)
+    label = str.__str__(code) if issubclass(type(code), str) else ""
+    return Admission(False, text, label if _CODE.fullmatch(label) else "")
 
 
 def _budget(result: Any, token_budget: int, max_running: int, prefill_chunk: int) -> BatchBudget:

@@ -12,7 +12,11 @@ Every series carries ``policy``: the configured composition (``"slo+vtc"``), exc
 - ``schedkit_policy_decisions_total{policy,hook}``: hook calls answered with a decision
   (not "no opinion" and not the engine default).
 - ``schedkit_hook_latency_seconds{policy,hook}``: time in each hook call, through the facade.
-- ``schedkit_rejections_total{policy,reason}``: requests rejected at admission.
+- ``schedkit_rejections_total{policy,reason}``: requests rejected at admission. The label is
+  the rejection's ``code`` (``Admission.reject(why, code)``), else its reason with numbers
+  replaced by ``N`` and cut to 64 characters; at most ``MAX_REASON_LABELS`` labels from
+  texts per policy, later ones counted as ``other``, so values a client chose and a
+  policy quoted cannot grow the series.
 - ``schedkit_preemption_victims_total{policy}``: victims the policy chose and the engine
   preempted; ``schedkit_preemption_victims_skipped_total{policy}``: victims named that
   the engine could not preempt at that point.
@@ -24,10 +28,20 @@ Every series carries ``policy``: the configured composition (``"slo+vtc"``), exc
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["HOOKS", "SchedkitMetrics", "try_create"]
+__all__ = ["HOOKS", "MAX_REASON_LABELS", "SchedkitMetrics", "reason_label", "try_create"]
+
+MAX_REASON_LABELS = 32
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+def reason_label(reason: str, code: str = "") -> str:
+    """The metric label of a rejection: its code, else its reason with numbers as N."""
+    return code or _NUMBER.sub("N", reason)[:64] or "unspecified"
+
 
 HOOKS = (
     "on_request_arrived",
@@ -107,6 +121,7 @@ class SchedkitMetrics:
         self._victims_skipped = families["victims_skipped"].labels(policy)
         self._evictions = families["evictions"].labels(policy)
         self._rejections: dict[str, Any] = {}
+        self._text_labels = 0  # labels made from reason texts, bounded
         self._errors_seen: dict[tuple[str, str], int] = {}
 
     def hook(self, hook: str, seconds: float, decided: bool) -> None:
@@ -115,12 +130,20 @@ class SchedkitMetrics:
         if decided:
             self._decisions[hook].inc()
 
-    def rejection(self, reason: str) -> None:
-        child = self._rejections.get(reason)
+    def rejection(self, label: str, coded: bool = False) -> None:
+        """Count a rejection under ``label`` (:func:`reason_label`). Labels taken from
+        reason texts (not a policy's ``code``) stop at ``MAX_REASON_LABELS``; later ones
+        count under ``other``."""
+        child = self._rejections.get(label)
         if child is None:
-            child = self._rejections[reason] = self._families["rejections"].labels(
-                self.policy, reason
-            )
+            if not coded and self._text_labels >= MAX_REASON_LABELS:
+                label = "other"
+                child = self._rejections.get(label)
+            if child is None:
+                child = self._rejections[label] = self._families["rejections"].labels(
+                    self.policy, label
+                )
+                self._text_labels += not coded
         child.inc()
 
     def victim_placed(self) -> None:

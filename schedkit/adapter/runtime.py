@@ -19,7 +19,7 @@ from typing import Any
 from schedkit.adapter.steps import StepLedger
 from schedkit.decisions import ADMIT, StepReport
 from schedkit.facade import PolicyFacade
-from schedkit.prometheus import SchedkitMetrics, try_create
+from schedkit.prometheus import SchedkitMetrics, reason_label, try_create
 from schedkit.views import EngineView, RequestView
 
 __all__ = ["REJECTED", "AdapterRuntime"]
@@ -27,6 +27,8 @@ __all__ = ["REJECTED", "AdapterRuntime"]
 log = logging.getLogger("schedkit.adapter")
 
 REJECTED = "rejected"
+MAX_KEPT_REASONS = 256  # distinct rejection texts counted by text; later ones as below
+OTHER_REASONS = "(other reasons)"
 
 
 class AdapterRuntime:
@@ -35,7 +37,7 @@ class AdapterRuntime:
     def __init__(self, facade: PolicyFacade, engine: EngineView) -> None:
         self.facade = facade
         self.engine = engine
-        self.rejections: Counter[str] = Counter()  # by reason
+        self.rejections: Counter[str] = Counter()  # by reason, MAX_KEPT_REASONS at most
         self.finished: Counter[str] = Counter()  # by schedkit finish reason
         self.num_victims_placed = 0
         self.num_victims_skipped = 0  # named by the policy but not preemptable then
@@ -64,9 +66,12 @@ class AdapterRuntime:
         if decision.admitted:
             return None
         reason = str(decision.reason)
-        self.rejections[reason] += 1
+        if reason in self.rejections or len(self.rejections) < MAX_KEPT_REASONS:
+            self.rejections[reason] += 1
+        else:  # client-chosen text must not grow this without bound
+            self.rejections[OTHER_REASONS] += 1
         if self.metrics is not None:
-            self.metrics.rejection(reason)
+            self.metrics.rejection(reason_label(reason, decision.code), bool(decision.code))
         log.info("schedkit: rejected request %s: %s", view.request_id, reason)
         return reason
 

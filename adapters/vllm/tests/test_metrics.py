@@ -8,6 +8,8 @@ from typing import Any
 from conftest import make_request, run_until_idle
 from prometheus_client import REGISTRY
 from schedkit import Admission, EngineView, Policy, RequestView, hookimpl
+from schedkit.adapter.runtime import MAX_KEPT_REASONS
+from schedkit.prometheus import MAX_REASON_LABELS, reason_label
 
 
 def sample(name: str, **labels: str) -> float:
@@ -93,3 +95,45 @@ def test_policy_errors_counted(
     assert sample(
         "schedkit_policy_errors_total", policy="flaky", hook="order_waiting"
     ) - before == (errors)
+
+
+class RejectEchoing(Policy):
+    """Rejects every request with the client's own words in the reason (its tenant)."""
+
+    @hookimpl
+    def admit_request(self, request: RequestView, engine: EngineView) -> Admission | None:
+        if request.tenant.startswith("coded"):
+            return Admission.reject(f"tenant {request.tenant} over quota", code="tenant_quota")
+        return Admission.reject(f"tenant {request.tenant} over quota")
+
+
+def _series(name: str, policy: str) -> int:
+    return sum(
+        1
+        for metric in REGISTRY.collect()
+        for s in metric.samples
+        if s.name == name and s.labels.get("policy") == policy
+    )
+
+
+def test_client_chosen_rejection_texts_cannot_grow_the_series(
+    make_scheduler: Callable[..., Any], register_policy: Callable[[str, type[Policy]], None]
+) -> None:
+    register_policy("reject-echoing", RejectEchoing)
+    scheduler = make_scheduler({"policy": ["reject-echoing"]})
+
+    def letters(i: int) -> str:  # numbers in a reason are grouped as N: use letters
+        return "".join(chr(97 + int(d)) for d in f"{i:04d}")
+
+    for i in range(1000):  # 1,000 distinct texts, chosen by the clients
+        scheduler.add_request(make_request(f"e{i}", 20, tenant=letters(i)))
+    for i in range(5):  # with a code: one label however the text varies
+        scheduler.add_request(make_request(f"c{i}", 20, tenant=f"coded{i}"))
+    run_until_idle(scheduler)
+    # The texts' labels stop at MAX_REASON_LABELS, plus "other"; the code has its own.
+    assert _series("schedkit_rejections_total", "reject-echoing") == MAX_REASON_LABELS + 2
+    assert sample("schedkit_rejections_total", policy="reject-echoing", reason="tenant_quota") == 5
+    other = sample("schedkit_rejections_total", policy="reject-echoing", reason="other")
+    assert other == 1000 - MAX_REASON_LABELS
+    assert len(scheduler.schedkit.rejections) <= MAX_KEPT_REASONS + 1
+    assert reason_label("prompt of 300 tokens > 100") == "prompt of N tokens > N"

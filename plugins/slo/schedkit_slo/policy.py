@@ -151,7 +151,8 @@ class DeadlineAware(Policy):
             target = self.targets(request)[0]
             if predicted > target:
                 return Admission.reject(
-                    f"predicted TTFT {predicted:.0f} ms exceeds SLO {target:.0f} ms"
+                    f"predicted TTFT {predicted:.0f} ms exceeds SLO {target:.0f} ms",
+                    code="slo_ttft_unreachable",
                 )
         self.backlog.set(request.request_id, self.deadline(request), prefill_left(request))
         return None  # no objection: a later policy may still decide
