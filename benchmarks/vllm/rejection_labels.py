@@ -13,17 +13,14 @@ and the rejection texts its runtime keeps. Run it on this tree and on an older o
 
 from __future__ import annotations
 
-import json
 import sys
-import tempfile
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "adapters" / "vllm" / "tests"))
 
 from conftest import make_request, run_until_idle
 from prometheus_client import REGISTRY
-from schedkit_vllm.modelless import build_scheduler
+from schedkit_vllm.modelless import build_scheduler, stub_model_dir
 
 from schedkit import Admission, EngineView, Policy, PolicyRegistry, RequestView, hookimpl
 from schedkit.plugins import PolicyEntry
@@ -49,14 +46,7 @@ def main() -> None:
         return PolicyRegistry([*base(cls).entries(), extra])
 
     PolicyRegistry.discover = classmethod(discover)  # type: ignore[method-assign, assignment]
-    model = Path(tempfile.mkdtemp())
-    config: dict[str, Any] = {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
-        "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 4,
-        "num_hidden_layers": 2, "vocab_size": 2048, "max_position_embeddings": 2048,
-        "torch_dtype": "float32",
-    }  # fmt: skip
-    (model / "config.json").write_text(json.dumps(config))
+    model = stub_model_dir(2048)
     scheduler = build_scheduler(
         num_blocks=200, block_size=16, max_num_seqs=16, max_num_batched_tokens=512,
         prefix_caching=True, policy="fcfs", schedkit={"policy": ["reject-echoing"]},
