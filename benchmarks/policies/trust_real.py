@@ -31,23 +31,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from real_engine import build_tiny_model  # benchmarks/policies, this script's directory
+
 SCHEDKIT = str(Path(sys.executable).parent / "schedkit")
-
-
-def tiny_model(path: Path) -> Path:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    config = LlamaConfig(
-        hidden_size=256,
-        intermediate_size=512,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        num_hidden_layers=2,
-        vocab_size=512,
-        max_position_embeddings=512,
-    )
-    LlamaForCausalLM(config).save_pretrained(path, safe_serialization=True)
-    return path
 
 
 def free_port() -> int:
@@ -148,7 +134,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="schedkit-trust-") as name:
         tmp = Path(name)
-        model = tiny_model(tmp / "model")
+        model = build_tiny_model(tmp / "model")
         believed = run_arm(
             model,
             {"policy": ["vtc"], "trust": {"tenant_from_body": True}},

@@ -352,13 +352,3 @@ def compute_metrics(
         by_priority = {str(p): recs for p, recs in sorted(priorities.items())}
         metrics["priorities"] = _breakdown(by_priority, slo_ttft_ms, slo_tpot_ms)
     return metrics
-
-
-def compare_arms(
-    runs: Sequence[RunResult], metrics: object = None, **kwargs: Any
-) -> list[dict[str, Any]]:
-    """:func:`schedkit.bench.compare.compare_arms` (kept for older callers, which passed
-    the arms' metrics second; they are not needed)."""
-    from schedkit.bench.compare import compare_arms as compare
-
-    return compare(runs, **kwargs)

@@ -15,7 +15,6 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from schedkit.bench.metrics import compare_arms
 from schedkit.bench.plots import Figure, figures
 from schedkit.bench.records import RunResult
 from schedkit.bench.tables import Rows, Setting, context, settings, tables
@@ -27,7 +26,7 @@ from schedkit.bench.verdicts import (
     run_flags,
 )
 
-__all__ = ["compare_arms", "render_html", "render_markdown", "write_report"]
+__all__ = ["render_html", "render_markdown", "write_report"]
 
 _NUMBER = re.compile(r"^(n/a|[-+]?[\d,]*\.?\d+(%| ms| s| pp)?)$")
 

@@ -1,19 +1,18 @@
-"""Order statistics, fairness, and paired block-bootstrap confidence intervals (numpy).
+"""Order statistics, fairness, and paired confidence intervals under dependence (numpy).
 
 Percentiles follow numpy's default (``method="linear"``). Weighted percentiles treat each
 weight as a repeat count, so ``weighted_percentile([(x, 3)], q)`` equals
 ``percentile([x, x, x], q)``.
 
-Comparing two arms: every arm replays the identical request stream, so the bootstrap
-draws the same requests for both arms (pairing removes the request-mix noise they
-share). Queueing makes neighbouring requests' latencies strongly dependent: one long
-prompt delays everything behind it. Resampling requests independently treats a burst of
-a hundred correlated waits as a hundred independent facts and gives intervals far too
-narrow. :func:`paired_bootstrap` therefore resamples *blocks* of consecutive requests in
-arrival order (the circular block bootstrap of Politis and Romano, 1992), with a block
-length chosen from the data (:func:`block_length`). The empirical coverage of the
-resulting 95% intervals is checked by the A/A calibration in ``benchmarks/stats/``
-(see ``benchmarks/stats/calibration.md``).
+Comparing two arms: every arm replays the identical request stream, so a comparison
+pairs each request with itself (pairing removes the request-mix noise the arms share).
+Queueing makes neighbouring requests' latencies strongly dependent: one long prompt
+delays everything behind it, so intervals that treat requests as independent are far
+too narrow. The bench's intervals come from :func:`sectioned_diff` (stretches of
+consecutive arrivals, sized by the data's dependence length, :func:`block_length`);
+:func:`paired_bootstrap` (a circular block bootstrap, Politis and Romano, 1992; block 1
+is the iid bootstrap) is kept as the method it was calibrated against. Their coverage:
+``benchmarks/stats/calibration.md``.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from schedkit.bench.compare import compare_arms
 from schedkit.bench.metrics import compute_metrics
 from schedkit.bench.plots import (
     SCATTER_POINTS,
@@ -18,7 +19,7 @@ from schedkit.bench.plots import (
     throughput_series,
 )
 from schedkit.bench.records import RequestRecord, RunResult, TimelinePoint
-from schedkit.bench.report import compare_arms, render_html, render_markdown, write_report
+from schedkit.bench.report import render_html, render_markdown, write_report
 from schedkit.bench.svg import bar_chart, ccdf_points, cdf_points, downsample, line_chart
 from schedkit.bench.tables import inline
 from schedkit.bench.verdicts import TONES, comparison_summaries
@@ -407,10 +408,7 @@ def test_older_results_still_render(runs: list[RunResult]) -> None:
 def test_comparisons_from_the_bench_render(runs: list[RunResult]) -> None:
     """Whatever compare_arms writes today renders, every row with a known tone."""
     results = fake_results(runs)
-    metrics = [a["metrics"] for a in results["arms"]]
-    results["comparisons"] = compare_arms(
-        runs, metrics, slo_ttft_ms=200.0, slo_tpot_ms=50.0, seed=0, n_boot=50
-    )
+    results["comparisons"] = compare_arms(runs, slo_ttft_ms=200.0, slo_tpot_ms=50.0)
     (summary,) = comparison_summaries(results)
     assert summary.verdicts and all(v.tone in TONES for v in summary.verdicts)
     order = [TONES.index(v.tone) for v in summary.verdicts]
