@@ -18,6 +18,7 @@ completions (in the order the responses came back), per arm:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -29,6 +30,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 from real_engine import build_tiny_model  # benchmarks/policies, this script's directory
@@ -42,12 +44,15 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def run_arm(
-    model: Path, config: dict[str, object], per_client: int, headers: bool, tmp: Path
-) -> float:
+@contextlib.contextmanager
+def served(
+    model: Path, config: dict[str, object], tmp: Path, *, stock: bool = False, seqs: int = 2
+) -> Iterator[str]:
+    """vLLM's OpenAI server on loopback with schedkit ``config``, until the block ends:
+    ``schedkit serve vllm`` (with its trust middleware), or with ``stock`` the same
+    scheduler through ``vllm serve --scheduler-cls`` alone (no middleware). Yields the base
+    URL."""
     port = free_port()
-    config_file = tmp / f"arm-{port}.json"
-    config_file.write_text(json.dumps(config))
     args = [
         "--model",
         str(model),
@@ -60,19 +65,24 @@ def run_arm(
         "--max-model-len",
         "256",
         "--max-num-seqs",
-        "2",
+        str(seqs),
         "--enforce-eager",
         "--skip-tokenizer-init",
     ]
+    if stock:
+        extra = json.dumps({"schedkit": config})
+        vllm = str(Path(sys.executable).parent / "vllm")
+        command = [vllm, "serve", *args, "--scheduler-cls", "schedkit_vllm.Scheduler"]
+        command += ["--additional-config", extra]
+    else:
+        config_file = tmp / f"arm-{port}.json"
+        config_file.write_text(json.dumps(config))
+        command = [SCHEDKIT, "serve", "vllm", "--policy", str(config_file), "--", *args]
     env = dict(os.environ, HF_HUB_OFFLINE="1", VLLM_CPU_KVCACHE_SPACE="1")
     env.pop("SCHEDKIT_TRUST", None)
     log = (tmp / f"server-{port}.log").open("wb")
     process = subprocess.Popen(
-        [SCHEDKIT, "serve", "vllm", "--policy", str(config_file), "--", *args],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=env,
-        start_new_session=True,
+        command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
     )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -87,6 +97,19 @@ def run_arm(
             if process.poll() is not None or time.monotonic() > deadline:
                 raise SystemExit(f"server did not start; see {log.name}")
             time.sleep(1)
+        yield base
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+
+
+def run_arm(
+    model: Path, config: dict[str, object], per_client: int, headers: bool, tmp: Path
+) -> float:
+    with served(model, config, tmp) as base:
         finished: list[str] = []
         lock = threading.Lock()
 
@@ -120,12 +143,6 @@ def run_arm(
             thread.join()
         first = finished[: len(finished) // 2]
         return sum(c == "attacker" for c in first) / len(first)
-    finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
 
 
 def main() -> None:

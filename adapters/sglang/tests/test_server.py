@@ -222,6 +222,44 @@ def test_nan_slo_gets_400_naming_the_field(server: Server) -> None:
     assert detail["param"] == "sampling_params.custom_params.slo_ttft_ms", detail
 
 
+def _stream(url: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The JSON events of a streamed response (HTTP 200), checking it ends with ``[DONE]``."""
+    request = urllib.request.Request(
+        url,
+        data=json.dumps({**body, "stream": True}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        assert response.status == 200
+        lines = [line.decode().strip() for line in response if line.strip()]
+    assert lines[-1] == "data: [DONE]", lines
+    return [json.loads(line.removeprefix("data: ")) for line in lines[:-1]]
+
+
+def test_a_streamed_rejection_carries_the_reason(server: Server) -> None:
+    """Streamed, SGLang has sent HTTP 200 before the scheduler decides: the native API
+    ends with SGLang's abort finish reason (status 503 and the reason), the OpenAI API with
+    an error event, as the non-streamed 503 says (docs/trust.md lists every engine's)."""
+    why = "rejected: prompt of 100 tokens > 64"
+    body = {"input_ids": [7] * 100, "sampling_params": {"max_new_tokens": 2}}
+    (event,) = _stream(f"{server.base}/generate", body)
+    finish = event["meta_info"]["finish_reason"]
+    assert finish == {"type": "abort", "status_code": 503, "message": why}, event
+    assert event["output_ids"] == []
+    with pytest.raises(urllib.error.HTTPError) as error:
+        _post(f"{server.base}/generate", body)
+    assert error.value.code == 503
+    detail = json.load(error.value)
+    assert (detail["message"], detail["code"]) == (why, 503), detail
+    openai = {"model": "m", "prompt": [7] * 100, "max_tokens": 2}
+    (event,) = _stream(f"{server.base}/v1/completions", openai)
+    assert event["error"]["message"] == why and event["error"]["code"] == 503, event
+    with pytest.raises(urllib.error.HTTPError) as error:
+        _post(f"{server.base}/v1/completions", openai)
+    assert error.value.code == 503
+    assert json.load(error.value)["message"] == why
+
+
 def test_sigterm_is_passed_on_and_stops_the_server(server: Server) -> None:
     """Last of the server tests: it stops the module's server."""
     server.process.send_signal(signal.SIGTERM)  # to schedkit serve only, not its group

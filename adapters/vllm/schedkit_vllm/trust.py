@@ -6,7 +6,8 @@ reads the tenant header, resolves tenant, priority and SLO targets with
 ``TrustConfig.resolve``, and rewrites the JSON body before vLLM parses it: ``vllm_xargs``
 keeps its other keys and gets the resolved ``tenant``/``slo_*``; ``priority`` is set when
 decided (a tenant tier, or an allowed body value) and removed otherwise (vLLM's 0). Bad
-input gets HTTP 400 with an OpenAI-style error naming the field.
+input gets HTTP 400 with an OpenAI-style error naming the field. Building it also makes
+rejections visible to streaming clients (``schedkit_vllm.streaming``).
 
 vLLM builds the middleware with the app alone, so the config comes from the API server's
 environment or command line, first found: ``SCHEDKIT_TRUST`` (the trust section as JSON,
@@ -74,3 +75,6 @@ class TrustMiddleware(_EdgeMiddleware):
 
     def __init__(self, app: ASGIApp, trust: TrustConfig | None = None) -> None:
         super().__init__(app, trust_from_environ() if trust is None else trust, rewrite)
+        from schedkit_vllm import streaming
+
+        streaming.install()  # vLLM builds the middleware in the API server process

@@ -68,7 +68,23 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
         max_position_embeddings=512,
     )
     LlamaForCausalLM(config).save_pretrained(path, safe_serialization=True)
+    _save_word_tokenizer(path, config.vocab_size)
     return path
+
+
+def _save_word_tokenizer(path: Path, vocab_size: int) -> None:
+    """One word per token (``t0`` .. ``t<n-1>``) and a chat template that joins the
+    messages' contents: a chat prompt of k words is k tokens (the server tests)."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import WhitespaceSplit
+    from transformers import PreTrainedTokenizerFast
+
+    words = Tokenizer(WordLevel({f"t{i}": i for i in range(vocab_size)}, unk_token="t0"))
+    words.pre_tokenizer = WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=words, unk_token="t0", eos_token="t2")
+    tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
+    tokenizer.save_pretrained(path)
 
 
 @pytest.fixture

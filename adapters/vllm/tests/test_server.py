@@ -48,8 +48,7 @@ def _engine_args(model: Path, port: int) -> list[str]:
         "256",
         "--max-num-seqs",
         "8",
-        "--enforce-eager",
-        "--skip-tokenizer-init",  # token-id prompts: no tokenizer needed
+        "--enforce-eager",  # the tiny model's word tokenizer serves chat; prompts are token ids
     ]
 
 
@@ -161,6 +160,76 @@ def test_nan_slo_gets_400_naming_the_field(server: str, tiny_model: Path) -> Non
     with pytest.raises(urllib.error.HTTPError) as caught:
         _post(f"{server}/v1/completions", body, {"x-tenant-id": "x" * 1000})
     assert caught.value.code == 400
+
+
+def _stream(url: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The JSON events of a streamed response, checking it ends with ``[DONE]``."""
+    request = urllib.request.Request(
+        url,
+        data=json.dumps({**body, "stream": True}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        assert response.status == 200
+        lines = [line.decode().strip() for line in response if line.strip()]
+    assert lines[-1] == "data: [DONE]", lines
+    return [json.loads(line.removeprefix("data: ")) for line in lines[:-1]]
+
+
+def _finishes(events: list[dict[str, Any]]) -> list[tuple[str, str | None]]:
+    return [
+        (c["finish_reason"], c.get("stop_reason"))
+        for e in events
+        for c in e["choices"]
+        if c.get("finish_reason")
+    ]
+
+
+def test_streamed_completion_rejection_has_finish_and_reason(server: str, tiny_model: Path) -> None:
+    body = {"model": str(tiny_model), "prompt": [3] * ECHO_PROMPT, "max_tokens": 2}
+    plain = _post(f"{server}/v1/completions", body)["choices"][0]
+    events = _stream(f"{server}/v1/completions", body)
+    assert _finishes(events) == [("abort", plain["stop_reason"])], events
+    assert plain["stop_reason"].startswith("rejected: tenant=default "), plain
+    assert events[-1]["id"].startswith("cmpl-") and events[-1]["choices"][0]["text"] == ""
+    # With usage requested, the finish chunk comes before the usage chunk.
+    usage = {**body, "stream_options": {"include_usage": True}}
+    events = _stream(f"{server}/v1/completions", usage)
+    assert [bool(e["choices"]) for e in events] == [True, False], events
+    assert events[-1]["usage"]["completion_tokens"] == 0
+
+
+def test_streamed_chat_rejection_has_finish_and_reason(server: str, tiny_model: Path) -> None:
+    def chat(words: int) -> dict[str, Any]:
+        content = " ".join(["t3"] * words)
+        return {
+            "model": str(tiny_model),
+            "messages": [{"role": "user", "content": content}],
+            "max_tokens": MAX_TOKENS,
+            "ignore_eos": True,
+        }
+
+    events = _stream(f"{server}/v1/chat/completions", chat(ECHO_PROMPT))
+    ((finish, reason),) = _finishes(events)
+    assert finish == "abort" and reason.startswith("rejected: tenant=default "), events
+    assert events[-1]["object"] == "chat.completion.chunk"
+    assert events[-1]["id"] == events[0]["id"]  # the stream's own id
+    # An admitted chat streams as stock vLLM does: one finish, nothing added.
+    assert _finishes(_stream(f"{server}/v1/chat/completions", chat(ECHO_PROMPT - 1))) == [
+        ("length", None)
+    ]
+
+
+def test_streamed_completion_that_runs_is_unchanged(server: str, tiny_model: Path) -> None:
+    body = {
+        "model": str(tiny_model),
+        "prompt": [4] * 9,
+        "max_tokens": MAX_TOKENS,
+        "ignore_eos": True,
+    }
+    events = _stream(f"{server}/v1/completions", body)
+    assert _finishes(events) == [("length", None)]
+    assert sum(1 for e in events if e["choices"][0]["text"]) >= 1
 
 
 def test_server_serves_priority_and_tenant(server: str, tiny_model: Path) -> None:

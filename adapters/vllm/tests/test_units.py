@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -119,3 +120,38 @@ def test_middleware_config_sources(tmp_path: Path) -> None:
     assert trust_from_environ({"SCHEDKIT_CONFIG": str(path)}, argv=[]).tenants == ["a"]
     with pytest.raises(PolicyConfigError, match="SCHEDKIT_TRUST"):
         trust_from_environ({"SCHEDKIT_TRUST": '{"nope": 1}'}, argv=[])
+
+
+def test_stream_rejections_wrap_this_vllms_generators() -> None:
+    """The generators ``schedkit_vllm.streaming`` wraps exist with a ``result_generator``
+    in this vLLM (else streamed rejections would silently end with ``[DONE]`` only)."""
+    from vllm.entrypoints.openai.completion.serving import OpenAIServingCompletion
+
+    from schedkit_vllm import streaming
+
+    wrapped = [
+        "OpenAIServingCompletion.completion_stream_generator",
+        "OpenAIServingChat.chat_completion_stream_generator",
+    ]
+    assert streaming.install() == wrapped
+    method = OpenAIServingCompletion.completion_stream_generator
+    assert streaming.install() == wrapped  # once only
+    assert OpenAIServingCompletion.completion_stream_generator is method
+
+
+def test_rejection_chunk_has_vllms_fields() -> None:
+    from schedkit_vllm.streaming import rejection_chunk
+
+    head = {"id": "cmpl-1", "created": 5, "model": "m"}
+    line = rejection_chunk(head, "text_completion", 2, "rejected: full")
+    assert line.startswith("data: {") and line.endswith("}\n\n")
+    choice = json.loads(line.removeprefix("data: "))["choices"][0]
+    assert choice == {
+        "index": 2,
+        "logprobs": None,
+        "text": "",
+        "finish_reason": "abort",
+        "stop_reason": "rejected: full",
+    }
+    chat = json.loads(rejection_chunk(head, "chat.completion.chunk", 0, "r").removeprefix("data: "))
+    assert chat["object"] == "chat.completion.chunk" and chat["choices"][0]["delta"] == {}
