@@ -10,12 +10,15 @@ listed in ``aborts`` (step index -> request ids) land just before the update tha
 follows that step, as ``_process_aborts_queue`` runs them. ``policies=None`` drives the
 class as built (vLLM's own classes: stock vLLM, for equivalence checks). Every step
 lasts ``scenario.step_s`` on the engine clock the policies see, as on the simulator.
+``probe``, when given, is called with the scheduler once its policies are installed and
+before any request arrives, to count what an ``Outcome`` does not record (the chaos test
+counts vLLM's prefix-cache evictions and hits).
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from schedkit.bench.replay import new_record
@@ -37,6 +40,7 @@ def run_vllm(
     batch_queue: int = 1,
     aborts: Mapping[int, Sequence[str]] | None = None,
     max_steps: int = 20_000,
+    probe: Callable[[Any], None] | None = None,
 ) -> Outcome:
     from vllm.v1.outputs import ModelRunnerOutput
     from vllm.v1.request import RequestStatus
@@ -54,6 +58,8 @@ def run_vllm(
     if policies is not None:
         runtime = scheduler.install_schedkit(facade_of(policies, outcome.recorder))
         runtime.engine.use_clock(lambda: clock[0])
+    if probe is not None:
+        probe(scheduler)
     pool = scheduler.kv_cache_manager.block_pool
     free_at_start = pool.get_num_free_blocks()
     traces = sorted(scenario.requests, key=lambda r: r.arrival_s)

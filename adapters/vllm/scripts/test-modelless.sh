@@ -24,6 +24,7 @@ selected=(
     "$T/test_metrics.py"
     "$T/test_twin.py"
     "$T/test_contract.py"
+    "$T/test_chaos.py"
     "$T"/test_device*.py
     # The model-less tests of the real-engine files: argument checks and command building.
     "$T/test_real.py::test_engine_vllm_needs_a_model_directory"
