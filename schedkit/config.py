@@ -27,6 +27,12 @@ class SchedkitConfig(BaseModel):
     policy: list[str] = Field(default_factory=lambda: [DEFAULT_POLICY], min_length=1)
     options: dict[str, dict[str, Any]] = Field(default_factory=dict)
     trust: TrustConfig = Field(default_factory=TrustConfig)  # docs/trust.md
+    hook_budget_ms: float | None = Field(
+        default=None,
+        gt=0,
+        le=60_000,
+        description="Count (and log once) hook calls that take longer; off when unset.",
+    )
 
     @field_validator("policy", mode="before")
     @classmethod

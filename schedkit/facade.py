@@ -111,7 +111,8 @@ class PolicyFacade:
                 )
                 raise PolicyConfigError(f"bad options for policy {name!r}: {fields}") from exc
             policies.append((name, policy_cls(options)))
-        return cls(policies, strict=strict, hook_budget_ms=hook_budget_ms)
+        budget = cfg.hook_budget_ms if hook_budget_ms is None else hook_budget_ms
+        return cls(policies, strict=strict, hook_budget_ms=budget)
 
     @property
     def label(self) -> str:
@@ -300,6 +301,11 @@ def _reorder(fn: Callable[..., Any], indices: list[int]) -> Callable[..., Any]:
         return fn(*[args[i] for i in indices])
 
     return call
+
+
+def by_hook(counts: Mapping[tuple[str, str], int]) -> dict[str, int]:
+    """A facade counter (``errors``, ``slow_calls``) keyed ``"policy.hook"``, zeros left out."""
+    return {f"{policy}.{hook}": n for (policy, hook), n in counts.items() if n}
 
 
 def _budget_ms(value: float | None) -> float | None:

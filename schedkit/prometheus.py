@@ -7,7 +7,8 @@ HTTP servers serve on ``/metrics`` (each adapter documents how the scheduler pro
 series reach its server).
 
 Every series carries ``policy``: the configured composition (``"slo+vtc"``), except
-``schedkit_policy_errors_total``, whose ``policy`` is the one that failed.
+``schedkit_policy_errors_total`` and ``schedkit_hook_over_budget_total``, whose ``policy``
+is the one that failed or was slow.
 
 - ``schedkit_policy_decisions_total{policy,hook}``: hook calls answered with a decision
   (not "no opinion" and not the engine default).
@@ -24,6 +25,8 @@ Every series carries ``policy``: the configured composition (``"slo+vtc"``), exc
   (SGLang) evicted by the policy's choice.
 - ``schedkit_policy_errors_total{policy,hook}``: hook calls that raised or answered
   nonsense (the facade then used the next policy or the engine's default).
+- ``schedkit_hook_over_budget_total{policy,hook}``: hook calls longer than the config's
+  ``hook_budget_ms`` (only with a budget set; ``policy`` is the one that was slow).
 """
 
 from __future__ import annotations
@@ -102,6 +105,11 @@ def _create_families() -> dict[str, Any]:
                 "Schedkit policy hook calls that raised or returned an invalid decision.",
                 ["policy", "hook"],
             ),
+            "over_budget": Counter(
+                "schedkit_hook_over_budget",
+                "Schedkit policy hook calls that took longer than the hook budget.",
+                ["policy", "hook"],
+            ),
         }
     return _families
 
@@ -122,7 +130,7 @@ class SchedkitMetrics:
         self._evictions = families["evictions"].labels(policy)
         self._rejections: dict[str, Any] = {}
         self._text_labels = 0  # labels made from reason texts, bounded
-        self._errors_seen: dict[tuple[str, str], int] = {}
+        self._seen: dict[tuple[str, str, str], int] = {}  # (family, policy, hook) -> count
 
     def hook(self, hook: str, seconds: float, decided: bool) -> None:
         """One hook call through the facade took ``seconds``; ``decided``: a policy answered."""
@@ -157,11 +165,19 @@ class SchedkitMetrics:
 
     def sync_errors(self, errors: Mapping[tuple[str, str], int]) -> None:
         """Count the facade's new errors (its counter, keyed by (policy, hook))."""
-        for key, count in errors.items():
-            new = count - self._errors_seen.get(key, 0)
+        self._sync("errors", errors)
+
+    def sync_slow_calls(self, slow: Mapping[tuple[str, str], int]) -> None:
+        """Count the facade's new calls over the hook budget (keyed by (policy, hook))."""
+        self._sync("over_budget", slow)
+
+    def _sync(self, family: str, counts: Mapping[tuple[str, str], int]) -> None:
+        for (policy, hook), count in counts.items():
+            key = (family, policy, hook)
+            new = count - self._seen.get(key, 0)
             if new > 0:
-                self._families["errors"].labels(*key).inc(new)
-                self._errors_seen[key] = count
+                self._families[family].labels(policy, hook).inc(new)
+                self._seen[key] = count
 
 
 def try_create(policy: str, hooks: frozenset[str]) -> SchedkitMetrics | None:

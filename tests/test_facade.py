@@ -554,6 +554,16 @@ def test_no_hook_budget_by_default(world: World) -> None:
 def test_from_config_takes_a_hook_budget() -> None:
     facade = PolicyFacade.from_config("priority", hook_budget_ms=2)
     assert facade.hook_budget_ms == 2.0
+    config = {"policy": ["priority"], "hook_budget_ms": 5}
+    assert PolicyFacade.from_config(config).hook_budget_ms == 5.0  # from the config
+    assert PolicyFacade.from_config(config, hook_budget_ms=2).hook_budget_ms == 2.0
+    assert PolicyFacade.from_config("priority").hook_budget_ms is None
+
+
+@pytest.mark.parametrize("budget", [0, -3, "soon", 1e9])
+def test_a_bad_hook_budget_in_the_config_names_the_field(budget: Any) -> None:
+    with pytest.raises(PolicyConfigError, match="hook_budget_ms"):
+        PolicyFacade.from_config({"policy": ["priority"], "hook_budget_ms": budget})
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,8 @@ Every stream is read to ``[DONE]`` and counted as
 finished (a ``length`` finish), rejected with its reason (a final chunk with ``finish_reason``
 ``abort`` and ``stop_reason`` ``rejected: ...``), or ended with nothing (``[DONE]`` only).
 
-- ``stock``: ``vllm serve --scheduler-cls schedkit_vllm.Scheduler --additional-config``, no
+- ``stock``: ``python -m vllm.entrypoints.openai.api_server --scheduler-cls
+  schedkit_vllm.Scheduler --additional-config ...``, no
   schedkit middleware: vLLM's own stream generators (before issue #12 part 4);
 - ``schedkit serve``: ``schedkit serve vllm``, whose trust middleware installs
   ``schedkit_vllm.streaming``.

@@ -50,7 +50,7 @@ def served(
 ) -> Iterator[str]:
     """vLLM's OpenAI server on loopback with schedkit ``config``, until the block ends:
     ``schedkit serve vllm`` (with its trust middleware), or with ``stock`` the same
-    scheduler through ``vllm serve --scheduler-cls`` alone (no middleware). Yields the base
+    scheduler through vLLM's API server and ``--scheduler-cls`` alone (no middleware). Yields the base
     URL."""
     port = free_port()
     args = [
@@ -71,8 +71,8 @@ def served(
     ]
     if stock:
         extra = json.dumps({"schedkit": config})
-        vllm = str(Path(sys.executable).parent / "vllm")
-        command = [vllm, "serve", *args, "--scheduler-cls", "schedkit_vllm.Scheduler"]
+        server = [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
+        command = [*server, *args, "--scheduler-cls", "schedkit_vllm.Scheduler"]
         command += ["--additional-config", extra]
     else:
         config_file = tmp / f"arm-{port}.json"
@@ -95,15 +95,17 @@ def served(
             except (urllib.error.URLError, OSError):
                 pass
             if process.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"server did not start; see {log.name}")
+                tail = Path(log.name).read_text(errors="replace")[-3000:]
+                raise SystemExit(f"server did not start:\n{tail}")
             time.sleep(1)
         yield base
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
 
 
 def run_arm(

@@ -45,6 +45,7 @@ class AdapterRuntime:
         self.steps = StepLedger()
         self.metrics: SchedkitMetrics | None = try_create(facade.label, facade.implemented)
         self._errors_seen = 0
+        self._slow_seen = 0
 
     @property
     def policy_errors(self) -> int:
@@ -121,11 +122,17 @@ class AdapterRuntime:
     # -- metrics --------------------------------------------------------------------
 
     def sync_metrics(self) -> None:
-        """Push the facade's new error counts to the metrics (cheap when there are none)."""
+        """Push the facade's new error and slow-call counts to the metrics (cheap when
+        there are none)."""
         metrics, facade = self.metrics, self.facade
-        if metrics is not None and facade.errors and facade.error_count != self._errors_seen:
+        if metrics is None:
+            return
+        if facade.errors and facade.error_count != self._errors_seen:
             self._errors_seen = facade.error_count
             metrics.sync_errors(facade.errors)
+        if facade.slow_calls and facade.slow_call_count != self._slow_seen:
+            self._slow_seen = facade.slow_call_count
+            metrics.sync_slow_calls(facade.slow_calls)
 
 
 def report_of(

@@ -426,9 +426,25 @@ def policy_faults(run: RunResult) -> dict[str, Any] | None:
     )
 
 
+def slow_hooks(run: RunResult) -> dict[str, Any] | None:
+    if not run.slow_hook_calls:
+        return None
+    total = sum(run.slow_hook_calls.values())
+    hooks = ", ".join(f"{hook} {n}" for hook, n in sorted(run.slow_hook_calls.items()))
+    return _flag(
+        "slow_hooks",
+        f"{run.policy}: {total} hook calls took longer than the hook budget ({hooks}); their"
+        " answers were used, but on an engine each one holds up a scheduling step",
+        policy=run.policy,
+        calls=total,
+        by_hook=dict(run.slow_hook_calls),
+    )
+
+
 def run_flags(runs: Sequence[RunResult]) -> list[dict[str, Any]]:
-    """Per-arm flags: policy faults and overload."""
-    found = [policy_faults(r) for r in runs] + [overload(r) for r in runs]
+    """Per-arm flags: policy faults, slow hooks and overload."""
+    found = [policy_faults(r) for r in runs] + [slow_hooks(r) for r in runs]
+    found += [overload(r) for r in runs]
     return [f for f in found if f is not None]
 
 

@@ -334,6 +334,8 @@ def compute_metrics(
         "slo_met": overall["slo_met"],
         "policy_errors": run.policy_errors,
         "policy_errors_by_hook": dict(run.policy_errors_by_hook),
+        "slow_hook_calls": sum(run.slow_hook_calls.values()),
+        "slow_hook_calls_by_hook": dict(run.slow_hook_calls),
         "duration_s": duration,
         "steps": run.steps,
         "wall_s": run.wall_s,

@@ -60,6 +60,7 @@ class RunResult:
     prefix_hit_tokens: int = 0
     policy_errors: int = 0
     policy_errors_by_hook: dict[str, int] = field(default_factory=dict)
+    slow_hook_calls: dict[str, int] = field(default_factory=dict)  # "policy.hook" -> count
     rejections: dict[str, int] = field(default_factory=dict)  # reason -> count
     # (gap seconds, tokens): inter-token gaps; a run of identical decode steps adds its
     # mean gap once, weighted by the tokens it produced.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from schedkit.bench.records import RunResult, TimelinePoint
-from schedkit.facade import PolicyFacade
+from schedkit.facade import PolicyFacade, by_hook
 
 
 class Recorder:
@@ -37,9 +37,7 @@ class Recorder:
         res.itl = sorted(self._gaps.items())
         res.kv_usage_mean = self._kv_seconds / clock if clock > 0 else 0.0
         res.policy_errors = facade.error_count
-        by_hook: dict[str, int] = {}
-        for (policy, hook), count in facade.errors.items():
-            by_hook[f"{policy}.{hook}"] = by_hook.get(f"{policy}.{hook}", 0) + count
-        res.policy_errors_by_hook = by_hook
+        res.policy_errors_by_hook = by_hook(facade.errors)
+        res.slow_hook_calls = by_hook(facade.slow_calls)
         res.wall_s = time.perf_counter() - started
         return res

@@ -208,3 +208,40 @@ def test_arms_in_parallel_processes_give_the_same_results(tmp_path: Path) -> Non
             arm["metrics"].pop("wall_s")
     assert one == two
     assert one["arms"][0]["metrics"]["completed"] == 300
+
+
+SLOW = """
+import time
+from schedkit import Policy, hookimpl
+
+class Plugin(Policy):
+    name = "slow"
+
+    @hookimpl
+    def order_waiting(self, waiting):
+        time.sleep(0.002)
+"""
+
+
+def test_hook_calls_over_the_configured_budget_are_counted_and_flagged(tmp_path: Path) -> None:
+    env = install_fake_plugin(tmp_path / "plugin", "slow", "slow_policy", SLOW)
+    config = tmp_path / "slow.toml"
+    config.write_text('policy = ["slow"]\nhook_budget_ms = 1\n')
+    out = tmp_path / "out"
+    proc = schedkit(
+        "bench", "--workload", str(_trace(tmp_path / "trace.jsonl")), "--policy", "fcfs",
+        "--policy", str(config), "--max-requests", "20", "--out", str(out), env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads((out / "results.json").read_text())
+    metrics = {arm["policy"]: arm["metrics"] for arm in results["arms"]}
+    slow = metrics["slow"]
+    assert slow["slow_hook_calls"] > 0
+    assert slow["slow_hook_calls_by_hook"] == {"slow.order_waiting": slow["slow_hook_calls"]}
+    assert metrics["fcfs"]["slow_hook_calls"] == 0  # no budget set there
+    (flag,) = [f for f in results["flags"] if f["kind"] == "slow_hooks"]
+    assert flag["policy"] == "slow" and flag["calls"] == slow["slow_hook_calls"]
+    docs = documented()
+    assert set(flag) <= docs["flags[] and comparisons[].flags[]"]
+    assert set(slow) <= docs["arms[].metrics"]
+    assert "hook budget" in proc.stdout + proc.stderr

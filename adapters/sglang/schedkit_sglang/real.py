@@ -117,6 +117,7 @@ class RealEngine(ReplayArm):
         result = self.finish_run(end, counters.steps)
         result.policy_errors = counters.policy_errors
         result.policy_errors_by_hook = counters.policy_errors_by_hook
+        result.slow_hook_calls = counters.slow_hook_calls
         return result
 
     async def _replay(self) -> None:
@@ -229,6 +230,7 @@ class SchedulerCounters:
     steps: int = 0
     policy_errors: int = 0
     policy_errors_by_hook: dict[str, int] = field(default_factory=dict)
+    slow_hook_calls: dict[str, int] = field(default_factory=dict)
 
 
 def scheduler_counters(server_info: Mapping[str, Any]) -> SchedulerCounters:
@@ -241,9 +243,12 @@ def scheduler_counters(server_info: Mapping[str, Any]) -> SchedulerCounters:
             continue
         counters.steps += int(ours.get("steps") or 0)
         counters.policy_errors += int(ours.get("policy_errors") or 0)
-        by_hook = counters.policy_errors_by_hook
-        for hook, count in (ours.get("policy_errors_by_hook") or {}).items():
-            by_hook[str(hook)] = by_hook.get(str(hook), 0) + int(count)
+        for key, summed in (
+            ("policy_errors_by_hook", counters.policy_errors_by_hook),
+            ("slow_hook_calls", counters.slow_hook_calls),
+        ):
+            for hook, count in (ours.get(key) or {}).items():
+                summed[str(hook)] = summed.get(str(hook), 0) + int(count)
     return counters
 
 

@@ -14,13 +14,14 @@ output streamer, the radix cache).
 from __future__ import annotations
 
 import time
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any, cast
 
 from schedkit import BatchBudget, PolicyFacade, RequestView
 from schedkit.adapter import REJECTED, AdapterRuntime
 from schedkit.adapter.runtime import report_of
+from schedkit.facade import by_hook
 from schedkit.trust import DEFAULT_TRUST, TrustConfig
 
 from schedkit_sglang.views import (
@@ -234,13 +235,11 @@ class SchedkitRuntime(AdapterRuntime):
         (``Engine.get_server_info()["internal_states"][i]["schedkit"]``, ``/server_info``):
         the bench reads policy errors and steps there, since policies run here and not in
         the process that launched SGLang."""
-        by_hook: Counter[str] = Counter()
-        for (policy, hook), count in self.facade.errors.items():
-            by_hook[f"{policy}.{hook}"] += count
         return {
             "policy": self.facade.label,
             "policy_errors": self.policy_errors,
-            "policy_errors_by_hook": dict(by_hook),
+            "policy_errors_by_hook": by_hook(self.facade.errors),
+            "slow_hook_calls": by_hook(self.facade.slow_calls),
             "steps": int(getattr(self.scheduler, "forward_ct", self.num_batches)),
             "rejections": dict(self.rejections),
             "finished": dict(self.finished),

@@ -129,10 +129,12 @@ def test_policy_errors_in_sglangs_scheduler_reach_the_result(
 
 def test_scheduler_counters_sum_over_schedulers_and_default_to_zero() -> None:
     ours = {"steps": 5, "policy_errors": 2, "policy_errors_by_hook": {"p.order_waiting": 2}}
+    ours["slow_hook_calls"] = {"p.plan_batch": 3}
     info = {"internal_states": [{"schedkit": ours}, {"schedkit": ours}, {"other": 1}]}
     counters = scheduler_counters(info)
     assert (counters.steps, counters.policy_errors) == (10, 4)
     assert counters.policy_errors_by_hook == {"p.order_waiting": 4}
+    assert counters.slow_hook_calls == {"p.plan_batch": 6}
     assert scheduler_counters({}).policy_errors == 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -95,6 +96,31 @@ def test_policy_errors_counted(
     assert sample(
         "schedkit_policy_errors_total", policy="flaky", hook="order_waiting"
     ) - before == (errors)
+
+
+class Slow(Policy):
+    """Keeps the engine's order, taking 2 ms to decide so."""
+
+    @hookimpl
+    def order_waiting(self, waiting: list[RequestView], engine: EngineView) -> Any:
+        time.sleep(0.002)
+        return None
+
+
+def test_calls_over_the_hook_budget_counted(
+    make_scheduler: Callable[..., Any], register_policy: Callable[[str, type[Policy]], None]
+) -> None:
+    register_policy("slow", Slow)
+    name = "schedkit_hook_over_budget_total"
+    before = sample(name, policy="slow", hook="order_waiting")
+    scheduler = make_scheduler({"policy": ["slow"], "hook_budget_ms": 1}, max_num_seqs=2)
+    for i in range(4):
+        scheduler.add_request(make_request(f"s{i}", 20))
+    run = run_until_idle(scheduler)
+    assert len(run.finished) == 4
+    slow = scheduler.schedkit.facade.slow_call_count
+    assert slow > 0 and scheduler.schedkit.policy_errors == 0  # slow is not a fault
+    assert sample(name, policy="slow", hook="order_waiting") - before == slow
 
 
 class RejectEchoing(Policy):
