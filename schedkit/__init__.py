@@ -7,6 +7,7 @@ from schedkit.config import SchedkitConfig, load_config
 from schedkit.decisions import Admission, BatchBudget, StepReport
 from schedkit.errors import SchedkitError
 from schedkit.facade import PolicyFacade
+from schedkit.hookspecs import Key
 from schedkit.plugins import PolicyRegistry
 from schedkit.policy import Policy, PolicyOptions
 from schedkit.views import (
@@ -27,6 +28,7 @@ __all__ = [
     "BlockView",
     "EngineState",
     "EngineView",
+    "Key",
     "Policy",
     "PolicyFacade",
     "PolicyOptions",

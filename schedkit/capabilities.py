@@ -91,6 +91,20 @@ MATRIX: dict[str, dict[str, Capability]] = {
             " --radix-cache-backend schedkit",
         ),
     },
+    "waiting_key": {"sim": FULL, "vllm": FULL, "sglang": FULL},
+    "victim_key": {
+        "sim": FULL,
+        "vllm": FULL,
+        "sglang": Capability("partial", "as select_victims: the decode batch's retraction"),
+    },
+    "eviction_key": {
+        "sim": FULL,
+        "vllm": FULL,
+        "sglang": Capability(
+            "partial",
+            "as select_evictions: radix-tree leaves; needs --radix-cache-backend schedkit",
+        ),
+    },
     "on_step_finished": {
         "sim": Capability("full", "a run of identical decode steps may come as one report"),
         "vllm": Capability(

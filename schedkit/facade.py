@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -23,6 +22,19 @@ import pluggy
 from pydantic import ValidationError
 
 from schedkit import hookspecs
+from schedkit.answers import (
+    MAX_SHOWN,
+    PROPAGATED,
+    UNKEYED,
+    Invalid,
+    Pool,
+    admission,
+    budget,
+    canonical_key,
+    describe_exception,
+    show,
+    type_name,
+)
 from schedkit.config import SchedkitConfig, load_config
 from schedkit.decisions import ADMIT, Admission, BatchBudget, StepReport
 from schedkit.errors import PluginLoadError, PolicyConfigError, PolicyDecisionError
@@ -30,19 +42,16 @@ from schedkit.plugins import PolicyRegistry
 from schedkit.policy import Policy
 from schedkit.views import BlockView, EngineView, RequestView
 
+__all__ = ["MAX_SHOWN", "PROPAGATED", "PolicyFacade", "by_hook"]
+
 log = logging.getLogger("schedkit")
 
 T = TypeVar("T")
 Impl = tuple[str, Callable[..., Any]]
 
 # What a policy may raise and still not stop the engine: everything but the two that ask
-# the process to stop (Ctrl-C, sys.exit), which must keep working inside a hook.
-PROPAGATED = (KeyboardInterrupt, SystemExit)
-MAX_SHOWN = 200  # characters of an exception or answer in a fault message
-
-
-class _Invalid(Exception):
-    """An answer that fails validation; its message is the logged problem."""
+# the process to stop (Ctrl-C, sys.exit), which must keep working inside a hook
+# (``answers.PROPAGATED``).
 
 
 class PolicyFacade:
@@ -77,10 +86,21 @@ class PolicyFacade:
         self._impls = {name: self._collect(name) for name in hookspecs.HOOK_NAMES}
         self.implemented = frozenset(n for n, impls in self._impls.items() if impls)
         self.has_admit = "admit_request" in self.implemented
-        self.has_order = "order_waiting" in self.implemented
         self.has_plan = "plan_batch" in self.implemented
-        self.has_victims = "select_victims" in self.implemented
-        self.has_evictions = "select_evictions" in self.implemented
+        self.has_waiting_key = "waiting_key" in self.implemented
+        self.has_victim_key = "victim_key" in self.implemented
+        self.has_eviction_key = "eviction_key" in self.implemented
+        # Engines call order_waiting / select_victims / select_evictions when a policy
+        # decides the order by the list hook, by keys, or both (the facade sorts by key).
+        self._order_list = "order_waiting" in self.implemented
+        self._victims_list = "select_victims" in self.implemented
+        self._evictions_list = "select_evictions" in self.implemented
+        self.has_order = self._order_list or self.has_waiting_key
+        self.has_victims = self._victims_list or self.has_victim_key
+        self.has_evictions = self._evictions_list or self.has_eviction_key
+        # waiting_key is asked once per joining of the queue: (request id, preemptions)
+        # -> key, for the requests waiting at the last call.
+        self._waiting_keys: dict[tuple[str, int], tuple[Any, ...]] = {}
         self.has_step_observer = "on_step_finished" in self.implemented
         self.has_finish_observer = "on_request_finished" in self.implemented
         self.has_arrival_observer = "on_request_arrived" in self.implemented
@@ -193,7 +213,7 @@ class PolicyFacade:
         return timed
 
     def _decide(self, hook: str, args: tuple[Any, ...], check: Callable[[Any], T]) -> T | None:
-        """The first valid answer, as ``check`` copied it; ``check`` raises ``_Invalid``."""
+        """The first valid answer, as ``check`` copied it; ``check`` raises ``Invalid``."""
         for policy, fn in self._impls[hook]:
             try:
                 result = fn(*args)
@@ -206,7 +226,7 @@ class PolicyFacade:
                 continue
             try:
                 return check(result)
-            except _Invalid as invalid:
+            except Invalid as invalid:
                 self._fault(policy, hook, str(invalid))
             except PROPAGATED:
                 raise
@@ -225,17 +245,40 @@ class PolicyFacade:
             self._observe("on_request_arrived", (request, engine))
         if not self.has_admit:
             return ADMIT
-        result = self._decide("admit_request", (request, engine), _admission)
+        result = self._decide("admit_request", (request, engine), admission)
         return result if result is not None else ADMIT
 
     def order_waiting(
-        self, waiting: Sequence[RequestView], engine: EngineView
+        self, waiting: Sequence[RequestView], engine: EngineView, *, keyed: bool = False
     ) -> list[RequestView] | None:
-        """A new order of the waiting queue, or None to keep the engine's."""
+        """A new order of the waiting queue, or None to keep the engine's: the queue
+        sorted by ``waiting_key`` (ties keep the engine's order), then the list hook's
+        answer on that order, if it gives one. ``keyed``: the engine keeps its queue in
+        key order itself (calling ``waiting_key`` when a request joins), so only the list
+        hook is consulted."""
         if not self.has_order or not waiting:
             return None
-        pool = _Pool(waiting)  # before the call: a policy may change the list it was given
-        return self._decide("order_waiting", (waiting, engine), pool.permutation)
+        ordered = None
+        if self.has_waiting_key and not keyed:
+            ordered = self._sorted_by_waiting_key(waiting, engine)
+        if self._order_list:
+            shown = waiting if ordered is None else ordered
+            pool = Pool(shown)  # before the call: a policy may change the list it was given
+            answer = self._decide("order_waiting", (shown, engine), pool.permutation)
+            if answer is not None:
+                return answer
+        return ordered
+
+    def _sorted_by_waiting_key(
+        self, waiting: Sequence[RequestView], engine: EngineView
+    ) -> list[RequestView]:
+        old, keys = self._waiting_keys, {}
+        for request in waiting:
+            joined = (request.request_id, request.num_preemptions)
+            key = old.get(joined)
+            keys[joined] = key if key is not None else self._key("waiting_key", (request, engine))
+        self._waiting_keys = keys  # requests no longer waiting are forgotten
+        return sorted(waiting, key=lambda r: keys[(r.request_id, r.num_preemptions)])
 
     def plan_batch(self, engine: EngineView, default: BatchBudget) -> BatchBudget:
         """This step's limits: the policy's, or ``default``."""
@@ -244,7 +287,7 @@ class PolicyFacade:
         limits = (default.token_budget, default.max_running, default.prefill_chunk)
 
         def check(result: Any) -> BatchBudget:
-            return _budget(result, *limits)
+            return budget(result, *limits)
 
         # Policies get a copy: the engine's default stays the engine's.
         result = self._decide("plan_batch", (engine, BatchBudget(*limits)), check)
@@ -253,28 +296,86 @@ class PolicyFacade:
     def select_victims(
         self, running: Sequence[RequestView], needing: RequestView, engine: EngineView
     ) -> list[RequestView] | None:
-        """Preemption victims in order, or None for the engine default."""
+        """Preemption victims in order, or None for the engine default: the list hook's
+        answer, else the running requests by ``victim_key`` (ties: later in the engine's
+        order first, as its default takes the newest)."""
         if not self.has_victims:
             return None
-        pool = _Pool(running)
+        if self._victims_list:
+            pool = Pool(running)
 
-        def check(result: Any) -> list[RequestView]:
-            return pool.subset(result, "running request", 0)
+            def check(result: Any) -> list[RequestView]:
+                return pool.subset(result, "running request", 0)
 
-        return self._decide("select_victims", (running, needing, engine), check)
+            answer = self._decide("select_victims", (running, needing, engine), check)
+            if answer is not None or not self.has_victim_key:
+                return answer
+        n = len(running)
+        keys = [self._key("victim_key", (r, engine)) for r in running]
+        return [running[i] for i in sorted(range(n), key=lambda i: (keys[i], n - i))]
 
     def select_evictions(
         self, candidates: Sequence[BlockView], num_blocks: int, engine: EngineView
     ) -> list[BlockView] | None:
-        """Cached blocks to evict in order, or None for LRU."""
+        """Cached blocks to evict in order, or None for LRU: the list hook's answer, else
+        the candidates by ``eviction_key`` (ties: least recently used first). Engines
+        that keep blocks in key order themselves call ``eviction_key`` instead."""
         if not self.has_evictions or not candidates:
             return None
-        pool = _Pool(candidates)
+        if self._evictions_list:
+            pool = Pool(candidates)
 
-        def check(result: Any) -> list[BlockView]:
-            return pool.subset(result, "evictable block", num_blocks)
+            def check(result: Any) -> list[BlockView]:
+                return pool.subset(result, "evictable block", num_blocks)
 
-        return self._decide("select_evictions", (candidates, num_blocks, engine), check)
+            args = (candidates, num_blocks, engine)
+            answer = self._decide("select_evictions", args, check)
+            if answer is not None or not self.has_eviction_key:
+                return answer
+        keys = [self._key("eviction_key", (b, engine)) for b in candidates]
+        return [candidates[i] for i in sorted(range(len(candidates)), key=keys.__getitem__)]
+
+    # -- keys -----------------------------------------------------------------------
+
+    def waiting_key(self, request: RequestView, engine: EngineView) -> tuple[Any, ...] | None:
+        """The policies' combined key of a request joining the waiting queue (lower is
+        admitted first), or None when no policy keys it: the engine's order stands."""
+        if not self.has_waiting_key:
+            return None
+        return self._key("waiting_key", (request, engine))
+
+    def victim_key(self, request: RequestView, engine: EngineView) -> tuple[Any, ...] | None:
+        """The policies' combined key of a running request (lower is preempted first),
+        or None when no policy keys victims."""
+        if not self.has_victim_key:
+            return None
+        return self._key("victim_key", (request, engine))
+
+    def eviction_key(self, block: BlockView, engine: EngineView) -> tuple[Any, ...] | None:
+        """The policies' combined key of an evictable block (lower is evicted first), or
+        None when no policy keys blocks: least recently used first."""
+        if not self.has_eviction_key:
+            return None
+        return self._key("eviction_key", (block, engine))
+
+    def _key(self, hook: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        """One canonical component per implementing policy, in configured order (the
+        engine appends its own order): a policy's key, or ``UNKEYED`` (after every key)
+        when it has none for this item, raised, or returned something that is no key."""
+        parts = []
+        for policy, fn in self._impls[hook]:
+            try:
+                result = fn(*args)
+                parts.append(UNKEYED if result is None else (0, canonical_key(result)))
+            except Invalid as invalid:
+                self._fault(policy, hook, str(invalid))
+                parts.append(UNKEYED)
+            except PROPAGATED:
+                raise
+            except BaseException as exc:
+                self._fault(policy, hook, f"raised {describe_exception(exc)}", exc)
+                parts.append(UNKEYED)
+        return tuple(parts)
 
     # -- observation ----------------------------------------------------------------
 
@@ -321,138 +422,3 @@ def _budget_ms(value: float | None) -> float | None:
             f" not {show(value)}"
         )
     return ms
-
-
-# -- formatting that cannot raise ---------------------------------------------------------
-
-_type_name = type.__dict__["__name__"].__get__  # not the metaclass's, which may lie
-
-
-def type_name(obj: object) -> str:
-    """The name of ``obj``'s type; never raises."""
-    try:
-        return _truncate(str.__str__(_type_name(type(obj))))
-    except PROPAGATED:
-        raise
-    except BaseException:
-        return "?"
-
-
-def show(obj: object, *, prefer_str: bool = False) -> str:
-    """``repr(obj)`` (or ``str`` first), falling back to the other, then to a placeholder;
-    at most ``MAX_SHOWN`` characters. Never raises, whatever ``obj``'s methods do."""
-    if type(obj) is int and obj.bit_length() > 600:  # str() refuses over 4,300 digits
-        return f"<{obj.bit_length()}-bit int>"
-    for fmt in (str, repr) if prefer_str else (repr, str):
-        try:
-            # str.__str__ makes an exact str of a str subclass whose methods may lie.
-            return _truncate(str.__str__(fmt(obj)))
-        except PROPAGATED:
-            raise
-        except BaseException:
-            continue
-    return f"<unprintable {type_name(obj)}>"
-
-
-def describe_exception(exc: BaseException) -> str:
-    """``"TypeName: message"`` (just the name when the message is empty); never raises."""
-    text = show(exc, prefer_str=True)
-    return f"{type_name(exc)}: {text}" if text else type_name(exc)
-
-
-def _truncate(text: str) -> str:
-    return text if len(text) <= MAX_SHOWN else text[: MAX_SHOWN - 1] + "…"
-
-
-# -- validation: each check returns the engine's copy of a valid answer -------------------
-
-
-class _Pool:
-    """The engine's items at call time, which an answer may name (by identity)."""
-
-    __slots__ = ("_ids", "items")
-
-    def __init__(self, items: Sequence[Any]) -> None:
-        self.items = tuple(items)
-        self._ids: set[int] | None = None
-
-    @property
-    def ids(self) -> set[int]:
-        if self._ids is None:  # built once per facade call, only when a policy answers
-            self._ids = set(map(id, self.items))
-        return self._ids
-
-    def permutation(self, result: Any) -> list[Any]:
-        items = _plain_list(result, "expected a list of the waiting requests")
-        if len(items) != len(self.items):
-            raise _Invalid(
-                f"returned {len(items)} requests for a waiting queue of {len(self.items)}"
-            )
-        if set(map(id, items)) != self.ids:
-            raise _Invalid(
-                "did not return a permutation of the waiting queue (unknown or repeated request)"
-            )
-        return items
-
-    def subset(self, result: Any, what: str, at_least: int) -> list[Any]:
-        items = _plain_list(result, "expected a list or None")
-        ids = set(map(id, items))
-        if len(ids) != len(items):
-            raise _Invalid(f"named the same {what} twice")
-        if not ids <= self.ids:
-            raise _Invalid(f"named something that is not a {what}")
-        if len(items) < at_least:
-            raise _Invalid(f"returned {len(items)} items, at least {at_least} needed")
-        return items
-
-
-def _plain_list(result: Any, expected: str) -> list[Any]:
-    """A new plain list of what ``result`` holds. A list subclass is read as the list it
-    stores: none of its methods runs (``__iter__``, ``__len__``, ``__getitem__``...), so
-    what is validated is what the engine gets. ``isinstance`` would trust ``__class__``."""
-    if not issubclass(type(result), list):
-        raise _Invalid(f"returned {type_name(result)}, {expected}")
-    return list.copy(result)
-
-
-_CODE = re.compile(r"[a-z0-9_]{1,40}")  # Admission.code: a metric label, or nothing
-
-
-def _admission(result: Any) -> Admission:
-    if not issubclass(type(result), Admission):
-        raise _Invalid(f"returned {type_name(result)}, expected Admission or None")
-    admitted, reason = result.admitted, result.reason  # each read once
-    code = getattr(result, "code", "")
-    if type(admitted) is not bool:
-        raise _Invalid(f"returned admitted={show(admitted)}; Admission.admitted must be a bool")
-    text = str.__str__(reason) if issubclass(type(reason), str) else ""
-    if admitted:
-        return Admission(True, text) if text else ADMIT
-    if not text:
-        raise _Invalid("rejected without a reason; use Admission.reject('why')")
-    label = str.__str__(code) if issubclass(type(code), str) else ""
-    return Admission(False, text, label if _CODE.fullmatch(label) else "")
-
-
-def _budget(result: Any, token_budget: int, max_running: int, prefill_chunk: int) -> BatchBudget:
-    if not issubclass(type(result), BatchBudget):
-        raise _Invalid(f"returned {type_name(result)}, expected BatchBudget or None")
-    tokens, running, chunk = result.token_budget, result.max_running, result.prefill_chunk
-    if type(tokens) is not int or type(running) is not int or type(chunk) is not int:
-        fields = zip(_BUDGET_FIELDS, (tokens, running, chunk), strict=True)
-        name, value = next((n, v) for n, v in fields if type(v) is not int)
-        raise _Invalid(  # a bool, a float or an int subclass is not an int
-            f"returned BatchBudget.{name}={show(value)} ({type_name(value)});"
-            " BatchBudget fields must be ints"
-        )
-    if not 1 <= tokens <= token_budget:
-        raise _Invalid(f"token_budget {show(tokens)} outside 1..{token_budget}")
-    if not 1 <= running <= max_running:
-        raise _Invalid(f"max_running {show(running)} outside 1..{max_running}")
-    cap = prefill_chunk
-    if chunk < 0 or (cap and not 1 <= chunk <= cap):
-        raise _Invalid(f"prefill_chunk {show(chunk)} outside {f'1..{cap}' if cap else '>= 0'}")
-    return BatchBudget(tokens, running, chunk)
-
-
-_BUDGET_FIELDS = ("token_budget", "max_running", "prefill_chunk")

@@ -13,11 +13,15 @@ engine's default is used. Arguments are read-only views; new arguments are only 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypeAlias
 
 import pluggy
 
 from schedkit.decisions import Admission, BatchBudget, StepReport
 from schedkit.views import BlockView, EngineView, RequestView
+
+Key: TypeAlias = int | float | str | bytes | tuple["Key", ...]
+"""What a key hook returns: a number (not NaN), a string, bytes, or a tuple of keys."""
 
 PROJECT = "schedkit"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -170,6 +174,83 @@ def select_evictions(
 
 
 # -------------------------------------------------------------------------
+# Keys: the engine keeps the order
+# -------------------------------------------------------------------------
+#
+# A key hook ranks one request or block, and the engine keeps the order: a request's
+# waiting key is asked once each time it joins the waiting queue, so a policy costs one
+# call per request instead of a call on the whole list every step. Lower keys go
+# first in all three. Keys of every policy implementing the hook combine
+# lexicographically in configured order (``slo+vtc``: slo's key, then vtc's to break its
+# ties), then the engine's own order breaks the remaining ties. A key is a number (not
+# NaN), a string, bytes, or a tuple of those; ``None`` or an invalid key ranks the item
+# after every item the policy keyed. A key must not change while its item waits: a
+# policy whose order moves over time (aging, fairness counters) implements the list hook.
+# Where a policy implements both, the list hook sees the keyed order and may change it.
+
+
+@hookspec
+def waiting_key(request: RequestView, engine: EngineView) -> Key | None:
+    """Rank a waiting request: the engine admits lower keys first.
+
+    All results are collected: they combine lexicographically in configured order.
+
+    Called once each time ``request`` joins the waiting queue: when it arrives (after
+    admission) and when it is preempted. Ties, and requests no policy keys, keep the
+    engine's order (preempted requests first, then by arrival under FCFS).
+    ``order_waiting``, when implemented, is then called on the keyed order.
+
+    :param request: the request joining the queue.
+    :param engine: the engine's state at that moment.
+
+    Return a key (lower is served first) or ``None``: ranked after every keyed request.
+
+    .. versionadded:: 0.3
+    """
+
+
+@hookspec
+def victim_key(request: RequestView, engine: EngineView) -> Key | None:
+    """Rank a running request for preemption: the engine preempts lower keys first.
+
+    All results are collected: they combine lexicographically in configured order.
+
+    Called when a request cannot get the KV blocks it needs, once per running request
+    considered, before the engine preempts. Ties keep the engine's default victim order
+    (FCFS: the last admitted first). ``select_victims``, when implemented and answering,
+    takes precedence.
+
+    :param request: a running request (the one needing blocks included).
+    :param engine: the engine's state at that moment.
+
+    Return a key (lower is preempted first) or ``None``: preempted after every keyed
+    request.
+
+    .. versionadded:: 0.3
+    """
+
+
+@hookspec
+def eviction_key(block: BlockView, engine: EngineView) -> Key | None:
+    """Rank an evictable cached block: the engine evicts lower keys first.
+
+    All results are collected: they combine lexicographically in configured order.
+
+    Called when the engine must evict, once per candidate of its eviction window (as
+    ``select_evictions`` gets them); the block is unreferenced, so its fields do not
+    change while it waits to be evicted. Ties keep least recently used first.
+    ``select_evictions``, when implemented and answering, takes precedence.
+
+    :param block: a cached block no request references.
+    :param engine: the engine's state at that moment.
+
+    Return a key (lower is evicted first) or ``None``: evicted after every keyed block.
+
+    .. versionadded:: 0.3
+    """
+
+
+# -------------------------------------------------------------------------
 # Observation
 # -------------------------------------------------------------------------
 
@@ -213,5 +294,6 @@ DECISION_HOOKS = (
     "select_victims",
     "select_evictions",
 )
+KEY_HOOKS = ("waiting_key", "victim_key", "eviction_key")
 OBSERVATION_HOOKS = ("on_request_arrived", "on_step_finished", "on_request_finished")
-HOOK_NAMES = DECISION_HOOKS + OBSERVATION_HOOKS
+HOOK_NAMES = DECISION_HOOKS + KEY_HOOKS + OBSERVATION_HOOKS

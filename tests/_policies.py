@@ -67,6 +67,18 @@ def _select_evictions(self: Scripted, candidates: Any, num_blocks: Any, engine: 
     return self.reply("select_evictions", candidates, num_blocks, engine)
 
 
+def _waiting_key(self: Scripted, request: Any, engine: Any) -> Any:
+    return self.reply("waiting_key", request, engine)
+
+
+def _victim_key(self: Scripted, request: Any, engine: Any) -> Any:
+    return self.reply("victim_key", request, engine)
+
+
+def _eviction_key(self: Scripted, block: Any, engine: Any) -> Any:
+    return self.reply("eviction_key", block, engine)
+
+
 def _on_request_arrived(self: Scripted, request: Any, engine: Any) -> Any:
     return self.reply("on_request_arrived", request, engine)
 
@@ -87,6 +99,9 @@ _IMPLS: dict[str, Callable[..., Any]] = {
         _plan_batch,
         _select_victims,
         _select_evictions,
+        _waiting_key,
+        _victim_key,
+        _eviction_key,
         _on_request_arrived,
         _on_step_finished,
         _on_request_finished,

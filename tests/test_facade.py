@@ -25,9 +25,10 @@ from schedkit import (
     StepReport,
     hookimpl,
 )
+from schedkit.answers import UNKEYED
 from schedkit.decisions import ADMIT
 from schedkit.errors import PluginLoadError, PolicyConfigError, PolicyDecisionError
-from schedkit.hookspecs import DECISION_HOOKS, HOOK_NAMES, OBSERVATION_HOOKS
+from schedkit.hookspecs import DECISION_HOOKS, HOOK_NAMES, KEY_HOOKS, OBSERVATION_HOOKS
 
 DEFAULT = BatchBudget(token_budget=2048, max_running=16, prefill_chunk=512)
 
@@ -63,6 +64,10 @@ def call(facade: PolicyFacade, hook: str, w: World) -> Any:
         return facade.select_victims(w.running, w.running[0], w.engine)
     if hook == "select_evictions":
         return facade.select_evictions(w.blocks, w.num_blocks, w.engine)
+    if hook in KEY_HOOKS:  # a key of nothing but UNKEYED: the engine's order stands
+        item = w.blocks[0] if hook == "eviction_key" else w.waiting[0]
+        key = getattr(facade, hook)(item, w.engine)
+        return None if key is None or set(key) == {UNKEYED} else key
     if hook == "on_request_arrived":
         facade.admit(w.waiting[0], w.engine)
         return None
@@ -726,7 +731,7 @@ def test_impls_taking_a_subset_of_arguments_receive_the_right_ones(world: World)
     facade = PolicyFacade([("subset", policy)], strict=True)
     w = world
 
-    assert facade.implemented == set(HOOK_NAMES)
+    assert facade.implemented == set(DECISION_HOOKS) | set(OBSERVATION_HOOKS)
     assert facade.admit(w.waiting[0], w.engine).reason == "engine only"
     assert facade.order_waiting(w.waiting, w.engine) is None
     assert facade.plan_batch(w.engine, DEFAULT) == BatchBudget(1024, 16, 512)
@@ -789,4 +794,4 @@ def test_observation_hooks_are_consulted_in_configured_order(world: World) -> No
 
 
 def test_observation_hooks_are_listed() -> None:
-    assert set(OBSERVATION_HOOKS) | set(DECISION_HOOKS) == set(HOOK_NAMES)
+    assert set(OBSERVATION_HOOKS) | set(DECISION_HOOKS) | set(KEY_HOOKS) == set(HOOK_NAMES)

@@ -34,10 +34,11 @@ from schedkit import (
     StepReport,
     hookimpl,
 )
+from schedkit.answers import UNKEYED
 from schedkit.decisions import ADMIT
 from schedkit.errors import PolicyDecisionError
 from schedkit.facade import MAX_SHOWN
-from schedkit.hookspecs import DECISION_HOOKS, HOOK_NAMES, OBSERVATION_HOOKS
+from schedkit.hookspecs import DECISION_HOOKS, HOOK_NAMES, KEY_HOOKS, OBSERVATION_HOOKS
 from schedkit.sim.config import SimConfig
 from schedkit.sim.costmodel import LinearCostModel
 from schedkit.sim.engine import SimEngine
@@ -72,6 +73,10 @@ def call(facade: PolicyFacade, hook: str, w: World) -> Any:
     """Drive ``hook`` through its facade method, with fresh argument lists as engines do."""
     if hook == "admit_request":
         return facade.admit(w.waiting[0], w.engine)
+    if hook in KEY_HOOKS:  # a key of nothing but UNKEYED: the engine's order stands
+        item = w.blocks[0] if hook == "eviction_key" else w.waiting[0]
+        key = getattr(facade, hook)(item, w.engine)
+        return None if key is None or set(key) == {UNKEYED} else key
     if hook == "on_request_arrived":
         facade.admit(w.waiting[0], w.engine)
         return None

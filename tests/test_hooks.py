@@ -170,6 +170,87 @@ def test_hook_select_evictions_too_few_blocks_is_refused(engine: EngineState) ->
     assert facade.errors == {("e", "select_evictions"): 1}
 
 
+# -- waiting_key ------------------------------------------------------------------------
+
+
+def test_hook_waiting_key_combines_policies_in_configured_order(engine: EngineState) -> None:
+    waiting = make_requests(4)
+    for i, r in enumerate(waiting):
+        r.priority, r.tenant = (1, 0, 1, 0)[i], "bbaa"[i]
+    by_priority = scripted(waiting_key=lambda r, e: r.priority)
+    by_tenant = scripted(waiting_key=lambda r, e: r.tenant)
+    facade = PolicyFacade([("priority", by_priority), ("tenant", by_tenant)])
+
+    keys = [facade.waiting_key(r, engine) for r in waiting]
+    order = sorted(range(4), key=lambda i: (keys[i], i))  # the engine's order breaks ties
+
+    assert order == [3, 1, 2, 0]  # priority 0 first; within it tenant "a" before "b"
+    assert by_priority.calls_to("waiting_key")[0] == (waiting[0], engine)
+    assert not facade.errors
+
+
+def test_hook_waiting_key_none_ranks_after_every_key(engine: EngineState) -> None:
+    waiting = make_requests(3)
+    policy = scripted(waiting_key=lambda r, e: None if r is waiting[0] else 5)
+    facade = PolicyFacade([("p", policy)])
+    keys = [facade.waiting_key(r, engine) for r in waiting]
+    assert keys[1] == keys[2] < keys[0]  # type: ignore[operator]
+    assert not facade.errors
+
+
+def test_hook_waiting_key_nan_is_a_fault_ranked_as_none(engine: EngineState) -> None:
+    waiting = make_requests(2)
+    facade = PolicyFacade([("p", scripted(waiting_key=lambda r, e: float("nan")))])
+    quiet = PolicyFacade([("p", scripted(waiting_key=None))])
+    assert facade.waiting_key(waiting[0], engine) == quiet.waiting_key(waiting[0], engine)
+    facade.waiting_key(waiting[1], engine)
+    assert facade.errors == {("p", "waiting_key"): 2}
+
+
+def test_hook_waiting_key_not_implemented_gives_none(engine: EngineState) -> None:
+    facade = PolicyFacade([("p", scripted(order_waiting=None))])
+    assert facade.waiting_key(make_requests(1)[0], engine) is None
+
+
+# -- victim_key -------------------------------------------------------------------------
+
+
+def test_hook_victim_key_lower_is_preempted_first(engine: EngineState) -> None:
+    running = make_requests(3)
+    for r, computed in zip(running, (300, 10, 80), strict=True):
+        r.num_computed_tokens = computed
+    facade = PolicyFacade([("least", scripted(victim_key=lambda r, e: r.num_computed_tokens))])
+    ranked = sorted(running, key=lambda r: facade.victim_key(r, engine) or ())
+    assert [r.num_computed_tokens for r in ranked] == [10, 80, 300]
+
+
+def test_hook_victim_key_raising_is_counted_and_ranked_as_none(engine: EngineState) -> None:
+    [request] = make_requests(1)
+    facade = PolicyFacade([("bad", scripted(victim_key=raising(RuntimeError("x"))))])
+    quiet = PolicyFacade([("bad", scripted(victim_key=None))])
+    assert facade.victim_key(request, engine) == quiet.victim_key(request, engine)
+    assert facade.errors == {("bad", "victim_key"): 1}
+
+
+# -- eviction_key -----------------------------------------------------------------------
+
+
+def test_hook_eviction_key_orders_blocks(engine: EngineState) -> None:
+    blocks = make_blocks(4)
+    for block, hits in zip(blocks, (3, 0, 2, 0), strict=True):
+        block.num_hits = hits
+    lfu = scripted(eviction_key=lambda b, e: (b.num_hits, b.last_access))
+    facade = PolicyFacade([("lfu", lfu)])
+    ranked = sorted(range(4), key=lambda i: (facade.eviction_key(blocks[i], engine) or (), i))
+    assert [blocks[i].num_hits for i in ranked] == [0, 0, 2, 3]
+
+
+def test_hook_eviction_key_object_is_a_fault(engine: EngineState) -> None:
+    facade = PolicyFacade([("bad", scripted(eviction_key=lambda b, e: object()))])
+    facade.eviction_key(make_blocks(1)[0], engine)
+    assert facade.errors == {("bad", "eviction_key"): 1}
+
+
 # -- observation ------------------------------------------------------------------------
 
 

@@ -319,6 +319,18 @@ class Faulty(Policy):
         self._call("select_evictions")
 
     @hookimpl
+    def waiting_key(self, request: RequestView, engine: EngineView) -> None:
+        self._call("waiting_key")
+
+    @hookimpl
+    def victim_key(self, request: RequestView, engine: EngineView) -> None:
+        self._call("victim_key")
+
+    @hookimpl
+    def eviction_key(self, block: BlockView, engine: EngineView) -> None:
+        self._call("eviction_key")
+
+    @hookimpl
     def on_step_finished(self, report: StepReport, engine: EngineView) -> None:
         self._call("on_step_finished")
 

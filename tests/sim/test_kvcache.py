@@ -239,7 +239,8 @@ def test_a_policy_that_has_no_opinion_or_raises_leaves_lru() -> None:
     kv.free([2], 0, run_key=-2, run=0, run_depth=1, clock=2.0)
     kv.take(1)
     assert shared_free(kv) == [2] and 1 not in kv.meta
-    assert faulty.raised == {"select_evictions": 1} and facade.error_count == 1
+    assert faulty.raised == {"select_evictions": 1, "eviction_key": 2}  # a key per candidate
+    assert facade.error_count == 3
     kv.check(1)
 
 

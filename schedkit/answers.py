@@ -1,0 +1,202 @@
+"""What the facade accepts from a policy: each check returns the engine's own copy of a
+valid answer, or raises ``Invalid`` with the problem; formatting that never raises.
+
+Key hooks' keys are made *canonical*: a tuple ``(rank, value)`` where the rank orders the
+kinds (numbers, strings, bytes, tuples), so any two canonical keys compare, whatever types
+the policies chose, and no method of a policy's object runs when the engine sorts.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from schedkit.decisions import ADMIT, Admission, BatchBudget
+
+MAX_SHOWN = 200  # characters of an exception or answer in a fault message
+PROPAGATED = (KeyboardInterrupt, SystemExit)
+
+
+class Invalid(Exception):
+    """An answer that fails validation; its message is the logged problem."""
+
+
+# -- formatting that cannot raise ---------------------------------------------------------
+
+_type_name = type.__dict__["__name__"].__get__  # not the metaclass's, which may lie
+
+
+def type_name(obj: object) -> str:
+    """The name of ``obj``'s type; never raises."""
+    try:
+        return _truncate(str.__str__(_type_name(type(obj))))
+    except PROPAGATED:
+        raise
+    except BaseException:
+        return "?"
+
+
+def show(obj: object, *, prefer_str: bool = False) -> str:
+    """``repr(obj)`` (or ``str`` first), falling back to the other, then to a placeholder;
+    at most ``MAX_SHOWN`` characters. Never raises, whatever ``obj``'s methods do."""
+    if type(obj) is int and obj.bit_length() > 600:  # str() refuses over 4,300 digits
+        return f"<{obj.bit_length()}-bit int>"
+    for fmt in (str, repr) if prefer_str else (repr, str):
+        try:
+            # str.__str__ makes an exact str of a str subclass whose methods may lie.
+            return _truncate(str.__str__(fmt(obj)))
+        except PROPAGATED:
+            raise
+        except BaseException:
+            continue
+    return f"<unprintable {type_name(obj)}>"
+
+
+def describe_exception(exc: BaseException) -> str:
+    """``"TypeName: message"`` (just the name when the message is empty); never raises."""
+    text = show(exc, prefer_str=True)
+    return f"{type_name(exc)}: {text}" if text else type_name(exc)
+
+
+def _truncate(text: str) -> str:
+    return text if len(text) <= MAX_SHOWN else text[: MAX_SHOWN - 1] + "…"
+
+
+# -- validation: each check returns the engine's copy of a valid answer -------------------
+
+
+class Pool:
+    """The engine's items at call time, which an answer may name (by identity)."""
+
+    __slots__ = ("_ids", "items")
+
+    def __init__(self, items: Sequence[Any]) -> None:
+        self.items = tuple(items)
+        self._ids: set[int] | None = None
+
+    @property
+    def ids(self) -> set[int]:
+        if self._ids is None:  # built once per facade call, only when a policy answers
+            self._ids = set(map(id, self.items))
+        return self._ids
+
+    def permutation(self, result: Any) -> list[Any]:
+        items = _plain_list(result, "expected a list of the waiting requests")
+        if len(items) != len(self.items):
+            raise Invalid(
+                f"returned {len(items)} requests for a waiting queue of {len(self.items)}"
+            )
+        if set(map(id, items)) != self.ids:
+            raise Invalid(
+                "did not return a permutation of the waiting queue (unknown or repeated request)"
+            )
+        return items
+
+    def subset(self, result: Any, what: str, at_least: int) -> list[Any]:
+        items = _plain_list(result, "expected a list or None")
+        ids = set(map(id, items))
+        if len(ids) != len(items):
+            raise Invalid(f"named the same {what} twice")
+        if not ids <= self.ids:
+            raise Invalid(f"named something that is not a {what}")
+        if len(items) < at_least:
+            raise Invalid(f"returned {len(items)} items, at least {at_least} needed")
+        return items
+
+
+def _plain_list(result: Any, expected: str) -> list[Any]:
+    """A new plain list of what ``result`` holds. A list subclass is read as the list it
+    stores: none of its methods runs (``__iter__``, ``__len__``, ``__getitem__``...), so
+    what is validated is what the engine gets. ``isinstance`` would trust ``__class__``."""
+    if not issubclass(type(result), list):
+        raise Invalid(f"returned {type_name(result)}, {expected}")
+    return list.copy(result)
+
+
+_CODE = re.compile(r"[a-z0-9_]{1,40}")  # Admission.code: a metric label, or nothing
+
+
+def admission(result: Any) -> Admission:
+    if not issubclass(type(result), Admission):
+        raise Invalid(f"returned {type_name(result)}, expected Admission or None")
+    admitted, reason = result.admitted, result.reason  # each read once
+    code = getattr(result, "code", "")
+    if type(admitted) is not bool:
+        raise Invalid(f"returned admitted={show(admitted)}; Admission.admitted must be a bool")
+    text = str.__str__(reason) if issubclass(type(reason), str) else ""
+    if admitted:
+        return Admission(True, text) if text else ADMIT
+    if not text:
+        raise Invalid("rejected without a reason; use Admission.reject('why')")
+    label = str.__str__(code) if issubclass(type(code), str) else ""
+    return Admission(False, text, label if _CODE.fullmatch(label) else "")
+
+
+def budget(result: Any, token_budget: int, max_running: int, prefill_chunk: int) -> BatchBudget:
+    if not issubclass(type(result), BatchBudget):
+        raise Invalid(f"returned {type_name(result)}, expected BatchBudget or None")
+    tokens, running, chunk = result.token_budget, result.max_running, result.prefill_chunk
+    if type(tokens) is not int or type(running) is not int or type(chunk) is not int:
+        fields = zip(_BUDGET_FIELDS, (tokens, running, chunk), strict=True)
+        name, value = next((n, v) for n, v in fields if type(v) is not int)
+        raise Invalid(  # a bool, a float or an int subclass is not an int
+            f"returned BatchBudget.{name}={show(value)} ({type_name(value)});"
+            " BatchBudget fields must be ints"
+        )
+    if not 1 <= tokens <= token_budget:
+        raise Invalid(f"token_budget {show(tokens)} outside 1..{token_budget}")
+    if not 1 <= running <= max_running:
+        raise Invalid(f"max_running {show(running)} outside 1..{max_running}")
+    cap = prefill_chunk
+    if chunk < 0 or (cap and not 1 <= chunk <= cap):
+        raise Invalid(f"prefill_chunk {show(chunk)} outside {f'1..{cap}' if cap else '>= 0'}")
+    return BatchBudget(tokens, running, chunk)
+
+
+_BUDGET_FIELDS = ("token_budget", "max_running", "prefill_chunk")
+
+
+# -- keys ---------------------------------------------------------------------------------
+
+MAX_KEY_DEPTH = 8  # nested tuples
+MAX_KEY_ITEMS = 64  # per tuple
+UNKEYED = (1,)  # a policy's component for an item it did not key: after every key
+
+
+def canonical_key(key: Any, depth: int = 0) -> tuple[Any, ...]:
+    """``key`` as a canonical comparable tuple; raises ``Invalid`` for anything else. Only
+    the base types' own methods run: an ``int`` or ``str`` subclass cannot lie about
+    its value or its order."""
+    kind = type(key)
+    if kind is int or kind is bool:
+        return (0, int(key))
+    if kind is float or issubclass(kind, float):
+        value = float.__float__(key)
+        if math.isnan(value):
+            raise Invalid("returned a NaN key; keys must compare (use a number, not NaN)")
+        return (0, value)
+    if issubclass(kind, str):
+        return (1, str.__str__(key))
+    if issubclass(kind, bytes):
+        return (2, bytes.__getitem__(key, slice(None)))
+    if issubclass(kind, tuple):
+        n = tuple.__len__(key)
+        if depth >= MAX_KEY_DEPTH or n > MAX_KEY_ITEMS:
+            raise Invalid(
+                f"returned a key nested deeper than {MAX_KEY_DEPTH} or longer than"
+                f" {MAX_KEY_ITEMS} items"
+            )
+        return (3, tuple(canonical_key(tuple.__getitem__(key, i), depth + 1) for i in range(n)))
+    if issubclass(kind, int):
+        return (0, int.__index__(key))
+    try:
+        return (0, operator.index(key))  # numpy integers and other exact integers
+    except TypeError:
+        pass
+    raise Invalid(
+        f"returned a key of type {type_name(key)}; a key is a number, a string, bytes or a"
+        " tuple of those"
+    )
