@@ -70,7 +70,7 @@ class ProbedEngine(SimEngine):
         super().__init__(*args, **kwargs)
         self.step_cap = step_cap
         self.iterations = 0
-        self.decode_runs = 0
+        self.decode_stretches = 0
         self.peak_running = 0
         self.trace_waiting = trace_waiting
         self.waiting_after: list[list[str]] = []
@@ -84,11 +84,11 @@ class ProbedEngine(SimEngine):
         self.peak_running = max(self.peak_running, len(scheduled))
         super()._execute(scheduled, preempted)
 
-    def _run_decode_steps(self, k: int, kv0: int, need: int) -> None:
+    def _decode_stretch(self, k: int, kv0: int, need: int) -> None:
         self.iterations += 1
-        self.decode_runs += 1
+        self.decode_stretches += 1
         self.peak_running = max(self.peak_running, len(self.running))
-        super()._run_decode_steps(k, kv0, need)
+        super()._decode_stretch(k, kv0, need)
         self._after_step()
 
     def _after_step(self) -> None:
@@ -131,10 +131,10 @@ def assert_drained(eng: SimEngine) -> None:
     """Nothing left in the engine and every KV block free, cached ones included."""
     kv = eng.kv
     assert not eng.running and not eng.waiting
-    assert kv.in_use == {}
+    assert kv.referenced_blocks() == 0
     assert kv.num_free == kv.num_blocks == eng.cfg.num_blocks
     assert kv.num_used == 0
-    kv.check(0)
+    kv.check([])
 
 
 RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(RequestRecord))

@@ -44,9 +44,9 @@ from schedkit import EngineView, Policy, RequestView, hookimpl
 from schedkit.bench.records import RunResult
 from schedkit.hookspecs import HOOK_NAMES
 from schedkit.policies.builtin import PriorityPolicy
+from schedkit.sim.blocks import own_block_hash
 from schedkit.sim.config import SimConfig, StepCost
 from schedkit.sim.engine import SimEngine
-from schedkit.sim.kvcache import own_block_hash
 from schedkit.sim.request import SimRequest
 from schedkit.sim.workloads import TraceRequest, load_workload
 
@@ -509,13 +509,15 @@ class WaitingHashes(Policy):
         kv = self.eng.kv
         for request in waiting:
             assert isinstance(request, SimRequest)
-            hit, own = request.cached_prefix(kv)
-            names = hit + tuple(own_block_hash(request.run_key, j) for j in range(own))
-            assert tuple(request.block_hashes[: len(names)]) == names
+            hit, own, _ = kv.lookup(request.blocks, request.num_tokens)
+            names = tuple(own_block_hash(request.blocks.key, j) for j in range(own))
+            assert tuple(request.block_hashes[hit : hit + own]) == names
             assert len(request.block_hashes) == request.num_tokens // kv.block_size
-            for block_hash in hit:  # the same hash as the cached block's view
-                assert kv.meta[block_hash].block_hash == block_hash
-            self.checked.append((request.request_id, len(hit), own))
+            for block_hash in request.block_hashes[:hit]:  # cached under the hash it lists
+                assert kv.is_cached(block_hash)
+            if hit < request.blocks.num_shared and hit < (request.num_tokens - 1) // kv.block_size:
+                assert not kv.is_cached(request.block_hashes[hit])  # the first miss
+            self.checked.append((request.request_id, hit, own))
 
 
 def run_checking_hashes(requests: list[TraceRequest], config: SimConfig) -> WaitingHashes:
@@ -693,7 +695,7 @@ def test_a_long_decode_is_advanced_in_one_go(cost: StepCost) -> None:
     )
     result = eng.run()
     assert result.steps == 10_000 and result.records[0].output_tokens == 10_000
-    assert eng.iterations == 2 and eng.decode_runs == 1  # the prefill step, then one run
+    assert eng.iterations == 2 and eng.decode_stretches == 1  # the prefill step, then one stretch
     assert [s.num_steps for s in observer.steps] == [1, 9_999]
     stepped = engine(
         [req("r0", 0.0, 16, 10_000)], SimConfig(num_blocks=1000), cost=cost, stretch=False
@@ -708,7 +710,7 @@ def test_loop_iterations_follow_events_at_low_load() -> None:
     result = eng.run()
     outputs = sum(r.output_tokens for r in result.records)
     assert result.steps >= outputs // 2  # mostly one request at a time
-    # A prefill step per request, and decode runs cut only by arrivals and completions.
+    # A prefill step per request, and decode stretches cut only by arrivals and completions.
     assert eng.iterations <= 4 * len(requests) < result.steps / 10
 
 

@@ -1,5 +1,5 @@
-"""KVCache on its own: allocation, prefix-cache runs and shared blocks, LRU and policy
-eviction, and the conservation check the engine runs after every step."""
+"""KVCache on its own: allocation, block tables, own spans and shared spans, LRU and
+policy eviction, and the conservation check the engine runs after every step."""
 
 from __future__ import annotations
 
@@ -11,27 +11,62 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schedkit import BlockView, EngineState, EngineView, Policy, PolicyFacade, hookimpl
-from schedkit.sim.kvcache import KVCache, Run, own_block_hash
+from schedkit.sim.blocks import BlockTable, OwnSpan, blocks_for, own_block_hash, own_key_of
+from schedkit.sim.kvcache import KVCache
 
 BS = 16
+PER = 2  # blocks per trace hash id (group) in these tests
 
 
-def cache(num_blocks: int = 10, *policies: tuple[str, Policy]) -> KVCache:
+def cache(num_blocks: int = 10, *policies: tuple[str, Policy], window: int = 4096) -> KVCache:
     return KVCache(
         num_blocks,
         BS,
         prefix_caching=True,
         facade=PolicyFacade(list(policies)),
         engine=EngineState(num_blocks, BS),
+        eviction_window=window,
+        group_blocks=PER,
     )
 
 
-def runs(kv: KVCache) -> dict[int, int]:
-    return {k: e.count for k, e in kv.cached_free.items() if isinstance(e, Run)}
+def table(key: int, groups: tuple[int, ...] = (), num_shared: int | None = None) -> BlockTable:
+    return BlockTable(key, groups, len(groups) * PER if num_shared is None else num_shared)
+
+
+def admit(kv: KVCache, t: BlockTable, blocks: int, computed_blocks: int) -> tuple[int, int]:
+    """Admit a request the way the engine does: hit, take the rest, publish what it
+    computed. Returns (shared, own) blocks hit."""
+    hit, own, reclaim = kv.lookup(t, blocks * BS + 1)
+    assert kv.can_allocate(reclaim + own, blocks - hit - own)
+    kv.touch(t, hit, own)
+    kv.take(blocks - hit - own)
+    kv.add_blocks(t, blocks - hit - own)
+    kv.publish(t, hit + own, computed_blocks)
+    return hit, own
+
+
+def owns(kv: KVCache) -> dict[int, int]:
+    return {k: e.count for k, e in kv.cached_free.items() if isinstance(e, OwnSpan)}
 
 
 def shared_free(kv: KVCache) -> list[int]:
-    return [k for k, e in kv.cached_free.items() if not isinstance(e, Run)]
+    """Hashes of the unreferenced shared blocks, least recently used first."""
+    return [
+        s.group * PER + j
+        for e in kv.cached_free.values()
+        if isinstance(e, list)
+        for s in e
+        for j in reversed(range(s.lo, s.hi))
+    ]
+
+
+def test_blocks_for_is_a_ceiling_division() -> None:
+    assert [blocks_for(n, BS) for n in (0, 1, 16, 17, 32)] == [0, 1, 1, 2, 2]
+
+
+def test_own_block_hashes_name_their_request() -> None:
+    assert own_key_of(own_block_hash(-3, 0)) == -3 and own_key_of(own_block_hash(-3, 7)) == -3
 
 
 # -- allocation -------------------------------------------------------------------------
@@ -40,66 +75,63 @@ def shared_free(kv: KVCache) -> list[int]:
 def test_a_new_cache_is_all_free() -> None:
     kv = cache(10)
     assert (kv.num_free, kv.num_used, kv.free_uncached, kv.cached_blocks) == (10, 0, 10, 0)
-    kv.check(0)
+    kv.check([])
 
 
-def test_take_and_free_private_blocks() -> None:
-    kv = cache(10)
-    assert kv.can_allocate((), 0, 10) and not kv.can_allocate((), 0, 11)
+def test_take_and_release_private_blocks() -> None:
+    kv, t = cache(10), table(-1)
+    assert kv.can_allocate(0, 10) and not kv.can_allocate(0, 11)
     kv.take(7)
+    kv.add_blocks(t, 7)
     assert (kv.num_free, kv.num_used) == (3, 7)
-    kv.check(7)
-    assert kv.can_allocate((), 0, 3) and not kv.can_allocate((), 0, 4)
-    kv.free([], 7, run_key=-1, run=0, run_depth=0, clock=1.0)
-    assert (kv.num_free, kv.free_uncached, kv.cached_free) == (10, 10, {})
-    kv.check(0)
+    kv.check([t])
+    kv.release(t, clock=1.0)
+    assert (kv.num_free, kv.free_uncached, kv.cached_free, t.nblocks) == (10, 10, {}, 0)
+    kv.check([])
 
 
 def test_check_catches_a_leak_and_a_miscount() -> None:
-    kv = cache(10)
+    kv, t = cache(10), table(-1)
     kv.take(3)
+    kv.add_blocks(t, 2)
     with pytest.raises(AssertionError):
-        kv.check(2)  # one block held by nobody
-    kv.check(3)
+        kv.check([t])  # one block held by nobody
+    kv.add_blocks(t, 1)
+    kv.check([t])
     kv.cached_blocks += 1  # a cached block no entry accounts for
     with pytest.raises(AssertionError):
-        kv.check(2)
+        kv.check([t])
 
 
-# -- a request's own blocks: one run ------------------------------------------------------
+# -- a request's own blocks: one span -----------------------------------------------------
 
 
-def test_own_blocks_are_cached_as_one_run_and_hit_again() -> None:
-    kv = cache(10)
-    kv.take(5)
-    # 3 full computed blocks cached, 2 private (a partial block and one never computed).
-    kv.free([], 2, run_key=-1, run=3, run_depth=0, clock=1.0)
-    assert runs(kv) == {-1: 3}
+def test_own_blocks_are_cached_as_one_span_and_hit_again() -> None:
+    kv, t = cache(10), table(-1)
+    admit(kv, t, 5, 3)  # 3 full computed blocks, 2 private (partial, never computed)
+    kv.release(t, clock=1.0)
+    assert owns(kv) == {-1: 3}
     assert (kv.num_free, kv.free_uncached, kv.cached_blocks) == (10, 7, 3)
-    assert kv.run_hit(-1) == 3 and kv.run_hit(-2) == 0
-    kv.check(0)
-    # The request comes back: its run is referenced again, then 2 more blocks taken.
-    assert kv.can_allocate((), 3, 7) and not kv.can_allocate((), 3, 8)
-    kv.touch((), -1, 3, clock=2.0)
-    kv.take(2)
-    assert runs(kv) == {} and kv.num_free == 5
-    kv.check(5)
+    kv.check([])
+    assert kv.lookup(t, 5 * BS) == (0, 3, 0) and kv.lookup(table(-2), 5 * BS) == (0, 0, 0)
+    assert kv.lookup(t, 2 * BS + 1) == (0, 2, 0)  # the last token is always recomputed
+    assert admit(kv, t, 5, 3) == (0, 3)
+    assert owns(kv) == {} and kv.num_free == 5
+    kv.check([t])
 
 
-def test_a_run_is_evicted_from_its_tail_and_keeps_its_place() -> None:
-    kv = cache(10)
-    kv.take(7)
-    kv.free([], 0, run_key=-1, run=4, run_depth=2, clock=1.0)  # older
-    kv.free([], 0, run_key=-2, run=3, run_depth=0, clock=2.0)
+def test_an_own_span_is_evicted_from_its_tail_and_keeps_its_place() -> None:
+    kv, a, b = cache(10), table(-1), table(-2)
+    admit(kv, a, 4, 4)
+    admit(kv, b, 3, 3)
+    kv.release(a, clock=1.0)  # older
+    kv.release(b, clock=2.0)
     assert kv.free_uncached == 3
-    kv.take(5)  # 3 uncached, then 2 blocks from the least recently freed run's tail
-    assert runs(kv) == {-1: 2, -2: 3} and list(kv.cached_free) == [-1, -2]
+    kv.take(5)  # 3 uncached, then 2 blocks from the least recently freed span's tail
+    assert owns(kv) == {-1: 2, -2: 3} and list(kv.cached_free) == [-1, -2]
     assert kv.evictions == 2
-    kv.check(5)
-    kv.take(3)  # the rest of run -1, then one block of run -2
-    assert runs(kv) == {-2: 2} and kv.evictions == 5
-    assert kv.run_hit(-1) == 0 and kv.run_hit(-2) == 2
-    kv.check(8)
+    kv.take(3)  # the rest of span -1, then one block of span -2
+    assert owns(kv) == {-2: 2} and kv.evictions == 5
 
 
 # -- shared blocks ------------------------------------------------------------------------
@@ -107,53 +139,56 @@ def test_a_run_is_evicted_from_its_tail_and_keeps_its_place() -> None:
 
 def test_shared_blocks_are_refcounted_and_cached_when_unreferenced() -> None:
     kv = cache(10)
-    kv.take(3)  # request A: blocks 0 and 1 carry prefix hashes 100 and 101, block 2 private
-    assert kv.cache_block(100, 0, clock=0.5) and kv.cache_block(101, 1, clock=0.5)
-    assert not kv.cache_block(100, 0, clock=0.6)  # a second copy stays private
-    assert kv.in_use == {100: 1, 101: 1}
-    kv.check(1)
-    # Request B finds both blocks: refcounts rise, nothing is taken for them.
-    assert kv.can_allocate((100, 101), 0, 7) and not kv.can_allocate((100, 101), 0, 8)
-    kv.touch((100, 101), -2, 0, clock=1.0)
-    assert kv.in_use == {100: 2, 101: 2} and kv.meta[100].num_hits == 1
-    kv.take(1)
-    kv.check(2)
-    kv.free([100, 101], 1, run_key=-1, run=0, run_depth=2, clock=2.0)  # A finishes
-    assert kv.in_use == {100: 1, 101: 1} and kv.cached_free == {}
-    kv.check(1)
-    kv.free([100, 101], 1, run_key=-2, run=0, run_depth=2, clock=3.0)  # B finishes
-    assert kv.in_use == {} and shared_free(kv) == [101, 100]  # freed tail first
-    assert kv.meta[100].last_access == 3.0 and kv.num_free == 10
-    kv.check(0)
-    # A cached, unreferenced block found again: reclaimed from the free pool.
-    assert kv.can_allocate((100,), 0, 9) and not kv.can_allocate((100,), 0, 10)
-    kv.touch((100,), -3, 0, clock=4.0)
-    assert kv.in_use == {100: 1} and shared_free(kv) == [101] and kv.num_free == 9
-    assert kv.meta[100].num_hits == 2 and kv.meta[100].last_access == 4.0
-    kv.check(0)
+    a, b, c = table(-1, (50,)), table(-2, (50,)), table(-3, (50,), num_shared=1)
+    assert admit(kv, a, 3, 2) == (0, 0)  # blocks 100 and 101 published, one private
+    assert kv.is_cached(100) and kv.is_cached(101) and kv.referenced_blocks() == 2
+    kv.check([a])
+    assert kv.lookup(b, 3 * BS) == (2, 0, 0)
+    assert admit(kv, b, 3, 2) == (2, 0)  # found both: refcounts rise, one block taken
+    kv.check([a, b])
+    assert kv.num_free == 6
+    kv.release(a, clock=2.0)
+    assert kv.cached_free == {} and kv.referenced_blocks() == 2
+    kv.release(b, clock=3.0)
+    assert kv.referenced_blocks() == 0 and shared_free(kv) == [101, 100]  # tail first
+    [[span]] = kv.cached_free.values()
+    assert (span.last_access, span.num_hits, kv.num_free) == (3.0, 1, 10)
+    kv.check([])
+    # A shorter prompt finds only block 100, reclaimed from the free pool; 101 stays free.
+    assert kv.lookup(c, 2 * BS) == (1, 0, 1)
+    assert admit(kv, c, 2, 1) == (1, 0)
+    assert shared_free(kv) == [101] and kv.num_free == 8
+    kv.check([c])
 
 
-def test_free_of_a_private_copy_of_a_shared_block() -> None:
-    kv = cache(4)
-    kv.take(2)
-    assert kv.cache_block(7, 1, clock=0.0)
-    kv.free([None, 7], 0, run_key=-1, run=0, run_depth=2, clock=1.0)  # None: a private copy
-    assert kv.free_uncached == 3 and shared_free(kv) == [7]
-    kv.check(0)
+def test_a_second_copy_of_a_cached_block_stays_private() -> None:
+    kv, a, b = cache(6), table(-1, (7,)), table(-2, (7,))
+    admit(kv, a, 2, 0)
+    admit(kv, b, 2, 0)  # both compute the prefix, neither has published it yet
+    kv.publish(a, 0, 2)
+    kv.publish(b, 0, 2)
+    assert (a.num_referenced, b.num_referenced) == (2, 0)
+    kv.check([a, b])
+    kv.release(b, clock=1.0)
+    assert kv.free_uncached == 4 and shared_free(kv) == []
+    kv.release(a, clock=2.0)
+    assert shared_free(kv) == [15, 14]
+    kv.check([])
 
 
 def test_lru_evicts_the_least_recently_freed_first_and_forgets_the_hash() -> None:
-    kv = cache(4)
-    kv.take(4)
-    for h in (1, 2, 3):
-        assert kv.cache_block(h, 0, clock=0.0)
-    kv.free([2], 0, run_key=-2, run=0, run_depth=1, clock=1.0)
-    kv.free([1], 0, run_key=-1, run=0, run_depth=1, clock=2.0)
-    kv.free([3], 1, run_key=-3, run=0, run_depth=1, clock=3.0)
-    assert shared_free(kv) == [2, 1, 3]
-    kv.take(2)  # 1 uncached, then hash 2
-    assert shared_free(kv) == [1, 3] and 2 not in kv.meta and kv.evictions == 1
-    kv.check(2)
+    kv = cache(7)
+    tables = [table(-1, (1,)), table(-2, (2,)), table(-3, (3,))]
+    for t in tables:
+        admit(kv, t, 2, 2)
+    kv.release(tables[1], clock=1.0)
+    kv.release(tables[0], clock=2.0)
+    kv.release(tables[2], clock=3.0)
+    assert shared_free(kv) == [5, 4, 3, 2, 7, 6]
+    kv.take(2)  # 1 uncached, then block 5
+    assert shared_free(kv) == [4, 3, 2, 7, 6] and not kv.is_cached(5) and kv.evictions == 1
+    kv.take(2)
+    assert shared_free(kv) == [2, 7, 6] and 2 not in kv.groups
 
 
 # -- eviction by policy ---------------------------------------------------------------------
@@ -162,136 +197,147 @@ def test_lru_evicts_the_least_recently_freed_first_and_forgets_the_hash() -> Non
 def test_an_eviction_policy_chooses_the_blocks_and_sees_every_candidate() -> None:
     newest_first = EvictNewestFirst()
     kv = cache(6, ("mru", newest_first))
-    kv.take(6)
-    kv.cache_block(1, 0, clock=0.0)
-    kv.cache_block(2, 0, clock=0.0)
-    kv.free([1], 0, run_key=-1, run=0, run_depth=1, clock=1.0)
-    kv.free([2], 0, run_key=-2, run=0, run_depth=1, clock=2.0)
-    kv.free([], 1, run_key=-3, run=3, run_depth=0, clock=3.0)
+    a, b, c = table(-1, (1,), 1), table(-2, (2,), 1), table(-3)
+    admit(kv, a, 1, 1)
+    admit(kv, b, 1, 1)
+    admit(kv, c, 4, 3)
+    kv.release(a, clock=1.0)
+    kv.release(b, clock=2.0)
+    kv.release(c, clock=3.0)
     kv.take(2)  # 1 uncached + 1 evicted
     [(candidates, needed)] = newest_first.calls
-    assert needed == 1 and len(candidates) == 5  # two shared blocks, three of the run
-    # A request's blocks are freed tail first, so the newest is the run's first block;
-    # evicting it drops the run (nothing can reach the rest), freeing 2 blocks more.
-    assert candidates == [1, 2, *(own_block_hash(-3, j) for j in (2, 1, 0))]
-    assert runs(kv) == {} and shared_free(kv) == [1, 2]
+    assert needed == 1 and len(candidates) == 5  # two shared blocks, three own ones
+    # A request's blocks are freed tail first, so the newest is its first own block;
+    # evicting it drops the span (nothing can reach the rest), freeing 2 blocks more.
+    assert candidates == [2, 4, *(own_block_hash(-3, j) for j in (2, 1, 0))]
+    assert owns(kv) == {} and shared_free(kv) == [2, 4]
     assert kv.free_uncached == 2
-    kv.check(2)
 
 
 def test_an_eviction_policy_sees_only_the_oldest_blocks_of_the_window() -> None:
     newest_first = EvictNewestFirst()
-    kv = KVCache(
-        10,
-        BS,
-        prefix_caching=True,
-        facade=PolicyFacade([("mru", newest_first)]),
-        engine=EngineState(10, BS),
-        eviction_window=5,
-    )
-    kv.take(10)
-    for h in (1, 2, 3):
-        kv.cache_block(h, 0, clock=0.0)
-    kv.free([1], 0, run_key=-1, run=0, run_depth=1, clock=1.0)
-    kv.free([2], 0, run_key=-2, run=0, run_depth=1, clock=2.0)
-    kv.free([], 0, run_key=-3, run=4, run_depth=0, clock=3.0)  # cut by the window
-    kv.free([3], 0, run_key=-4, run=0, run_depth=1, clock=4.0)  # outside it
+    kv = cache(10, ("mru", newest_first), window=5)
+    tables = [table(-1, (1,), 1), table(-2, (2,), 1), table(-3), table(-4, (3,), 1)]
+    for t, n in zip(tables, (1, 1, 4, 1), strict=True):
+        admit(kv, t, n, n)
+    kv.take(3)
+    for clock, t in enumerate(tables):
+        kv.release(t, clock=float(clock))
     kv.take(1)
     [(candidates, needed)] = newest_first.calls
-    # Blocks 1, 2, then the run's last three, last block first (LRU order): 5 of 8.
+    # Blocks 2 and 4, then the own span's last three, last block first (LRU order): 5 of 8.
     tail = [own_block_hash(-3, j) for j in (3, 2, 1)]
-    assert needed == 1 and candidates == [1, 2, *tail]
-    # The newest candidate, the run's second block, went with the blocks after it.
-    assert runs(kv) == {-3: 1} and shared_free(kv) == [1, 2, 3]
-    kv.check(4)  # 3 blocks never freed, 1 taken
+    assert needed == 1 and candidates == [2, 4, *tail]
+    # The newest candidate, the span's second block, went with the blocks after it.
+    assert owns(kv) == {-3: 1} and shared_free(kv) == [2, 4, 6]
     kv.take(4)  # 2 uncached + 2 evicted: the window grows to 4 x 2 = 8, every evictable block
     assert len(newest_first.calls[1][0]) == 4
-    kv.check(8)
 
 
-def test_evicting_a_runs_first_block_drops_the_whole_run() -> None:
-    class EvictRunHead(Policy):
+def test_evicting_a_middle_block_splits_its_span_in_place() -> None:
+    class EvictDepth(Policy):
+        def __init__(self, depth: int) -> None:
+            super().__init__()
+            self.depth = depth
+            self.offered: list[list[int]] = []
+
         @hookimpl
         def select_evictions(
             self, candidates: Sequence[BlockView], num_blocks: int, engine: EngineView
         ) -> list[BlockView]:
-            own = [b for b in candidates if b.block_hash < 0]
-            return [min(own, key=lambda b: b.depth)]  # the run is a prefix: all of it goes
+            self.offered.append([b.block_hash for b in candidates])
+            return [b for b in candidates if b.depth == self.depth][:num_blocks]
 
-    kv = cache(5, ("head", EvictRunHead()))
-    kv.take(5)
-    kv.cache_block(9, 0, clock=0.0)
-    kv.free([9], 0, run_key=-1, run=4, run_depth=1, clock=1.0)  # depths 1..4 after hash 9
-    kv.take(1)
-    assert runs(kv) == {} and shared_free(kv) == [9]
-    assert kv.free_uncached == 3  # 4 freed, 1 taken
-    kv.check(1)
+    policy = EvictDepth(1)
+    kv = KVCache(
+        8, BS, prefix_caching=True, facade=PolicyFacade([("depth", policy)]),
+        engine=EngineState(8, BS), group_blocks=4,
+    )  # fmt: skip
+    a, b = BlockTable(-1, (5,), 4), BlockTable(-2, (6,), 4)
+    for t in (a, b):
+        kv.take(4)
+        kv.add_blocks(t, 4)
+        kv.publish(t, 0, 4)
+    kv.release(a, clock=1.0)
+    kv.release(b, clock=2.0)
+    holder = BlockTable(-3, (), 0)  # whoever takes the evicted blocks
+    kv.take(1)  # evicts block 21 (depth 1 of group 5): 23, 22 | 20 keep their places
+    kv.add_blocks(holder, 1)
+    assert policy.offered == [[23, 22, 21, 20, 27, 26, 25, 24]]
+    kv.check([holder])
+    policy.depth = -1  # no choice: LRU
+    kv.take(3)  # 23, 22, then 20
+    kv.add_blocks(holder, 3)
+    assert policy.offered[1] == [23, 22, 20, 27, 26, 25, 24]
+    assert 5 not in kv.groups and kv.is_cached(27) and kv.cached_blocks == 4
+    kv.check([holder])
 
 
 def test_a_policy_that_has_no_opinion_or_raises_leaves_lru() -> None:
     faulty = Faulty(lambda: True)
     facade = PolicyFacade([("faulty", faulty)])
-    kv = KVCache(2, BS, prefix_caching=True, facade=facade, engine=EngineState(2, BS))
-    kv.take(2)
-    kv.cache_block(1, 0, clock=0.0)
-    kv.cache_block(2, 0, clock=0.0)
-    kv.free([1], 0, run_key=-1, run=0, run_depth=1, clock=1.0)
-    kv.free([2], 0, run_key=-2, run=0, run_depth=1, clock=2.0)
+    kv = KVCache(
+        2, BS, prefix_caching=True, facade=facade, engine=EngineState(2, BS), group_blocks=PER
+    )
+    a, b = table(-1, (1,), 1), table(-2, (2,), 1)
+    admit(kv, a, 1, 1)
+    admit(kv, b, 1, 1)
+    kv.release(a, clock=1.0)
+    kv.release(b, clock=2.0)
     kv.take(1)
-    assert shared_free(kv) == [2] and 1 not in kv.meta
+    assert shared_free(kv) == [4] and not kv.is_cached(2)
     assert faulty.raised == {"select_evictions": 1, "eviction_key": 2}  # a key per candidate
     assert facade.error_count == 3
-    kv.check(1)
 
 
 # -- conservation under random use ----------------------------------------------------------
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(data=st.data(), evict_newest=st.booleans())
-def test_blocks_are_conserved_under_random_admit_and_free(
+def test_blocks_are_conserved_under_random_admit_and_release(
     data: st.DataObject, evict_newest: bool
 ) -> None:
-    """Requests come and go the way the engine drives the cache: hit a cached prefix,
-    take fresh blocks, publish their prefix hashes, free tail first."""
+    """Requests come and go the way the engine drives the cache: hit a cached prefix (whole
+    groups or part of one), take fresh blocks, publish in chunks (copies of blocks another
+    request published meanwhile stay private), release tail first."""
     policies = [("mru", EvictNewestFirst())] if evict_newest else []
-    kv = cache(12, *policies)
-    live: dict[int, tuple[list[int | None], int, int]] = {}  # key -> shared, private, run
-    clock = 0.0
-    for key in range(-1, -31, -1):
-        clock += 1.0
-        if live and data.draw(st.booleans(), label="free one"):
+    kv = cache(16, *policies, window=data.draw(st.sampled_from([0, 3]), label="window"))
+    live: dict[int, tuple[BlockTable, int]] = {}  # key -> table, blocks computed
+    for key in range(-1, -41, -1):
+        clock = float(-key)
+        action = data.draw(st.sampled_from(["admit", "release", "compute"]), label="action")
+        if action == "release" and live:
             gone = data.draw(st.sampled_from(sorted(live)), label="which")
-            shared, private, run = live.pop(gone)
-            kv.free(shared, private, gone, run, len(shared), clock)
-        else:
-            prefix = data.draw(st.lists(st.integers(1, 5), max_size=3, unique=True))
-            hit: list[int] = []
-            for h in prefix:
-                if h not in kv.meta:
-                    break
-                hit.append(h)
-            rest = len(prefix) - len(hit)
-            need = rest + data.draw(st.integers(0, 3), label="own blocks")
-            if need == 0 or not kv.can_allocate(hit, 0, need):
+            kv.release(live.pop(gone)[0], clock)
+        elif action == "compute" and live:
+            k = data.draw(st.sampled_from(sorted(live)), label="which")
+            t, done = live[k]
+            end = data.draw(st.integers(done, t.nblocks), label="computed")
+            kv.publish(t, done, end)
+            live[k] = (t, end)
+        elif action == "admit":
+            groups = tuple(data.draw(st.lists(st.integers(1, 4), max_size=3, unique=True)))
+            num_shared = data.draw(st.integers(0, len(groups) * PER), label="shared blocks")
+            t = table(key, groups, num_shared)
+            blocks = num_shared + data.draw(st.integers(0, 3), label="own blocks")
+            tokens = blocks * BS - data.draw(st.integers(0, BS - 1), label="short")
+            if tokens <= 0:
                 continue
-            kv.touch(hit, key, 0, clock)
+            hit, own, reclaim = kv.lookup(t, tokens)
+            need = blocks_for(tokens, BS) - hit - own
+            if not kv.can_allocate(reclaim + own, need):
+                continue
+            kv.touch(t, hit, own)
             kv.take(need)
-            shared: list[int | None] = list(hit)
-            for i, h in enumerate(prefix[len(hit) :]):
-                shared.append(h if kv.cache_block(h, len(hit) + i, clock) else None)
-            run = data.draw(st.integers(0, need - rest), label="own blocks cached")
-            live[key] = (shared, need - rest - run, run)
-        held = sum(p + r + sum(h is None for h in s) for s, p, r in live.values())
-        kv.check(held)
-        refs: dict[int, int] = {}
-        for s, _, _ in live.values():
-            for h in s:
-                if h is not None:
-                    refs[h] = refs.get(h, 0) + 1
-        assert refs == kv.in_use
-        assert kv.num_used == held + len(kv.in_use)
-    for key, (shared, private, run) in live.items():
-        kv.free(shared, private, key, run, len(shared), clock + 1)
-    assert kv.num_free == 12 and kv.in_use == {}
-    kv.check(0)
+            kv.add_blocks(t, need)
+            end = data.draw(st.integers(hit + own, t.nblocks), label="computed")
+            kv.publish(t, hit + own, end)
+            live[key] = (t, end)
+        tables = [t for t, _ in live.values()]
+        kv.check(tables)
+        assert kv.num_used == sum(t.private_blocks for t in tables) + kv.referenced_blocks()
+    for t, _ in live.values():
+        kv.release(t, 100.0)
+    assert kv.num_free == 16 and kv.referenced_blocks() == 0
+    kv.check([])

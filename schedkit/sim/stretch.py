@@ -1,0 +1,144 @@
+"""Stretches of identical decode steps, advanced in one go.
+
+When every running request is decoding and nothing waiting could be admitted, the steps
+up to the next event (an arrival, a completion, KV blocks running out) are all alike: the
+engine advances ``k`` of them at once, with the same outcome as stepping one by one.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING
+
+from schedkit.decisions import BatchBudget, StepReport
+from schedkit.facade import PolicyFacade
+from schedkit.sim.blocks import blocks_for
+from schedkit.sim.config import SimConfig, StepCost
+from schedkit.sim.kvcache import KVCache
+from schedkit.sim.recorder import Recorder
+from schedkit.sim.request import SimRequest
+
+# An arrival within this many seconds of a step's start is processed before the step (which
+# then starts at the arrival). Stretches of decode steps sum their durations in closed form,
+# which can differ from adding them one by one in the last bits; the tolerance makes both
+# resolve such ties alike.
+TIME_EPS = 1e-9
+
+
+class DecodeStretches:
+    """The part of ``SimEngine`` that advances stretches of decode steps."""
+
+    cfg: SimConfig
+    cost: StepCost
+    facade: PolicyFacade
+    kv: KVCache
+    recorder: Recorder
+    running: list[SimRequest]
+    waiting: deque[SimRequest]
+    clock: float
+    step_index: int
+
+    if TYPE_CHECKING:
+
+        def _reserve(self, req: SimRequest, cached: int) -> int: ...
+        def _finish(self, finished: list[SimRequest]) -> None: ...
+        def _observe(self, report: StepReport) -> None: ...
+        def _sample(self) -> None: ...
+
+    def _advance_decode_stretch(self, next_arrival: float, budget: BatchBudget) -> bool:
+        """Advance k >= 2 identical pure-decode steps at once, if nothing changes sooner."""
+        running, bs = self.running, self.cfg.block_size
+        if not running:
+            return False
+        for req in running:
+            if req.num_tokens - req.num_computed_tokens != 1 or not req.num_output_tokens:
+                return False  # only decoding requests (a last prompt token emits the first)
+        n = len(running)
+        if n > budget.token_budget:
+            return False
+        if self.waiting and not self._waiting_blocked(n, budget):
+            return False
+        k = min(r.max_tokens - r.num_output_tokens for r in running)
+        kv0 = sum(r.num_tokens for r in running)
+        if next_arrival != float("inf"):
+            budget_s = next_arrival - self.clock - TIME_EPS
+            k = self.cost.decode_steps_before(n, kv0, budget_s, k)
+        free = self.kv.num_free
+        need = _blocks_needed(running, k, bs)
+        if need > free:
+            lo, hi = 0, k  # largest k whose block needs fit
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if _blocks_needed(running, mid, bs) <= free:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            k = lo
+            need = _blocks_needed(running, k, bs)
+        if k < 2:
+            return False
+        self._decode_stretch(k, kv0, need)
+        return True
+
+    def _waiting_blocked(self, n: int, budget: BatchBudget) -> bool:
+        """Whether no waiting request can be admitted during the run (in any order)."""
+        if len(self.running) >= budget.max_running or budget.token_budget <= n:
+            return True
+        if self.facade.has_order:
+            return False
+        head, bs = self.waiting[0], self.cfg.block_size
+        hit, own, reclaim = self.kv.lookup(head.blocks, head.num_tokens)
+        computed = (hit + own) * bs
+        num_new = min(head.num_tokens - computed, budget.token_budget - n)
+        if budget.prefill_chunk:
+            num_new = min(num_new, budget.prefill_chunk)
+        need = blocks_for(computed + num_new, bs) - hit - own
+        need = max(need, self._reserve(head, hit + own))
+        need += _blocks_needed(self.running, 1, bs)
+        # Decoding only shrinks the free pool, so a head that does not fit now never will.
+        return not self.kv.can_allocate(reclaim + own, need)
+
+    def _decode_stretch(self, k: int, kv0: int, need: int) -> None:
+        """Advance ``k`` decode steps; ``need`` is the new blocks they take (checked to fit)."""
+        running, kv, bs = self.running, self.kv, self.cfg.block_size
+        n = len(running)
+        duration = self.cost.decode_run_time(n, kv0, k)
+        used_before = kv.num_used
+        kv.take(need)
+        clock = self.clock + duration
+        caching = self.cfg.enable_prefix_caching
+        finished = []
+        for req in running:
+            before, table = req.num_computed_tokens, req.blocks
+            grow = blocks_for(before + k, bs) - table.nblocks
+            if grow > 0:
+                kv.add_blocks(table, grow)
+            req.num_computed_tokens = after = before + k
+            if caching and after // bs > before // bs:
+                kv.publish(table, before // bs, after // bs)
+            req.num_output_tokens += k
+            req.num_tokens += k
+            req.last_token_s = clock
+            if req.num_output_tokens >= req.max_tokens:
+                finished.append(req)
+        self.recorder.token_gap(duration / k, n * k)
+        self.recorder.kv_usage(duration, (used_before + kv.num_used) / 2 / kv.num_blocks)
+        self.clock = clock
+        self.step_index += k
+        report = None
+        if self.facade.has_step_observer:  # before _finish takes finished ones out of running
+            report = StepReport(k, duration, 0, n * k, list(running), [k] * n, ())
+        self._finish(finished)
+        if report is not None:
+            self._observe(report)
+        self._sample()
+
+
+def _blocks_needed(running: list[SimRequest], k: int, bs: int) -> int:
+    """New blocks the running requests need to decode ``k`` more tokens each."""
+    total = 0
+    for r in running:
+        extra = blocks_for(r.num_computed_tokens + k, bs) - r.blocks.nblocks
+        if extra > 0:
+            total += extra
+    return total

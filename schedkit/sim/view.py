@@ -1,0 +1,60 @@
+"""The ``EngineView`` the simulated engine gives policies: read-only, reading live state."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from schedkit.sim.engine import SimEngine
+
+
+class SimEngineView:
+    """A ``schedkit.EngineView`` over a ``SimEngine``; one object for the engine's life.
+
+    Every field is read from the engine when asked, so no count is ever stale; none can
+    be set (as on vLLM and SGLang, whose views are properties over the engine).
+    """
+
+    __slots__ = ("_engine",)
+    _engine: SimEngine
+
+    def __init__(self, engine: SimEngine) -> None:
+        object.__setattr__(self, "_engine", engine)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"EngineView is read-only: cannot set {name!r}")
+
+    @property
+    def clock(self) -> float:
+        return self._engine.clock
+
+    @property
+    def kv_blocks_total(self) -> int:
+        return self._engine.cfg.num_blocks
+
+    @property
+    def kv_blocks_free(self) -> int:
+        return self._engine.kv.num_free
+
+    @property
+    def block_size(self) -> int:
+        return self._engine.cfg.block_size
+
+    @property
+    def num_running(self) -> int:
+        return len(self._engine.running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self._engine.waiting)
+
+    @property
+    def step_index(self) -> int:
+        return self._engine.step_index
+
+    def __repr__(self) -> str:
+        return (
+            f"SimEngineView(clock={self.clock}, step_index={self.step_index},"
+            f" kv_blocks_free={self.kv_blocks_free}/{self.kv_blocks_total},"
+            f" num_running={self.num_running}, num_waiting={self.num_waiting})"
+        )
