@@ -133,8 +133,14 @@ class SchedkitMetrics:
         self._seen: dict[tuple[str, str, str], int] = {}  # (family, policy, hook) -> count
 
     def hook(self, hook: str, seconds: float, decided: bool) -> None:
-        """One hook call through the facade took ``seconds``; ``decided``: a policy answered."""
-        self._latency[hook].observe(seconds)
+        """One hook call through the facade took ``seconds``; ``decided``: a policy answered.
+        ``hook`` is the facade method the engine called: ``order_waiting`` also serves
+        ``waiting_key`` policies, so its series is made on first use."""
+        latency = self._latency.get(hook)
+        if latency is None:
+            latency = self._latency[hook] = self._families["latency"].labels(self.policy, hook)
+            self._decisions[hook] = self._families["decisions"].labels(self.policy, hook)
+        latency.observe(seconds)
         if decided:
             self._decisions[hook].inc()
 

@@ -59,8 +59,8 @@ def test_fcfs_implements_no_hooks() -> None:
     assert facade.implemented == frozenset()
 
 
-def test_priority_implements_ordering_and_victims_only() -> None:
-    assert implemented_hooks(PriorityPolicy) == ["order_waiting", "select_victims"]
+def test_priority_implements_its_keys_only() -> None:
+    assert implemented_hooks(PriorityPolicy) == ["waiting_key", "victim_key"]
 
 
 def test_priority_orders_lower_value_first_then_earlier_arrival(engine: EngineState) -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from schedkit._markers import hookimpl
 from schedkit.policy import Policy
 from schedkit.views import EngineView, RequestView
@@ -18,25 +16,18 @@ class FCFS(Policy):
     """
 
 
-def _priority_key(request: RequestView) -> tuple[int, float]:
-    return (request.priority, request.arrival_time)
-
-
 class PriorityPolicy(Policy):
     """vLLM's ``--scheduling-policy priority``: lower value first, earlier arrival breaks
-    ties; the preemption victim is the worst priority, then the newest."""
+    ties; the preemption victim is the worst priority, then the newest. Keys: the engine
+    keeps the order (one call per request joining the queue, none per step)."""
 
     @hookimpl
-    def order_waiting(
-        self, waiting: Sequence[RequestView], engine: EngineView
-    ) -> list[RequestView]:
-        return sorted(waiting, key=_priority_key)
+    def waiting_key(self, request: RequestView, engine: EngineView) -> tuple[int, float]:
+        return (request.priority, request.arrival_time)
 
     @hookimpl
-    def select_victims(
-        self, running: Sequence[RequestView], needing: RequestView, engine: EngineView
-    ) -> list[RequestView]:
-        # Ties on (priority, arrival) go to the last admitted, as FCFS would: the request
-        # that needs blocks must not preempt an older equal, or two equals can take turns
-        # preempting each other forever.
-        return sorted(reversed(running), key=_priority_key, reverse=True)
+    def victim_key(self, request: RequestView, engine: EngineView) -> tuple[int, float]:
+        # Lower is preempted first: the worst priority, then the newest. Ties go to the
+        # last admitted, as FCFS would: the request that needs blocks must not preempt an
+        # older equal, or two equals can take turns preempting each other forever.
+        return (-request.priority, -request.arrival_time)

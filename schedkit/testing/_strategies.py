@@ -224,6 +224,21 @@ def _evictions_args(draw: DrawFn) -> tuple[Any, ...]:
     return (blocks, draw(st.integers(1, len(blocks))), engine)
 
 
+def _waiting_key_args(draw: DrawFn) -> tuple[Any, ...]:
+    waiting, engine = _order_args(draw)
+    return (waiting[0], engine)
+
+
+def _victim_key_args(draw: DrawFn) -> tuple[Any, ...]:
+    running, needing, engine = _victims_args(draw)
+    return (running[0], engine)
+
+
+def _eviction_key_args(draw: DrawFn) -> tuple[Any, ...]:
+    candidates, _, engine = _evictions_args(draw)
+    return (candidates[0], engine)
+
+
 def _step_args(draw: DrawFn) -> tuple[Any, ...]:
     from hypothesis import strategies as st
 
@@ -270,6 +285,9 @@ _ARGS: dict[str, Callable[[DrawFn], tuple[Any, ...]]] = {
     "plan_batch": _plan_args,
     "select_victims": _victims_args,
     "select_evictions": _evictions_args,
+    "waiting_key": _waiting_key_args,
+    "victim_key": _victim_key_args,
+    "eviction_key": _eviction_key_args,
     "on_step_finished": _step_args,
     "on_request_finished": _finished_args,
 }

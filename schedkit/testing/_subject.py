@@ -25,6 +25,9 @@ _CALLS: dict[str, tuple[str, tuple[str, ...]]] = {
     "plan_batch": ("plan_batch", ("engine", "default")),
     "select_victims": ("select_victims", ("running", "needing", "engine")),
     "select_evictions": ("select_evictions", ("candidates", "num_blocks", "engine")),
+    "waiting_key": ("waiting_key", ("request", "engine")),
+    "victim_key": ("victim_key", ("request", "engine")),
+    "eviction_key": ("eviction_key", ("block", "engine")),
     "on_step_finished": ("step_finished", ("report", "engine")),
     "on_request_finished": ("request_finished", ("request", "reason", "engine")),
 }

@@ -204,7 +204,7 @@ def test_policies_json_lists_builtins_with_hooks() -> None:
     assert proc.returncode == 0, proc.stderr
     rows = {row["name"]: row for row in json.loads(proc.stdout)}
     assert rows["fcfs"]["hooks"] == [] and rows["fcfs"]["distribution"] == "schedkit"
-    assert rows["priority"]["hooks"] == ["order_waiting", "select_victims"]
+    assert rows["priority"]["hooks"] == ["waiting_key", "victim_key"]
     assert rows["priority"]["options_schema"]["type"] == "object"
 
 
