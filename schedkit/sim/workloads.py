@@ -3,7 +3,8 @@
 ``load_workload(spec, seed=0)`` accepts a bundled name from ``KNOWN_WORKLOADS`` (real traces
 ``azure-conv``, ``azure-code``, ``mooncake-conv``, licences in ``schedkit/data/TRACES-LICENSES.md``;
 example specs ``two-tenant-flood``, ``two-class``); a trace file, ``.csv``/``.csv.gz`` in the Azure
-format (header ``TIMESTAMP,ContextTokens,GeneratedTokens``) or ``.jsonl``/``.jsonl.gz`` in the
+format (header ``TIMESTAMP,ContextTokens,GeneratedTokens``, 2023's times or 2024's with a UTC
+offset, other columns ignored, quoted cells as CSV quotes them) or ``.jsonl``/``.jsonl.gz`` in the
 Mooncake format (``timestamp`` ms, ``input_length``, ``output_length``, ``hash_ids``) or schedkit's
 own, told apart by the keys of the first object; or a synthetic stream (``poisson:...``,
 ``gamma:...``) or ``.toml``/``.json`` multi-tenant spec, both described in
@@ -18,25 +19,32 @@ and an optional first line naming the workload and the block size of ``hash_ids`
     {"arrival_s": 0.4, "prompt_tokens": 120, "output_tokens": 16, "tenant": "batch", "priority": 1}
 
 Azure and Mooncake arrivals are offsets from the earliest row; the parsers are in
-:mod:`schedkit.sim.trace_formats`. Parsed workloads are cached per process (a bench loading one
-workload per arm parses it once); they are immutable, so shareable.
+:mod:`schedkit.sim.trace_formats`, which stream a file and, given ``max_requests``, stop at that
+row. Parsed workloads are cached per process (a bench loading one workload per arm parses it
+once); they are immutable, so shareable.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import gzip
 import itertools
 import math
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
+from importlib.abc import Traversable
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from schedkit.errors import SchedkitError, quote
-from schedkit.inputs import MAX_DOCUMENT_BYTES, decode_text, read_lines
+from schedkit.inputs import MAX_DOCUMENT_BYTES, decode_text
+
+if TYPE_CHECKING:
+    from schedkit.sim.trace_formats import Readable, TraceSource
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,70 +227,93 @@ _SYNTAX_HELP = (
 )
 
 
-def _read_text(path: Path | None, filename: str) -> str:
-    """A file's text (gunzipped if ``.gz``); ``path=None`` reads ``schedkit/data/<filename>``.
-
-    Trace files are read a line at a time with each line bounded (``MAX_LINE_BYTES``), specs
-    whole up to ``MAX_DOCUMENT_BYTES``; either fails with a message, not a traceback.
-    """
+def _read_spec(path: Path | None, filename: str) -> str:
+    """A workload spec's text (gunzipped if ``.gz``), read whole up to ``MAX_DOCUMENT_BYTES``;
+    ``path=None`` reads ``schedkit/data/<filename>``. Fails with a message, not a traceback."""
     where = str(path) if path is not None else f"bundled file {filename}"
-    lowered = filename.lower()
-    spec = lowered.endswith(_SPEC_SUFFIXES)
-    expected = "a TOML or JSON workload spec" if spec else "a trace in CSV or JSONL text"
+    expected = "a TOML or JSON workload spec"
     source = path if path is not None else resources.files("schedkit") / "data" / filename
     try:
         with source.open("rb") as raw:
-            stream = gzip.GzipFile(fileobj=raw) if lowered.endswith(".gz") else raw
-            if spec:
-                data = stream.read(MAX_DOCUMENT_BYTES + 1)
-                if len(data) > MAX_DOCUMENT_BYTES:
-                    raise SchedkitError(
-                        f"workload spec {where} is larger than {MAX_DOCUMENT_BYTES >> 20} MiB;"
-                        f" pass {expected} (a few KiB)"
-                    )
-            else:
-                data = read_lines(stream, where)
+            stream = gzip.GzipFile(fileobj=raw) if filename.lower().endswith(".gz") else raw
+            data = stream.read(MAX_DOCUMENT_BYTES + 1)
     except (OSError, EOFError, zlib.error) as exc:
         raise SchedkitError(f"cannot read workload file {where} (gzip, UTF-8 text): {exc}") from exc
+    if len(data) > MAX_DOCUMENT_BYTES:
+        raise SchedkitError(
+            f"workload spec {where} is larger than {MAX_DOCUMENT_BYTES >> 20} MiB;"
+            f" pass {expected} (a few KiB)"
+        )
     return decode_text(data, f"workload file {where}", expected)
 
 
-def _parse(text: str, origin: str, filename: str, name: str, source: str, seed: int) -> Workload:
+@contextlib.contextmanager
+def _open_trace(source: Path | Traversable, gzipped: bool) -> Iterator[Readable]:
+    with source.open("rb") as raw:
+        yield gzip.GzipFile(fileobj=raw) if gzipped else raw
+
+
+def _trace_source(path: Path | None, filename: str) -> TraceSource:
+    """A trace file, streamed by the parsers in :mod:`schedkit.sim.trace_formats` (a line
+    at a time, each at most ``MAX_LINE_BYTES``)."""
+    from schedkit.sim.trace_formats import TraceSource  # deferred: it imports this module
+
+    where = str(path) if path is not None else f"bundled file {filename}"
+    source = path if path is not None else resources.files("schedkit") / "data" / filename
+    opener = functools.partial(_open_trace, source, filename.lower().endswith(".gz"))
+    return TraceSource(where, opener, path.stat().st_size if path is not None else 0)
+
+
+def _load(
+    path: Path | None, filename: str, name: str, source: str, seed: int, max_requests: int | None
+) -> Workload:
+    """Parse a workload file (``path=None``: ``schedkit/data/<filename>``) by its suffix."""
     lowered = filename.lower()
     if lowered.endswith(_SPEC_SUFFIXES):
         from schedkit.sim import synthetic  # deferred: synthetic builds on this module's types
 
+        text = _read_spec(path, filename)
         fmt: Literal["toml", "json"] = "json" if lowered.endswith(".json") else "toml"
-        return synthetic.spec_workload(text, origin=origin, fmt=fmt, seed=seed)
+        where = str(path) if path is not None else f"bundled file {filename}"
+        workload = synthetic.spec_workload(text, origin=where, fmt=fmt, seed=seed)
+        return workload if max_requests is None else workload.truncated(max_requests)
     from schedkit.sim import trace_formats  # deferred: trace_formats builds on this module's types
 
+    trace = _trace_source(path, filename)
     if lowered.endswith((".csv", ".csv.gz")):
-        requests = tuple(trace_formats.parse_azure_csv(text, origin, name))
-        return Workload(name, requests, 0, source or f"Azure-format trace {origin}")
-    return trace_formats.parse_jsonl(text, origin, name, source)
+        requests = tuple(trace_formats.parse_azure_csv(trace, name, max_requests))
+        return Workload(name, requests, 0, source or f"Azure-format trace {trace.origin}")
+    return trace_formats.parse_jsonl(trace, name, source, max_requests)
 
 
 @functools.lru_cache(maxsize=16)
-def _load_bundled(name: str, seed: int) -> Workload:
+def _load_bundled(name: str, seed: int, max_requests: int | None) -> Workload:
     filename, source = _BUNDLED[name]
-    text = _read_text(None, filename)
-    return _parse(text, f"bundled file {filename}", filename, name, source, seed)
+    return _load(None, filename, name, source, seed, max_requests)
 
 
 @functools.lru_cache(maxsize=16)
-def _load_file(path_str: str, _mtime_ns: int, _size: int, seed: int) -> Workload:
+def _load_file(
+    path_str: str, _mtime_ns: int, _size: int, seed: int, max_requests: int | None
+) -> Workload:
     # mtime and size are in the cache key so that an edited file is parsed again.
     path = Path(path_str)
     lowered = path.name.lower()
     stem = next((path.name[: -len(s)] for s in _SUFFIXES if lowered.endswith(s)), path.stem)
-    return _parse(_read_text(path, path.name), str(path), path.name, stem or path.name, "", seed)
+    return _load(path, path.name, stem or path.name, "", seed, max_requests)
 
 
 # --- entry point -------------------------------------------------------------------------------
 
 
-def load_workload(spec: str, *, seed: int = 0) -> Workload:
+def load_workload(spec: str, *, seed: int = 0, max_requests: int | None = None) -> Workload:
     """Load a workload by bundled name, file path, or synthetic spec (see the module docstring).
+
+    ``max_requests`` keeps only the first requests, as :meth:`Workload.truncated` does; a
+    trace file is then read no further than its ``max_requests``-th row, so the time and
+    memory it takes do not grow with the file. Those rows are the first arrivals when the
+    file is in arrival order, as published traces are; arrivals are offsets from the
+    earliest row read.
 
     Raises :class:`~schedkit.errors.SchedkitError` naming the file, line and problem when the
     input is malformed, and listing the accepted syntaxes when ``spec`` is not recognised.
@@ -294,15 +325,24 @@ def load_workload(spec: str, *, seed: int = 0) -> Workload:
         )
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise SchedkitError(f"seed must be an integer, got {quote(seed)}")
+    if max_requests is not None and (
+        isinstance(max_requests, bool) or not isinstance(max_requests, int) or max_requests < 1
+    ):
+        raise SchedkitError(
+            f"max_requests must be a positive integer (how many requests to keep from the"
+            f" start of the workload) or None, got {quote(max_requests)}"
+        )
     text = spec.strip()
     if text in _BUNDLED:
         # Traces ignore the seed; keying them on 0 keeps one cached copy.
-        return _load_bundled(text, seed if _BUNDLED[text][0].endswith(_SPEC_SUFFIXES) else 0)
+        spec_seed = seed if _BUNDLED[text][0].endswith(_SPEC_SUFFIXES) else 0
+        return _load_bundled(text, spec_seed, max_requests)
     kind, colon, _ = text.partition(":")
     if colon and kind.strip().lower() in ("poisson", "gamma"):
         from schedkit.sim import synthetic  # deferred: synthetic builds on this module's types
 
-        return synthetic.inline_workload(text, seed)
+        workload = synthetic.inline_workload(text, seed)
+        return workload if max_requests is None else workload.truncated(max_requests)
     if text.lower().endswith(_SUFFIXES):
         path = Path(text).expanduser()
         try:
@@ -313,7 +353,9 @@ def load_workload(spec: str, *, seed: int = 0) -> Workload:
                 " path, or use one of the bundled workloads: " + ", ".join(KNOWN_WORKLOADS)
             ) from None
         spec_seed = seed if text.lower().endswith(_SPEC_SUFFIXES) else 0  # traces ignore it
-        return _load_file(str(path.resolve()), stat.st_mtime_ns, stat.st_size, spec_seed)
+        return _load_file(
+            str(path.resolve()), stat.st_mtime_ns, stat.st_size, spec_seed, max_requests
+        )
     raise SchedkitError(
         f"unknown workload {quote(text)}. Known workloads: {', '.join(KNOWN_WORKLOADS)}. Also"
         f" accepted: {_SYNTAX_HELP}"
