@@ -71,7 +71,8 @@ def measure(path: Path, reader: str, mode: str, max_requests: int | None) -> dic
     ``reader`` ``load-then-truncate`` is ``load_workload(path).truncated(n)``: what the bench
     runner does with ``--max-requests``, and the only way before streaming (it runs on any
     schedkit, so it measures older ones too, with ``PYTHONPATH``)."""
-    from schedkit.sim import trace_formats
+    import numpy  # noqa: F401  (imported before the baseline, as the readers import it)
+
     from schedkit.sim.workloads import load_workload
 
     before = _rss_mb()  # with schedkit and numpy imported
@@ -80,21 +81,24 @@ def measure(path: Path, reader: str, mode: str, max_requests: int | None) -> dic
         workload = load_workload(str(path))
         count = len((workload.truncated(max_requests) if max_requests else workload).requests)
     elif mode == "rows":
+        from schedkit.sim import azure_csv
         from schedkit.sim.workloads import _trace_source
 
         source = _trace_source(path, path.name)
         if reader == "pyarrow":
-            from schedkit.sim import trace_arrow
+            from schedkit.sim import azure_arrow
 
-            rows = trace_arrow.read_azure_rows_pyarrow(source, max_requests)
+            rows = azure_arrow.read_azure_rows_pyarrow(source, max_requests)
             assert rows is not None, "pyarrow declined"
         else:
-            rows = trace_formats.read_azure_rows(source, max_requests)
+            rows = azure_csv.read_azure_rows(source, max_requests)
         count = len(rows.day)
     else:
+        from schedkit.sim import azure_csv
+
         # load_workload picks the reader by size; force one for the measurement.
         size_bytes, size_requests = (0, 0) if reader == "pyarrow" else (1 << 62, 1 << 62)
-        trace_formats.PYARROW_MIN_BYTES, trace_formats.PYARROW_MIN_REQUESTS = (
+        azure_csv.PYARROW_MIN_BYTES, azure_csv.PYARROW_MIN_REQUESTS = (
             size_bytes,
             size_requests,
         )

@@ -19,8 +19,8 @@ and an optional first line naming the workload and the block size of ``hash_ids`
     {"arrival_s": 0.4, "prompt_tokens": 120, "output_tokens": 16, "tenant": "batch", "priority": 1}
 
 Azure and Mooncake arrivals are offsets from the earliest row; the parsers are in
-:mod:`schedkit.sim.trace_formats`, which stream a file and, given ``max_requests``, stop at that
-row. Parsed workloads are cached per process (a bench loading one workload per arm parses it
+:mod:`schedkit.sim.azure_csv` and :mod:`schedkit.sim.trace_formats`, which stream a file and,
+given ``max_requests``, stop at that row. Parsed workloads are cached per process (a bench loading one workload per arm parses it
 once); they are immutable, so shareable.
 """
 
@@ -277,11 +277,11 @@ def _load(
         where = str(path) if path is not None else f"bundled file {filename}"
         workload = synthetic.spec_workload(text, origin=where, fmt=fmt, seed=seed)
         return workload if max_requests is None else workload.truncated(max_requests)
-    from schedkit.sim import trace_formats  # deferred: trace_formats builds on this module's types
+    from schedkit.sim import azure_csv, trace_formats  # deferred: they build on this module
 
     trace = _trace_source(path, filename)
     if lowered.endswith((".csv", ".csv.gz")):
-        requests = tuple(trace_formats.parse_azure_csv(trace, name, max_requests))
+        requests = tuple(azure_csv.parse_azure_csv(trace, name, max_requests))
         return Workload(name, requests, 0, source or f"Azure-format trace {trace.origin}")
     return trace_formats.parse_jsonl(trace, name, source, max_requests)
 

@@ -21,9 +21,10 @@ from hypothesis import strategies as st
 
 from schedkit.errors import SchedkitError
 from schedkit.inputs import MAX_LINE_BYTES
-from schedkit.sim import trace_formats
+from schedkit.sim import azure_csv
+from schedkit.sim.azure_csv import Reader, parse_azure_csv, read_azure_rows
 from schedkit.sim.limits import MAX_REQUESTS_VAR
-from schedkit.sim.trace_formats import Reader, TraceSource, parse_azure_csv, read_azure_rows
+from schedkit.sim.trace_formats import TraceSource
 from schedkit.sim.workloads import TraceRequest, load_workload
 
 HAVE_PYARROW = importlib.util.find_spec("pyarrow") is not None
@@ -45,7 +46,7 @@ def requests(
 
 
 def pyarrow_rows(data: bytes, max_rows: int | None = None) -> object:
-    from schedkit.sim.trace_arrow import read_azure_rows_pyarrow
+    from schedkit.sim.azure_arrow import read_azure_rows_pyarrow
 
     return read_azure_rows_pyarrow(source_of(data), max_rows)
 
@@ -184,7 +185,7 @@ def test_bundled_traces_read_alike_by_both_readers() -> None:
     by_csv = parse_azure_csv(source, "azure-code", reader="csv")
     assert by_csv == list(load_workload("azure-code").requests)
     if HAVE_PYARROW:
-        from schedkit.sim.trace_arrow import read_azure_rows_pyarrow
+        from schedkit.sim.azure_arrow import read_azure_rows_pyarrow
 
         assert read_azure_rows_pyarrow(source) is not None  # the real trace, not declined
         assert parse_azure_csv(source, "azure-code", reader="pyarrow") == by_csv
@@ -358,21 +359,21 @@ def test_bad_timestamps_are_quoted_short() -> None:
 
 @needs_pyarrow
 def test_auto_takes_pyarrow_only_for_large_reads(monkeypatch: pytest.MonkeyPatch) -> None:
-    from schedkit.sim import trace_arrow
+    from schedkit.sim import azure_arrow
 
     calls: list[int | None] = []
-    real = trace_arrow.read_azure_rows_pyarrow
+    real = azure_arrow.read_azure_rows_pyarrow
 
     def spy(source: TraceSource, max_rows: int | None = None) -> object:
         calls.append(max_rows)
         return real(source, max_rows)
 
-    monkeypatch.setattr(trace_arrow, "read_azure_rows_pyarrow", spy)
+    monkeypatch.setattr(azure_arrow, "read_azure_rows_pyarrow", spy)
     data = SHAPES["azure-2024"].encode()
     requests(data, "auto")
     assert calls == []  # small: the csv reader
-    monkeypatch.setattr(trace_formats, "PYARROW_MIN_BYTES", 10)
-    monkeypatch.setattr(trace_formats, "PYARROW_MIN_REQUESTS", 2)
+    monkeypatch.setattr(azure_csv, "PYARROW_MIN_BYTES", 10)
+    monkeypatch.setattr(azure_csv, "PYARROW_MIN_REQUESTS", 2)
     requests(data, "auto", max_rows=1)
     assert calls == []  # a short read: the csv reader
     assert columns(requests(data, "auto")) == columns(requests(data, "csv"))
@@ -384,9 +385,9 @@ def test_without_pyarrow_the_csv_module_reads(tmp_path: Path) -> None:
     path.write_text(SHAPES["azure-2024"])
     script = (
         "import sys; sys.modules['pyarrow'] = None\n"  # import pyarrow -> ImportError
-        "from schedkit.sim import trace_formats\n"
+        "from schedkit.sim import azure_csv\n"
         "from schedkit.sim.workloads import load_workload\n"
-        "trace_formats.PYARROW_MIN_BYTES = trace_formats.PYARROW_MIN_REQUESTS = 0\n"
+        "azure_csv.PYARROW_MIN_BYTES = azure_csv.PYARROW_MIN_REQUESTS = 0\n"
         f"print(len(load_workload({str(path)!r}).requests))\n"
     )
     proc = subprocess.run(

@@ -1,6 +1,6 @@
 """pyarrow's CSV parser for Azure traces: the rows the csv reader gives, faster.
 
-:func:`schedkit.sim.trace_formats.parse_azure_csv` uses it for large reads when pyarrow is
+:func:`schedkit.sim.azure_csv.parse_azure_csv` uses it for large reads when pyarrow is
 installed (benchmarks/traces/reader.md). It reads a file only where it reads it as the csv
 reader does, to the bit: the csv module reads the header; the bytes come from
 :func:`~schedkit.sim.trace_formats.trace_blocks`, with its line and UTF-8 checks, and
@@ -25,14 +25,9 @@ import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 
 from schedkit.errors import SchedkitError
+from schedkit.sim.azure_csv import TIMESTAMP_PATTERN, AzureRows, read_azure_header
 from schedkit.sim.limits import MAX_TOKENS, check_requests, max_requests
-from schedkit.sim.trace_formats import (
-    TIMESTAMP_PATTERN,
-    AzureRows,
-    TraceSource,
-    read_azure_header,
-    trace_blocks,
-)
+from schedkit.sim.trace_formats import TraceSource, trace_blocks
 
 __all__ = ["read_azure_rows_pyarrow"]
 
@@ -66,7 +61,7 @@ def _block_rows(table: Any) -> tuple[npt.NDArray[Any], ...] | None:
 
 
 def read_azure_rows_pyarrow(source: TraceSource, max_rows: int | None = None) -> AzureRows | None:
-    """:func:`~schedkit.sim.trace_formats.read_azure_rows`, parsed by pyarrow; ``None``
+    """:func:`~schedkit.sim.azure_csv.read_azure_rows`, parsed by pyarrow; ``None``
     where it declines (then the csv reader decides). Raises :class:`SchedkitError` only for
     more rows than the request limit."""
     limit = max_requests()
