@@ -95,13 +95,14 @@ class PolicyFacade:
         self.has_victim_key = "victim_key" in self.implemented
         self.has_eviction_key = "eviction_key" in self.implemented
         # Engines call order_waiting / select_victims / select_evictions when a policy
-        # decides the order by the list hook, by keys, or both (the facade sorts by key).
-        self._order_list = "order_waiting" in self.implemented
-        self._victims_list = "select_victims" in self.implemented
-        self._evictions_list = "select_evictions" in self.implemented
-        self.has_order = self._order_list or self.has_waiting_key
-        self.has_victims = self._victims_list or self.has_victim_key
-        self.has_evictions = self._evictions_list or self.has_eviction_key
+        # decides the order by the list hook, by keys, or both (the facade sorts by key);
+        # an engine keeping its own key order needs only the list hooks' flags.
+        self.has_order_list = "order_waiting" in self.implemented
+        self.has_victims_list = "select_victims" in self.implemented
+        self.has_evictions_list = "select_evictions" in self.implemented
+        self.has_order = self.has_order_list or self.has_waiting_key
+        self.has_victims = self.has_victims_list or self.has_victim_key
+        self.has_evictions = self.has_evictions_list or self.has_eviction_key
         # waiting_key is asked once per joining of the queue. The keyed order of the
         # requests waiting at the last call: id(view) -> (its entry, the view, held so its
         # id is not reused), and the (key, sequence, id) entries, sorted.
@@ -269,7 +270,7 @@ class PolicyFacade:
         ordered = None
         if self.has_waiting_key and not keyed:
             ordered = self._sorted_by_waiting_key(waiting, engine)
-        if self._order_list:
+        if self.has_order_list:
             shown = waiting if ordered is None else ordered
             pool = Pool(shown)  # before the call: a policy may change the list it was given
             answer = self._decide("order_waiting", (shown, engine), pool.permutation)
@@ -337,7 +338,7 @@ class PolicyFacade:
         order first, as its default takes the newest)."""
         if not self.has_victims:
             return None
-        if self._victims_list:
+        if self.has_victims_list:
             pool = Pool(running)
 
             def check(result: Any) -> list[RequestView]:
@@ -358,7 +359,7 @@ class PolicyFacade:
         that keep blocks in key order themselves call ``eviction_key`` instead."""
         if not self.has_evictions or not candidates:
             return None
-        if self._evictions_list:
+        if self.has_evictions_list:
             pool = Pool(candidates)
 
             def check(result: Any) -> list[BlockView]:

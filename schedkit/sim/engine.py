@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import gc
 import time
-from collections import deque
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
@@ -34,6 +33,7 @@ from schedkit.sim.recorder import Recorder
 from schedkit.sim.request import SimRequest, TraceLike
 from schedkit.sim.stretch import TIME_EPS, DecodeStretches
 from schedkit.sim.view import SimEngineView
+from schedkit.sim.waiting import FifoWaiting, KeyedWaiting, make_waiting
 
 __all__ = ["SimConfig", "SimEngine", "StepCost", "no_cyclic_gc"]
 
@@ -58,9 +58,12 @@ class SimEngine(DecodeStretches):
         self.check_invariants = check_invariants
         self.clock = 0.0
         self.step_index = 0
-        self.waiting: deque[SimRequest] = deque()
         self.running: list[SimRequest] = []
         self.view = SimEngineView(self)
+        # FIFO, or kept in waiting_key order as requests join (sim/waiting.py)
+        self.waiting: FifoWaiting[SimRequest] | KeyedWaiting[SimRequest] = make_waiting(
+            facade, self.view
+        )
         per_group = config.hash_block_tokens // config.block_size
         self.kv = KVCache(
             config.num_blocks,
@@ -182,7 +185,7 @@ class SimEngine(DecodeStretches):
         self, scheduled: dict[SimRequest, int], token_budget: int, budget: BatchBudget, chunk: int
     ) -> None:
         waiting, running, kv, bs = self.waiting, self.running, self.kv, self.cfg.block_size
-        if self.facade.has_order and waiting:
+        if self.facade.has_order_list and waiting:
             self._order_waiting()
         while waiting and token_budget > 0 and len(running) < budget.max_running:
             req = waiting[0]
@@ -201,13 +204,13 @@ class SimEngine(DecodeStretches):
             scheduled[req] = num_new
             self._publish(req, num_new)
             token_budget -= num_new
+        waiting.end_step()  # a list hook's order lasts one step; the keyed order stays
 
     def _order_waiting(self) -> None:
         """The policy's order of the waiting queue (the queue is left as is without one)."""
-        order = self.facade.order_waiting(list(self.waiting), self.view)
+        order = self.facade.order_waiting(list(self.waiting), self.view, keyed=True)
         if order is not None:
-            self.waiting.clear()
-            self.waiting.extend(order)  # type: ignore[arg-type]
+            self.waiting.reorder(order)  # type: ignore[arg-type]
 
     def _admit(self, req: SimRequest, hit: int, own: int, computed: int, need: int) -> None:
         clock, kv = self.clock, self.kv

@@ -7,7 +7,6 @@ engine advances ``k`` of them at once, with the same outcome as stepping one by 
 
 from __future__ import annotations
 
-from collections import deque
 from typing import TYPE_CHECKING
 
 from schedkit.decisions import BatchBudget, StepReport
@@ -17,6 +16,7 @@ from schedkit.sim.config import SimConfig, StepCost
 from schedkit.sim.kvcache import KVCache
 from schedkit.sim.recorder import Recorder
 from schedkit.sim.request import SimRequest
+from schedkit.sim.waiting import FifoWaiting, KeyedWaiting
 
 # An arrival within this many seconds of a step's start is processed before the step (which
 # then starts at the arrival). Stretches of decode steps sum their durations in closed form,
@@ -34,7 +34,7 @@ class DecodeStretches:
     kv: KVCache
     recorder: Recorder
     running: list[SimRequest]
-    waiting: deque[SimRequest]
+    waiting: FifoWaiting[SimRequest] | KeyedWaiting[SimRequest]
     clock: float
     step_index: int
 
@@ -84,7 +84,7 @@ class DecodeStretches:
         """Whether no waiting request can be admitted during the run (in any order)."""
         if len(self.running) >= budget.max_running or budget.token_budget <= n:
             return True
-        if self.facade.has_order:
+        if self.facade.has_order_list:  # any of them could be first; keyed, the head is
             return False
         head, bs = self.waiting[0], self.cfg.block_size
         hit, own, reclaim = self.kv.lookup(head.blocks, head.num_tokens)

@@ -230,7 +230,7 @@ def _waiting_key_args(draw: DrawFn) -> tuple[Any, ...]:
 
 
 def _victim_key_args(draw: DrawFn) -> tuple[Any, ...]:
-    running, needing, engine = _victims_args(draw)
+    running, _, engine = _victims_args(draw)
     return (running[0], engine)
 
 

@@ -2,7 +2,7 @@
 
 ``Flaky`` (``schedkit.testing.contract``) implements every decision hook and, on 10% of
 its calls each, raises or answers nonsense. Put first in a composition, it must change
-nothing but the fault counters: 1,000 mooncake requests (shared prefixes) under KV
+nothing but the fault counters: 10,000 mooncake requests (shared prefixes) under KV
 pressure, with preemptions and evictions, all finish or are rejected with a reason, no
 KV block stays referenced, and every fault is counted.
 """
@@ -10,6 +10,8 @@ KV block stays referenced, and every fault is counted.
 from __future__ import annotations
 
 from typing import Any
+
+import pytest
 
 from schedkit import PolicyFacade
 from schedkit.policies.builtin import PriorityPolicy
@@ -19,7 +21,7 @@ from schedkit.sim.engine import SimEngine
 from schedkit.sim.workloads import load_workload
 from schedkit.testing.contract import Flaky
 
-REQUESTS = 1_000  # 10,000 (the issue's figure) takes minutes until issue #13's run-granular cache
+REQUESTS = 10_000
 
 
 class Counting(Flaky):
@@ -36,7 +38,9 @@ class Counting(Flaky):
 
 
 def _run(policies: list[Any], blocks: int) -> tuple[Any, SimEngine]:
-    workload = load_workload("mooncake-conv").truncated(REQUESTS)
+    # A quarter of the recorded rate: KV pressure without an unbounded queue, whose
+    # per-step cost is the faulty list hooks' (they copy the whole queue every step).
+    workload = load_workload("mooncake-conv").truncated(REQUESTS).scaled(0.25)
     cost, _, _ = make_cost_model("Llama-3-8B", "H100-SXM", 1, None)
     config = SimConfig(
         num_blocks=blocks, block_size=16, hash_block_tokens=workload.hash_block_tokens
@@ -61,5 +65,8 @@ def test_a_faulty_policy_loses_nothing_under_kv_pressure() -> None:
     assert Counting.raised > 10_000
     assert result.policy_errors >= Counting.raised
     assert result.policy_errors <= 2.5 * Counting.raised  # raises + nonsense, 10% each
-    # Faults fell back to the next policy: the run is the clean one, step for step.
-    assert [r.finish_s for r in result.records] == [r.finish_s for r in clean.records]
+    # Faults fell back to the next policy: the run is the clean one, step for step (the
+    # clean run may advance stretches of decode steps in one go: equal to rounding).
+    finish = [r.finish_s or -1.0 for r in clean.records]  # None: rejected
+    assert [r.finish_s or -1.0 for r in result.records] == pytest.approx(finish, rel=1e-9)
+    assert [r.preemptions for r in result.records] == [r.preemptions for r in clean.records]
