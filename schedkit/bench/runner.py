@@ -158,7 +158,13 @@ class Bench:
         self.runner = load_engine(spec.engine)
         self.spec = spec
         check_metrics(spec.verdict_metrics)
-        base = load_workload(spec.workload, seed=spec.seed)
+        # With --max-requests (and no --window), the trace is read no further than the
+        # first SCAN_REQUESTS requests (or as many as kept): enough to find a busier stretch
+        # to suggest, and a week-long trace costs what its start does.
+        cap = None
+        if spec.max_requests and spec.window is None:
+            cap = max(spec.max_requests, SCAN_REQUESTS)
+        base = load_workload(spec.workload, seed=spec.seed, max_requests=cap)
         if not base.requests:
             raise SchedkitError(f"workload {spec.workload!r} has no requests")
         if spec.window is not None:
@@ -166,7 +172,7 @@ class Bench:
         self.flags: list[dict[str, Any]] = []
         if spec.max_requests and spec.max_requests < len(base.requests):
             full, base = base, base.truncated(spec.max_requests)
-            flag = truncation_flag(full, base, spec.max_requests)
+            flag = truncation_flag(full, base, spec.max_requests, partial=cap == len(full.requests))
             if flag is not None:
                 self.flags.append(flag)
         # Policies see the SLOs the report judges them by: the --slo-* targets become the
@@ -269,11 +275,15 @@ def _rate(workload: Workload) -> float:
 
 
 TRUNCATION_RATE = 1.5  # the cut-off stretch is this much busier than what was kept: flag
+SCAN_REQUESTS = 200_000  # read this far into a trace with --max-requests (a 1 GB one: 0.5 s)
 
 
-def truncation_flag(full: Workload, kept: Workload, count: int) -> dict[str, Any] | None:
+def truncation_flag(
+    full: Workload, kept: Workload, count: int, *, partial: bool = False
+) -> dict[str, Any] | None:
     """A flag when ``--max-requests`` kept a quiet start of a trace that gets much busier
-    later: every arm would look alike. Suggests the busiest stretch as ``--window``."""
+    later: every arm would look alike. Suggests the busiest stretch as ``--window``;
+    ``partial``: ``full`` is only the start of the trace (``SCAN_REQUESTS`` read)."""
     span = kept.requests[-1].arrival_s - kept.requests[0].arrival_s
     start, end = full.busiest(count)
     if end <= start:
@@ -285,7 +295,8 @@ def truncation_flag(full: Workload, kept: Workload, count: int) -> dict[str, Any
         "kind": "truncated",
         "message": (
             f"--max-requests {count} kept the first {span:,.1f} s of {full.name}"
-            f" ({kept_rate:.2f} req/s), but its busiest {count} requests arrive at"
+            f" ({kept_rate:.2f} req/s), but its busiest {count} requests"
+            f"{f' of the first {len(full.requests):,} read' if partial else ''} arrive at"
             f" {busy_rate:.2f} req/s between {start:,.1f} and {end:,.1f} s; the cut trace may"
             f" not load the engine. Try --window {start:.0f}:{end + 1:.0f}"
         ),

@@ -245,3 +245,22 @@ def test_hook_calls_over_the_configured_budget_are_counted_and_flagged(tmp_path:
     assert set(flag) <= docs["flags[] and comparisons[].flags[]"]
     assert set(slow) <= docs["arms[].metrics"]
     assert "hook budget" in proc.stdout + proc.stderr
+
+
+def test_max_requests_reads_a_trace_only_as_far_as_it_needs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A week-long trace costs what its start does: with --max-requests the trace is read
+    no further than SCAN_REQUESTS rows (a bad row past them is never read)."""
+    from schedkit.bench import runner
+    from schedkit.bench.runner import Bench
+
+    rows = [{"arrival_s": i / 10, "prompt_tokens": 64, "output_tokens": 8} for i in range(150)]
+    lines = [json.dumps(row) for row in rows] + ["{not json"]
+    trace = tmp_path / "week.jsonl"
+    trace.write_text("\n".join(lines) + "\n")
+    monkeypatch.setattr(runner, "SCAN_REQUESTS", 120)
+    bench = Bench(BenchSpec(workload=str(trace), policies=["fcfs"], max_requests=10))
+    assert len(bench.base.requests) == 10
+    with pytest.raises(SchedkitError, match="line 151"):
+        Bench(BenchSpec(workload=str(trace), policies=["fcfs"]))
