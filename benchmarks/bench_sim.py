@@ -23,12 +23,14 @@ import gc
 import pstats
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from schedkit.bench.records import RunResult
 from schedkit.bench.runner import Bench, BenchSpec
 from schedkit.facade import PolicyFacade
 from schedkit.sim.engine import SimEngine
+
+if TYPE_CHECKING:  # only for annotations: older checkouts kept it in schedkit.bench.records
+    from schedkit.records import RunResult
 
 AZURE_LIMIT_S = 3.0
 GROWTH_LIMIT = 10.5

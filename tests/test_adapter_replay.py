@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from schedkit.adapter import ReplayArm
-from schedkit.bench.records import RunResult
 from schedkit.bench.replay import ModelInfo
 from schedkit.bench.runner import Bench, BenchSpec
 from schedkit.errors import SchedkitError
+from schedkit.records import RunResult
 
 # (arrival, prompt, output); the file is out of arrival order on purpose.
 TRACE = [(0.3, 32, 8), (0.1, 20, 4), (0.2, 100, 50)]

@@ -16,9 +16,9 @@ import argparse
 import json
 
 from schedkit.bench.metrics import latencies_ms
-from schedkit.bench.records import RunResult
 from schedkit.bench.runner import Bench, BenchSpec
 from schedkit.bench.stats import BootstrapDiff, Quantile, paired_bootstrap
+from schedkit.records import RunResult
 
 
 def aging(rate: float) -> str:

@@ -25,9 +25,9 @@ from collections.abc import Sequence
 
 from schedkit import PolicyFacade
 from schedkit.bench.metrics import latencies_ms, service_jain
-from schedkit.bench.records import RunResult
 from schedkit.bench.runner import Bench, BenchSpec
 from schedkit.bench.stats import DEFAULT_N_BOOT, Quantile, jain, paired_bootstrap
+from schedkit.records import RunResult
 from schedkit.sim.engine import SimEngine
 
 TENANTS = ("flood", "quiet")

@@ -32,9 +32,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from schedkit_vllm.twin import TwinEngine
 
-from schedkit.bench.records import RunResult
 from schedkit.bench.runner import Bench, BenchSpec
 from schedkit.facade import PolicyFacade
+from schedkit.records import RunResult
 from schedkit.sim.engine import SimEngine, no_cyclic_gc
 from schedkit.testing.contract import shipped_policies
 

@@ -38,9 +38,9 @@ import time
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from schedkit.adapter.runtime import REJECTED
-from schedkit.bench.records import RequestRecord, RunResult
 from schedkit.bench.replay import ModelInfo, fit_traces, model_info, new_record, prompt_token_ids
 from schedkit.facade import PolicyFacade
+from schedkit.records import RequestRecord, RunResult
 from schedkit.sim.recorder import Recorder
 
 if TYPE_CHECKING:

@@ -33,7 +33,6 @@ import numpy as np
 import numpy.typing as npt
 
 from schedkit.bench.metrics import is_completed, latencies_ms, meets_slo, slo_applies
-from schedkit.bench.records import RequestRecord, RunResult
 from schedkit.bench.stats import (
     MAX_SECTIONS,
     Diff,
@@ -46,6 +45,7 @@ from schedkit.bench.stats import (
     sectioned,
 )
 from schedkit.errors import SchedkitError
+from schedkit.records import RequestRecord, RunResult
 
 DEFAULT_MIN_EFFECT = 0.02
 Index = npt.NDArray[np.intp]

@@ -31,12 +31,12 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from schedkit.bench.records import RequestRecord, RunResult
 from schedkit.bench.stats import (
     jain,
     summary,
     weighted_summary,
 )
+from schedkit.records import RequestRecord, RunResult
 
 COMPLETED_REASONS = frozenset({"length", "stop"})
 #: Service weights of one prompt token and one output token, VTC's defaults

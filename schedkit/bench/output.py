@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 
 from schedkit.bench.metrics import latencies_ms, meets_slo, slo_applies
-from schedkit.bench.records import RunResult
 from schedkit.errors import SchedkitError, quote
+from schedkit.records import RunResult
 
 #: Columns of requests.parquet / requests.csv, one row per request per arm.
 REQUEST_COLUMNS: tuple[str, ...] = (

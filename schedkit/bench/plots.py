@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from schedkit.bench.metrics import is_completed, latencies_ms
-from schedkit.bench.records import RunResult, TimelinePoint
 from schedkit.bench.svg import Point, bar_chart, ccdf_points, downsample, line_chart, scatter_chart
+from schedkit.records import RunResult, TimelinePoint
 
 SCATTER_POINTS = 1200  # requests per arm in the TTFT-vs-prompt scatter
 SCATTER_SLOWEST = 30  # each arm's slowest requests, always drawn

@@ -15,8 +15,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from schedkit.bench.records import RequestRecord
 from schedkit.errors import SchedkitError
+from schedkit.records import RequestRecord
 from schedkit.sim.workloads import TraceRequest
 
 __all__ = [

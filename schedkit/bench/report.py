@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from schedkit.bench.plots import Figure, figures
-from schedkit.bench.records import RunResult
 from schedkit.bench.tables import Rows, Setting, context, settings, tables
 from schedkit.bench.verdicts import (
     TONES,
@@ -25,6 +24,7 @@ from schedkit.bench.verdicts import (
     comparison_summaries,
     run_flags,
 )
+from schedkit.records import RunResult
 
 __all__ = ["render_html", "render_markdown", "write_report"]
 

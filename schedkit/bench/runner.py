@@ -23,11 +23,11 @@ from schedkit.bench.compare import (
 from schedkit.bench.engine_settings import check_engine_settings
 from schedkit.bench.metrics import compute_metrics
 from schedkit.bench.output import check_out_dir, provenance, write_outputs
-from schedkit.bench.records import RunResult
 from schedkit.capabilities import matrix_engine, warn_unsupported
 from schedkit.config import load_config
 from schedkit.errors import SchedkitError
 from schedkit.facade import PolicyFacade
+from schedkit.records import RunResult
 from schedkit.sim.config import DEFAULT_EVICTION_WINDOW, SimConfig
 from schedkit.sim.costmodel import RooflineCostModel, make_cost_model
 from schedkit.sim.engine import SimEngine, no_cyclic_gc

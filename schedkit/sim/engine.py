@@ -23,9 +23,9 @@ import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
-from schedkit.bench.records import RunResult
 from schedkit.decisions import BatchBudget, StepReport
 from schedkit.facade import PolicyFacade
+from schedkit.records import RunResult
 from schedkit.sim.blocks import blocks_for
 from schedkit.sim.config import SimConfig, StepCost
 from schedkit.sim.kvcache import KVCache

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
-from schedkit.bench.records import RunResult, TimelinePoint
 from schedkit.facade import PolicyFacade, by_hook
+from schedkit.records import RunResult, TimelinePoint
 
 
 class Recorder:

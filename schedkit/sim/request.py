@@ -5,7 +5,7 @@ from __future__ import annotations
 from itertools import chain
 from typing import Protocol
 
-from schedkit.bench.records import RequestRecord
+from schedkit.records import RequestRecord
 from schedkit.sim.blocks import BlockTable, blocks_for, group_key, own_block_hash
 from schedkit.views import RequestState
 

@@ -18,12 +18,12 @@ import pytest
 from schedkit.bench import output
 from schedkit.bench.engine_settings import check_engine_settings
 from schedkit.bench.output import check_out_dir, write_outputs
-from schedkit.bench.records import RunResult
 from schedkit.bench.runner import BenchSpec, run_bench
 from schedkit.cli import _json_object
 from schedkit.config import load_config
 from schedkit.errors import PolicyConfigError, SchedkitError, quote
 from schedkit.inputs import read_lines
+from schedkit.records import RunResult
 from schedkit.sim.calibration import load_cost_profile, read_timings_csv
 from schedkit.sim.costmodel import RooflineCostModel
 from schedkit.sim.limits import MAX_DURATION_VAR, MAX_REQUESTS_VAR

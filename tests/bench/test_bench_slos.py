@@ -11,9 +11,9 @@ import pytest
 
 from schedkit import EngineView, Policy, PolicyFacade, RequestView, hookimpl
 from schedkit.bench.metrics import compute_metrics
-from schedkit.bench.records import RunResult
 from schedkit.bench.replay import request_metadata
 from schedkit.bench.runner import Bench, BenchSpec
+from schedkit.records import RunResult
 
 # r1 brings its own TTFT target, r2 its own TPOT target; r0 and r3 bring none.
 ROWS: list[dict[str, Any]] = [

@@ -17,8 +17,8 @@ from schedkit.bench.compare import (
     policy_faults,
     summary_line,
 )
-from schedkit.bench.records import RequestRecord, RunResult
 from schedkit.errors import SchedkitError
+from schedkit.records import RequestRecord, RunResult
 
 
 def _record(i: int, ttft: float, *, tenant: str = "a", rejected: bool = False) -> RequestRecord:

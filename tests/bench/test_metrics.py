@@ -16,7 +16,6 @@ from schedkit.bench.metrics import (
     per_request_samples,
     service_jain,
 )
-from schedkit.bench.records import RequestRecord, RunResult
 from schedkit.bench.stats import (
     jain,
     percentile,
@@ -24,6 +23,7 @@ from schedkit.bench.stats import (
     weighted_percentile,
     weighted_summary,
 )
+from schedkit.records import RequestRecord, RunResult
 
 
 def rec(

@@ -18,11 +18,11 @@ from schedkit.bench.plots import (
     throughput,
     throughput_series,
 )
-from schedkit.bench.records import RequestRecord, RunResult, TimelinePoint
 from schedkit.bench.report import render_html, render_markdown, write_report
 from schedkit.bench.svg import bar_chart, ccdf_points, cdf_points, downsample, line_chart
 from schedkit.bench.tables import inline
 from schedkit.bench.verdicts import TONES, comparison_summaries
+from schedkit.records import RequestRecord, RunResult, TimelinePoint
 
 SLO = {"slo_ttft_ms": 200.0, "slo_tpot_ms": 50.0}
 

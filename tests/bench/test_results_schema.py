@@ -185,7 +185,7 @@ def test_window_selects_arrivals_and_bad_windows_name_the_range(tmp_path: Path) 
 
 
 def test_request_rows_count_outcomes_and_latencies() -> None:
-    from schedkit.bench.records import RequestRecord, RunResult
+    from schedkit.records import RequestRecord, RunResult
 
     done = RequestRecord("a", "t", 0, 1.0, 10, 5, output_tokens=5, finish_reason="length")
     done.scheduled_s, done.first_token_s, done.finish_s = 1.5, 2.0, 3.0

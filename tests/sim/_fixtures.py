@@ -15,7 +15,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from schedkit import Admission, BatchBudget, Policy, PolicyFacade, StepReport, hookimpl
-from schedkit.bench.records import RequestRecord, RunResult
+from schedkit.records import RequestRecord, RunResult
 from schedkit.sim.config import SimConfig, StepCost
 from schedkit.sim.costmodel import LinearCostModel, RooflineCostModel
 from schedkit.sim.engine import SimEngine

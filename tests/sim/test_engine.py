@@ -41,9 +41,9 @@ from hypothesis import HealthCheck, currently_in_test_context, event, given, set
 from hypothesis import strategies as st
 
 from schedkit import EngineView, Policy, RequestView, hookimpl
-from schedkit.bench.records import RunResult
 from schedkit.hookspecs import HOOK_NAMES
 from schedkit.policies.builtin import PriorityPolicy
+from schedkit.records import RunResult
 from schedkit.sim.blocks import own_block_hash
 from schedkit.sim.config import SimConfig, StepCost
 from schedkit.sim.engine import SimEngine

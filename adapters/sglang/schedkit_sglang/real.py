@@ -52,8 +52,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from schedkit.adapter import ReplayArm
-from schedkit.bench.records import RequestRecord, RunResult
 from schedkit.bench.replay import ModelInfo, request_metadata
+from schedkit.records import RequestRecord, RunResult
 
 from schedkit_sglang import cpu
 from schedkit_sglang.config import TIMING_VAR, config_environ, scoped_environ

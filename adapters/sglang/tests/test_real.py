@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from schedkit.bench.records import RequestRecord
 from schedkit.bench.replay import model_info
 from schedkit.bench.runner import Bench, BenchSpec
+from schedkit.records import RequestRecord
 
 from schedkit_sglang.real import RealEngine, run_real_arm, scheduler_counters
 

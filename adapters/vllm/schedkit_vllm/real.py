@@ -34,8 +34,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from schedkit.adapter import ReplayArm
-from schedkit.bench.records import RunResult
 from schedkit.bench.replay import ModelInfo, request_metadata
+from schedkit.records import RunResult
 
 if TYPE_CHECKING:
     from schedkit.bench.runner import Bench

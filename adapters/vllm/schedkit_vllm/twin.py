@@ -21,10 +21,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from schedkit.bench.records import RequestRecord, RunResult
 from schedkit.bench.replay import new_record, output_token_id, prompt_token_ids, request_metadata
 from schedkit.config import SchedkitConfig
 from schedkit.facade import PolicyFacade
+from schedkit.records import RequestRecord, RunResult
 from schedkit.sim.config import SimConfig, StepCost
 from schedkit.sim.engine import no_cyclic_gc
 from schedkit.sim.recorder import Recorder

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from schedkit import EngineView, Policy, PolicyFacade, hookimpl
-from schedkit.bench.records import RunResult
+from schedkit.records import RunResult
 from schedkit.sim.config import SimConfig
 from schedkit.sim.costmodel import LinearCostModel
 from schedkit.sim.engine import SimEngine

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 from schedkit import EngineState, PolicyFacade, PolicyRegistry, RequestState, load_config
-from schedkit.bench.records import RunResult
 from schedkit.plugins import implemented_hooks
+from schedkit.records import RunResult
 from schedkit.sim.config import SimConfig
 from schedkit.sim.costmodel import LinearCostModel
 from schedkit.sim.engine import SimEngine

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from schedkit import PolicyFacade
-from schedkit.bench.records import RunResult
+from schedkit.records import RunResult
 from schedkit.sim.config import SimConfig
 from schedkit.sim.costmodel import LinearCostModel
 from schedkit.sim.engine import SimEngine

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from schedkit.bench.records import RunResult
 from schedkit.bench.runner import Bench, BenchSpec
+from schedkit.records import RunResult
 
 # 75,000 prompt tokens/s arriving for ~5 s; slo assumes 20,000 tokens/s of prefill.
 OVERLOAD = "poisson:rate=30,n=150,prompt=2000,output=16"

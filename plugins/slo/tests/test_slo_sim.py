@@ -6,7 +6,7 @@ from typing import Any
 
 from schedkit import PolicyFacade
 from schedkit.bench.metrics import compute_metrics, latencies_ms
-from schedkit.bench.records import RunResult
+from schedkit.records import RunResult
 from schedkit.sim.config import SimConfig
 from schedkit.sim.costmodel import LinearCostModel
 from schedkit.sim.engine import SimEngine

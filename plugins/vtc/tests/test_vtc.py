@@ -20,9 +20,9 @@ from schedkit import (
     hookimpl,
     load_config,
 )
-from schedkit.bench.records import RunResult
 from schedkit.errors import PolicyConfigError
 from schedkit.plugins import implemented_hooks
+from schedkit.records import RunResult
 from schedkit.sim.config import SimConfig
 from schedkit.sim.costmodel import LinearCostModel
 from schedkit.sim.engine import SimEngine

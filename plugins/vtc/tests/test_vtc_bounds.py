@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from schedkit import EngineState, PolicyFacade, RequestState, StepReport
-from schedkit.bench.records import RunResult
+from schedkit.records import RunResult
 from schedkit.sim.config import SimConfig
 from schedkit.sim.costmodel import LinearCostModel
 from schedkit.sim.engine import SimEngine

@@ -1,7 +1,9 @@
 """What one arm of a benchmark produces: per-request records plus engine counters.
 
 Every engine (simulated, twin, real) fills a ``RunResult``; metrics and reports are
-computed from it alone, so they mean the same on every engine.
+computed from it alone, so they mean the same on every engine. The simulator fills them
+and the bench reads them; this module imports neither, so ``schedkit.sim`` never
+imports ``schedkit.bench``.
 """
 
 from __future__ import annotations
