@@ -164,6 +164,7 @@ _BUDGET_FIELDS = ("token_budget", "max_running", "prefill_chunk")
 MAX_KEY_DEPTH = 8  # nested tuples
 MAX_KEY_ITEMS = 64  # per tuple
 UNKEYED = (1,)  # a policy's component for an item it did not key: after every key
+_PLAIN = (int, float)  # exact types: their comparisons are the builtins'
 
 
 def canonical_key(key: Any, depth: int = 0) -> tuple[Any, ...]:
@@ -173,6 +174,11 @@ def canonical_key(key: Any, depth: int = 0) -> tuple[Any, ...]:
     kind = type(key)
     if kind is int or kind is bool:
         return (0, int(key))
+    if kind is tuple and len(key) <= MAX_KEY_ITEMS and all(type(x) in _PLAIN for x in key):
+        # the common key, a plain tuple of ints and floats, without recursion
+        if any(x != x for x in key):
+            raise Invalid("returned a NaN key; keys must compare (use a number, not NaN)")
+        return (3, tuple([(0, x) for x in key]))
     if kind is float or issubclass(kind, float):
         value = float.__float__(key)
         if math.isnan(value):

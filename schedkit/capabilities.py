@@ -98,8 +98,12 @@ MATRIX: dict[str, dict[str, Capability]] = {
         "sglang": Capability("partial", "as select_victims: the decode batch's retraction"),
     },
     "eviction_key": {
-        "sim": FULL,
-        "vllm": FULL,
+        "sim": Capability("full", "every evictable block in key order (no eviction window)"),
+        "vllm": Capability(
+            "partial",
+            "ranks the eviction window's candidates (the oldest evictable blocks, as"
+            " select_evictions gets them); the simulator ranks every evictable block",
+        ),
         "sglang": Capability(
             "partial",
             "as select_evictions: radix-tree leaves; needs --radix-cache-backend schedkit",

@@ -236,9 +236,13 @@ def eviction_key(block: BlockView, engine: EngineView) -> Key | None:
 
     All results are collected: they combine lexicographically in configured order.
 
-    Called when the engine must evict, once per candidate of its eviction window (as
-    ``select_evictions`` gets them); the block is unreferenced, so its fields do not
-    change while it waits to be evicted. Ties keep least recently used first.
+    Called for blocks while they are unreferenced, so their fields do not change in
+    between: the simulator keeps every evictable block in key order (it asks the key of a
+    run of blocks freed together, the deepest first, when the run becomes evictable or its
+    last block changes, and assumes a block's key is no greater than that of the block
+    before it in the prefix), with no eviction window; engines without an order of their
+    own ask it once per candidate of their eviction window when they must evict (see the
+    capability matrix). Ties keep least recently used first.
     ``select_evictions``, when implemented and answering, takes precedence.
 
     :param block: a cached block no request references.

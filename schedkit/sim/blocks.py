@@ -63,6 +63,7 @@ class Span:
         "last_access",
         "lo",
         "num_hits",
+        "rank",
         "refs",
         "vbase",
         "views",
@@ -79,6 +80,7 @@ class Span:
         self.entry = 0  # key of its LRU entry while unreferenced
         self.views: list[BlockState] | None = None
         self.vbase = 0
+        self.rank = (0, 0, 0)  # its place in the LRU order while free (evict_keys)
 
     def upper(self, j: int) -> Span:
         """Cut at ``j``: this span keeps ``lo..j-1``, the returned one ``j..hi-1``."""
@@ -87,6 +89,7 @@ class Span:
         top.entry = self.entry
         top.views = self.views
         top.vbase = self.vbase
+        top.rank = self.rank
         self.hi = j
         return top
 
@@ -97,7 +100,7 @@ class Span:
 class OwnSpan:
     """The cached own blocks of one request: its first ``count`` own blocks."""
 
-    __slots__ = ("count", "first_depth", "key", "last_access", "num_hits")
+    __slots__ = ("count", "first_depth", "key", "last_access", "num_hits", "rank")
 
     def __init__(self, key: int, count: int, first_depth: int, clock: float) -> None:
         self.key = key
@@ -105,6 +108,7 @@ class OwnSpan:
         self.first_depth = first_depth
         self.last_access = clock
         self.num_hits = 0
+        self.rank = (0, 0, 0)  # its place in the LRU order (evict_keys)
 
 
 class BlockTable:

@@ -35,6 +35,7 @@ from schedkit.sim.blocks import (
     own_key_of,
 )
 from schedkit.sim.config import DEFAULT_EVICTION_WINDOW, EVICTION_WINDOW_PER_BLOCK
+from schedkit.sim.evict_keys import KeyedEvictions
 from schedkit.views import BlockState, BlockView, EngineView
 
 LruEntry = OwnSpan | list[Span]
@@ -69,6 +70,11 @@ class KVCache:
         self._entries = 0
         self._facade = facade
         self._engine = engine
+        # eviction_key alone: the cache keeps its evictable spans in key order
+        self.keyed = None
+        if facade.has_eviction_key and not facade.has_evictions_list:
+            self.keyed = KeyedEvictions(self)
+        self._lru_seq = 0  # insertions into cached_free: the LRU rank of what is freed
 
     @property
     def num_free(self) -> int:
@@ -216,12 +222,18 @@ class KVCache:
         if isinstance(stale, OwnSpan):  # cached before a readmission that did not hit it
             self.cached_blocks -= stale.count
             self.free_uncached += stale.count
+        keyed = self.keyed
         if own_cached:
-            cached_free[key] = OwnSpan(key, own_cached, table.num_shared, clock)
+            own = cached_free[key] = OwnSpan(key, own_cached, table.num_shared, clock)
             self.cached_blocks += own_cached
+            if keyed is not None:
+                self._lru_seq += 1
+                own.rank = (self._lru_seq, 0, 0)
+                keyed.mark(own, own.rank, fresh=True)
         if table.refs:
             self._entries += 1
-            entry, freed_list = self._entries, []
+            entry = self._entries
+            freed_list: list[Span] = []
             groups = self.groups
             for g, lo, hi in reversed(table.refs):
                 spans = groups[g]
@@ -238,11 +250,16 @@ class KVCache:
                         s.last_access = clock
                         s.entry = entry
                         s.views = None
+                        s.rank = (self._lru_seq + 1, len(freed_list), 0)
                         freed_list.append(s)
                         self.cached_blocks += s.hi - s.lo
                 merge_spans(spans)
             if freed_list:
                 cached_free[entry] = freed_list
+                self._lru_seq += 1
+                if keyed is not None:
+                    for s in freed_list:
+                        keyed.mark(s, s.rank, fresh=True)
         table.clear()
 
     # -- taking blocks, evicting cached ones ----------------------------------------------
@@ -258,7 +275,10 @@ class KVCache:
         evict = count - self.free_uncached
         self.free_uncached = 0
         self.evictions += evict
-        freed = self._evict_by_policy(evict) if self._facade.has_evictions else 0
+        if self.keyed is not None:
+            freed = self.keyed.evict(evict)
+        else:
+            freed = self._evict_by_policy(evict) if self._facade.has_evictions else 0
         if freed < evict:
             self._evict_lru(evict - freed)
         elif freed > evict:
@@ -385,6 +405,8 @@ class KVCache:
                     entry = self.cached_free[s.entry]
                     assert isinstance(entry, list)
                     entry.insert(entry.index(s), top)
+                    if self.keyed is not None:  # both tails may rank anew
+                        self.keyed.split(s, top)
                 return
 
     def _unlist(self, s: Span) -> None:

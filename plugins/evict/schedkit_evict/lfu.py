@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import heapq
-from collections.abc import Sequence
-from operator import attrgetter
-
 from schedkit import BlockView, EngineView, Policy, hookimpl
 
 __all__ = ["LeastFrequentlyUsed", "lfu_key"]
 
-# Fewest hits first; least recently used first among equal hits. attrgetter builds the
-# key in C: the key is computed once per candidate, and there may be thousands per call.
-lfu_key = attrgetter("num_hits", "last_access")
+
+def lfu_key(block: BlockView) -> tuple[int, float]:
+    """Fewest hits first; least recently used first among equal hits."""
+    return (block.num_hits, block.last_access)
 
 
 class LeastFrequentlyUsed(Policy):
@@ -24,11 +21,11 @@ class LeastFrequentlyUsed(Policy):
     Hits never decay: a prefix that was popular long ago keeps its place until blocks
     with as many hits compete. Ties keep the engine's order, which frees a request's
     blocks tail first, so a prefix's deepest blocks go before its head.
+
+    A key hook: the engine keeps the evictable blocks in key order (the simulator ranks
+    every evictable block, with no eviction window; docs/hooks.md, ``eviction_key``).
     """
 
     @hookimpl
-    def select_evictions(
-        self, candidates: Sequence[BlockView], num_blocks: int, engine: EngineView
-    ) -> list[BlockView]:
-        # nsmallest is stable (equal keys keep candidate order) and O(n log k).
-        return heapq.nsmallest(num_blocks, candidates, key=lfu_key)
+    def eviction_key(self, block: BlockView, engine: EngineView) -> tuple[int, float]:
+        return lfu_key(block)
