@@ -14,10 +14,8 @@ from __future__ import annotations
 import logging
 import math
 import time
-from bisect import bisect_left, insort
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from operator import itemgetter
 from typing import Any, TypeVar
 
 import pluggy
@@ -40,13 +38,13 @@ from schedkit.answers import (
 from schedkit.config import SchedkitConfig, load_config
 from schedkit.decisions import ADMIT, Admission, BatchBudget, StepReport
 from schedkit.errors import PluginLoadError, PolicyConfigError, PolicyDecisionError
+from schedkit.keyed import WaitingOrder
 from schedkit.plugins import PolicyRegistry
 from schedkit.policy import Policy
 from schedkit.views import BlockView, EngineView, RequestView
 
 __all__ = ["MAX_SHOWN", "PROPAGATED", "PolicyFacade", "by_hook"]
 
-_THIRD = itemgetter(2)
 
 log = logging.getLogger("schedkit")
 
@@ -103,12 +101,7 @@ class PolicyFacade:
         self.has_order = self.has_order_list or self.has_waiting_key
         self.has_victims = self.has_victims_list or self.has_victim_key
         self.has_evictions = self.has_evictions_list or self.has_eviction_key
-        # waiting_key is asked once per joining of the queue. The keyed order of the
-        # requests waiting at the last call: id(view) -> (its entry, the view, held so its
-        # id is not reused), and the (key, sequence, id) entries, sorted.
-        self._waiting_known: dict[int, tuple[tuple[Any, ...], RequestView]] = {}
-        self._waiting_order: list[tuple[Any, ...]] = []  # (key, sequence, id), sorted
-        self._waiting_seq = 0
+        self._waiting_order = WaitingOrder()  # waiting_key: once per joining the queue
         # Step reports name preempted requests, whose waiting keys are asked again.
         self.has_step_observer = "on_step_finished" in self.implemented or self.has_waiting_key
         self.has_finish_observer = "on_request_finished" in self.implemented
@@ -269,7 +262,9 @@ class PolicyFacade:
             return None
         ordered = None
         if self.has_waiting_key and not keyed:
-            ordered = self._sorted_by_waiting_key(waiting, engine)
+            ordered = self._waiting_order.sort(
+                waiting, lambda view: self._key("waiting_key", (view, engine))
+            )
         if self.has_order_list:
             shown = waiting if ordered is None else ordered
             pool = Pool(shown)  # before the call: a policy may change the list it was given
@@ -277,45 +272,6 @@ class PolicyFacade:
             if answer is not None:
                 return answer
         return ordered
-
-    def _sorted_by_waiting_key(
-        self, waiting: Sequence[RequestView], engine: EngineView
-    ) -> list[RequestView]:
-        """``waiting`` in key order. The facade keeps the order between calls: a request
-        it has not seen waiting since it last joined (arrival, or a preemption, which
-        ``step_finished`` reports) is keyed and inserted (bisect); requests no longer
-        waiting are dropped. Ties keep the engine's order: a preempted request goes ahead
-        of its equals, an arrival behind them, as in the engine's queue. Requests that did
-        not move cost dict and set operations, no Python code each."""
-        present = dict(zip(map(id, waiting), waiting, strict=True))
-        known, order = self._waiting_known, self._waiting_order
-        gone = known.keys() - present.keys()
-        if len(gone) > 64:
-            order[:] = [entry for entry in order if entry[2] not in gone]
-            for vid in gone:
-                del known[vid]
-        else:
-            for vid in gone:
-                del order[bisect_left(order, known.pop(vid)[0])]
-        joined = present.keys() - known.keys()
-        if len(joined) > 1:  # keyed in the engine's order, so equal keys keep it
-            position = dict(zip(present, range(len(present)), strict=True))
-            joined = sorted(joined, key=position.__getitem__)  # type: ignore[assignment]
-        preempted = [vid for vid in joined if present[vid].num_preemptions]
-        # Preempted requests go ahead of their equals (the last preempted first, at the
-        # front of the engine's queue), arrivals behind them, in arrival order.
-        for vid, step in [(v, -1) for v in reversed(preempted)] + [
-            (v, 1) for v in joined if not present[v].num_preemptions
-        ]:
-            self._waiting_seq += 1
-            entry = (
-                self._key("waiting_key", (present[vid], engine)),
-                step * self._waiting_seq,
-                vid,
-            )
-            known[vid] = (entry, present[vid])  # holding the view: its id is not reused
-            insort(order, entry)
-        return list(map(present.__getitem__, map(_THIRD, order)))
 
     def plan_batch(self, engine: EngineView, default: BatchBudget) -> BatchBudget:
         """This step's limits: the policy's, or ``default``."""
@@ -417,11 +373,8 @@ class PolicyFacade:
     # -- observation ----------------------------------------------------------------
 
     def step_finished(self, report: StepReport, engine: EngineView) -> None:
-        if report.preempted and self._waiting_known:
-            for view in report.preempted:  # it joins the queue again: a new key
-                known = self._waiting_known.pop(id(view), None)
-                if known is not None:
-                    del self._waiting_order[bisect_left(self._waiting_order, known[0])]
+        if report.preempted and self.has_waiting_key:
+            self._waiting_order.rejoin(report.preempted)  # each is keyed again
         self._observe("on_step_finished", (report, engine))
 
     def request_finished(self, request: RequestView, reason: str, engine: EngineView) -> None:
