@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from schedkit import PolicyFacade
+from schedkit import Admission, Policy, PolicyFacade, RequestView, hookimpl
 from schedkit.policies.builtin import PriorityPolicy
 from schedkit.sim.config import SimConfig
 from schedkit.sim.costmodel import make_cost_model
@@ -37,6 +37,16 @@ class Counting(Flaky):
             raise
 
 
+class PromptCap(Policy):
+    """Rejects the longest prompts, with a reason: an admission that decides."""
+
+    @hookimpl
+    def admit_request(self, request: RequestView) -> Admission | None:
+        if request.num_prompt_tokens <= 30_000:
+            return None
+        return Admission.reject(f"prompt of {request.num_prompt_tokens} tokens over 30000")
+
+
 def _run(policies: list[Any], blocks: int) -> tuple[Any, SimEngine]:
     # A quarter of the recorded rate: KV pressure without an unbounded queue, whose
     # per-step cost is the faulty list hooks' (they copy the whole queue every step).
@@ -53,8 +63,18 @@ def _run(policies: list[Any], blocks: int) -> tuple[Any, SimEngine]:
 def test_a_faulty_policy_loses_nothing_under_kv_pressure() -> None:
     Counting.raised = 0
     chaos = Counting(Flaky.Options(seed=7, fault_rate=0.1))
-    result, engine = _run([("chaos", chaos), ("priority", PriorityPolicy())], blocks=3000)
-    clean, _ = _run([("priority", PriorityPolicy())], blocks=3000)
+    deciding = [("cap", PromptCap()), ("priority", PriorityPolicy())]
+    result, engine = _run([("chaos", chaos), *deciding], blocks=3000)
+    clean, _ = _run(deciding, blocks=3000)
+    rejected = sum(r.rejected for r in result.records)
+    print(
+        f"\nsim chaos: {len(result.records):,} requests, {rejected:,} rejected,"
+        f" {result.preemptions:,} preemptions, {engine.kv.evictions:,} blocks evicted,"
+        f" {result.prefix_hit_tokens:,} prompt tokens from the cache, {Counting.raised:,}"
+        f" faults raised, {result.policy_errors:,} counted, {engine.kv.num_used} blocks"
+        f" left used, {result.wall_s:.1f} s (clean {clean.wall_s:.1f} s)"
+    )
+    assert 0 < rejected == sum(r.rejected for r in clean.records)
     reasons = {r.finish_reason for r in result.records}
     assert reasons <= {"length", "stop", "rejected"}, reasons
     assert all(r.reject_reason for r in result.records if r.rejected)
