@@ -1,9 +1,12 @@
 """Engine-neutral, read-only views that hooks receive.
 
-The protocols are what policies see: read-only to the type checker. Engines keep one
-``RequestState`` per request and one ``EngineState`` for the whole run and update their
-fields in place as the request progresses, so nothing is rebuilt per step. An adapter may
-instead implement a protocol with properties over the engine's own objects.
+The protocols are what policies see: read-only to the type checker, and read-only at run
+time on every engine (setting a field of a view an engine hands a policy raises
+``AttributeError``): engines implement them with properties over their own objects
+(``schedkit.sim.request.SimRequest``, ``schedkit.sim.view.SimEngineView``, the adapters'
+views) and ``BlockSnapshot`` for blocks. ``RequestState``, ``EngineState`` and
+``BlockState`` are plain records with settable fields, for tests and the conformance kit
+(``schedkit.testing``) to build views from and change between calls.
 """
 
 from __future__ import annotations
@@ -112,7 +115,7 @@ class BlockView(Protocol):
 
 
 class RequestState:
-    """Concrete, mutable request record that engines update in place."""
+    """A ``RequestView`` with settable fields, for tests (engines hand out read-only ones)."""
 
     __slots__ = (
         "arrival_time",
@@ -162,7 +165,7 @@ class RequestState:
 
 
 class EngineState:
-    """Concrete, mutable engine record that engines update in place."""
+    """An ``EngineView`` with settable fields, for tests (engines hand out read-only ones)."""
 
     __slots__ = (
         "block_size",
@@ -188,7 +191,7 @@ class EngineState:
 
 
 class BlockState:
-    """Concrete cached-block record."""
+    """A ``BlockView`` with settable fields, for tests; engines hand out ``BlockSnapshot``."""
 
     __slots__ = ("block_hash", "depth", "last_access", "num_hits")
 
@@ -200,6 +203,49 @@ class BlockState:
 
     def __repr__(self) -> str:
         return _repr(self)
+
+
+class BlockSnapshot:
+    """A read-only ``BlockView``: its fields are fixed when it is built.
+
+    What an engine hands a policy as an eviction candidate: setting a field raises
+    ``AttributeError``, as on vLLM and SGLang, so a policy cannot change the engine's
+    record of the block. Build a new one when the block changes (freed, hit).
+
+    .. versionadded:: 0.2
+    """
+
+    __slots__ = ("_block_hash", "_depth", "_last_access", "_num_hits")
+
+    def __init__(
+        self, block_hash: int, depth: int, last_access: float = 0.0, num_hits: int = 0
+    ) -> None:
+        self._block_hash = block_hash
+        self._depth = depth
+        self._last_access = last_access
+        self._num_hits = num_hits
+
+    @property
+    def block_hash(self) -> int:
+        return self._block_hash
+
+    @property
+    def depth(self) -> int:
+        return self._depth
+
+    @property
+    def last_access(self) -> float:
+        return self._last_access
+
+    @property
+    def num_hits(self) -> int:
+        return self._num_hits
+
+    def __repr__(self) -> str:
+        return (
+            f"BlockSnapshot(block_hash={self._block_hash!r}, depth={self._depth!r},"
+            f" last_access={self._last_access!r}, num_hits={self._num_hits!r})"
+        )
 
 
 def _repr(obj: RequestState | EngineState | BlockState) -> str:

@@ -80,7 +80,7 @@ class SimEngine(DecodeStretches):
             SimRequest.from_trace(i, r, config.block_size, config.hash_block_tokens)
             for i, r in enumerate(requests)
         ]
-        self.pending.sort(key=lambda r: r.arrival_time)  # stable: trace order breaks ties
+        self.pending.sort(key=lambda r: r.record.arrival_s)  # stable: trace order breaks ties
         self.default_budget = BatchBudget(
             config.max_num_batched_tokens, config.max_num_seqs, config.long_prefill_token_threshold
         )
@@ -99,15 +99,15 @@ class SimEngine(DecodeStretches):
         started = time.perf_counter()
         pending, nxt = self.pending, 0
         while nxt < len(pending) or self.running or self.waiting:
-            if not self.running and not self.waiting and self.clock < pending[nxt].arrival_time:
-                self.clock = pending[nxt].arrival_time
-            while nxt < len(pending) and pending[nxt].arrival_time <= self.clock + TIME_EPS:
-                self.clock = max(self.clock, pending[nxt].arrival_time)  # never before arrival
+            if not self.running and not self.waiting and self.clock < pending[nxt].record.arrival_s:
+                self.clock = pending[nxt].record.arrival_s
+            while nxt < len(pending) and pending[nxt].record.arrival_s <= self.clock + TIME_EPS:
+                self.clock = max(self.clock, pending[nxt].record.arrival_s)  # never before arrival
                 self._arrive(pending[nxt])
                 nxt += 1
             if not self.running and not self.waiting:
                 continue
-            next_arrival = pending[nxt].arrival_time if nxt < len(pending) else float("inf")
+            next_arrival = pending[nxt].record.arrival_s if nxt < len(pending) else float("inf")
             budget = self._budget()
             if not (self.stretch and self._advance_decode_stretch(next_arrival, budget)):
                 self._step(budget)
@@ -116,14 +116,14 @@ class SimEngine(DecodeStretches):
         return self.recorder.finish(self.clock, self.step_index, self.facade, started)
 
     def _arrive(self, req: SimRequest) -> None:
-        need = blocks_for(req.num_prompt_tokens + req.max_tokens, self.cfg.block_size)
+        need = blocks_for(req.record.prompt_tokens + req.record.max_tokens, self.cfg.block_size)
         if need > self.cfg.num_blocks:
             self._reject(
                 req, f"prompt + max_tokens need {need} KV blocks, capacity is {self.cfg.num_blocks}"
             )
             return
         if self.cfg.enable_prefix_caching:
-            req.block_hashes = req.hash_blocks(self.cfg.block_size)
+            req._block_hashes = req.hash_blocks(self.cfg.block_size)
         decision = self.facade.admit(req, self.view)
         if not decision.admitted:
             self._reject(req, decision.reason)
@@ -137,7 +137,7 @@ class SimEngine(DecodeStretches):
         rej[reason] = rej.get(reason, 0) + 1
         if self.facade.has_finish_observer:
             self.facade.request_finished(req, "rejected", self.view)
-        req.block_hashes = ()
+        req._block_hashes = ()
 
     # -- one step -------------------------------------------------------------------
 
@@ -153,7 +153,7 @@ class SimEngine(DecodeStretches):
         i = 0
         while i < len(running) and token_budget > 0:
             req = running[i]
-            num_new = req.num_tokens - req.num_computed_tokens
+            num_new = req.num_tokens - req._num_computed_tokens
             if chunk and num_new > chunk:
                 num_new = chunk
             num_new = min(num_new, token_budget)
@@ -218,14 +218,14 @@ class SimEngine(DecodeStretches):
             kv.touch(req.blocks, hit, own)
         kv.take(need)
         kv.add_blocks(req.blocks, need)
-        req.num_computed_tokens = computed
+        req._num_computed_tokens = computed
         res, rec = self.result, req.record
-        if req.num_preemptions == 0:
+        if req._num_preemptions == 0:
             res.prefix_query_tokens += req.num_tokens
             res.prefix_hit_tokens += computed
         if rec.scheduled_s is None:
             rec.scheduled_s = clock
-            rec.cached_tokens = req.num_cached_tokens = computed
+            rec.cached_tokens = req._num_cached_tokens = computed
         if req.lost_tokens:
             redone = max(0, req.lost_tokens - computed)
             res.recomputed_tokens += redone
@@ -244,14 +244,14 @@ class SimEngine(DecodeStretches):
         """Cache the blocks this step fills, at scheduling time as vLLM does, so a request
         admitted later in the same step already hits them."""
         if self.cfg.enable_prefix_caching:
-            bs, before = self.cfg.block_size, req.num_computed_tokens
+            bs, before = self.cfg.block_size, req._num_computed_tokens
             if (before + num_new) // bs > before // bs:
                 self.kv.publish(req.blocks, before // bs, (before + num_new) // bs)
 
     def _grow(self, req: SimRequest, num_new: int) -> bool:
         """Give a running request the blocks for ``num_new`` more tokens, if they fit."""
         table = req.blocks
-        need = blocks_for(req.num_computed_tokens + num_new, self.cfg.block_size) - table.nblocks
+        need = blocks_for(req._num_computed_tokens + num_new, self.cfg.block_size) - table.nblocks
         if need <= 0:
             return True
         if not self.kv.can_allocate(0, need):
@@ -278,19 +278,19 @@ class SimEngine(DecodeStretches):
     def _preempt(self, req: SimRequest) -> None:
         self.running.remove(req)
         self.kv.release(req.blocks, self.clock)
-        req.lost_tokens = req.num_computed_tokens
-        req.num_computed_tokens = 0
-        req.num_preemptions += 1
+        req.lost_tokens = req._num_computed_tokens
+        req._num_computed_tokens = 0
+        req._num_preemptions += 1
         req.record.preemptions += 1
         self.result.preemptions += 1
         if self.cfg.enable_prefix_caching:  # its output is prompt now, cached in its own run
-            req.block_hashes = req.hash_blocks(self.cfg.block_size)
+            req._block_hashes = req.hash_blocks(self.cfg.block_size)
         self.waiting.appendleft(req)
 
     def _execute(self, scheduled: dict[SimRequest, int], preempted: list[SimRequest]) -> None:
         prefill = decode = kv_tokens = attn = 0
         for req, n in scheduled.items():
-            c = req.num_computed_tokens
+            c = req._num_computed_tokens
             if n == 1 and c == req.num_tokens - 1:
                 decode += 1
                 attn += c + 1
@@ -307,16 +307,16 @@ class SimEngine(DecodeStretches):
         clock, gap = self.clock, self.recorder.token_gap
         finished = []
         for req, n in scheduled.items():
-            req.num_computed_tokens = after = req.num_computed_tokens + n
+            req._num_computed_tokens = after = req._num_computed_tokens + n
             if after == req.num_tokens:
                 if req.record.first_token_s is None:
                     req.record.first_token_s = clock
                 else:
                     gap(clock - req.last_token_s, 1)
                 req.last_token_s = clock
-                req.num_output_tokens += 1
+                req._num_output_tokens += 1
                 req.num_tokens += 1
-                if req.num_output_tokens >= req.max_tokens:
+                if req._num_output_tokens >= req.record.max_tokens:
                     finished.append(req)
         self._finish(finished)
         if self.facade.has_step_observer:
@@ -336,10 +336,10 @@ class SimEngine(DecodeStretches):
             rec = req.record
             rec.finish_reason = "length"
             rec.finish_s = clock
-            rec.output_tokens = req.num_output_tokens
+            rec.output_tokens = req._num_output_tokens
             if self.facade.has_finish_observer:
                 self.facade.request_finished(req, "length", self.view)
-            req.block_hashes = ()
+            req._block_hashes = ()
 
     def _observe(self, report: StepReport) -> None:
         self.facade.step_finished(report, self.view)

@@ -1,4 +1,4 @@
-"""A request inside the simulated engine: the policy-facing view plus engine state."""
+"""A request inside the simulated engine: the policy-facing, read-only view plus engine state."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from typing import Protocol
 
 from schedkit.records import RequestRecord
 from schedkit.sim.blocks import BlockTable, blocks_for, group_key, own_block_hash
-from schedkit.views import RequestState
 
 
 class TraceLike(Protocol):
@@ -33,15 +32,26 @@ class TraceLike(Protocol):
     def hash_ids(self) -> tuple[int, ...]: ...
 
 
-class SimRequest(RequestState):
-    """``RequestState`` plus what the simulator tracks; policies see only the view.
+class SimRequest:
+    """A request inside the simulated engine, and the ``RequestView`` policies get for it.
+
+    The view's fields are read-only properties, so a policy that sets one gets an
+    ``AttributeError``, as on vLLM and SGLang (whose views are properties over the
+    engine's request). The fields fixed at arrival are read from ``record``; the ones
+    that change live in the underscored slots behind their properties, which only the
+    engine writes (``schedkit.sim``: it reads them there too, saving a call per access).
 
     Its blocks are in ``blocks``, a ``BlockTable`` the KV cache keeps. ``block_hashes``
-    (the view's) is set by the engine from ``hash_blocks`` when the request arrives and
-    when it is preempted, and emptied when it leaves.
+    is set by the engine from ``hash_blocks`` when the request arrives and when it is
+    preempted, and emptied when it leaves.
     """
 
     __slots__ = (
+        "_block_hashes",
+        "_num_cached_tokens",
+        "_num_computed_tokens",
+        "_num_output_tokens",
+        "_num_preemptions",
         "blocks",
         "index",
         "last_token_s",
@@ -59,18 +69,13 @@ class SimRequest(RequestState):
         per_group: int,
         block_size: int,
     ) -> None:
-        super().__init__(
-            record.request_id,
-            record.prompt_tokens,
-            record.max_tokens,
-            arrival_time=record.arrival_s,
-            tenant=record.tenant,
-            priority=record.priority,
-            slo_ttft_ms=record.slo_ttft_ms,
-            slo_tpot_ms=record.slo_tpot_ms,
-        )
         self.index = index
         self.record = record
+        self._num_cached_tokens = 0
+        self._num_computed_tokens = 0
+        self._num_output_tokens = 0
+        self._num_preemptions = 0
+        self._block_hashes: tuple[int, ...] = ()
         self.num_tokens = record.prompt_tokens  # prompt + generated so far
         self.per_group = per_group  # engine blocks per trace hash id; 0 = nothing shared
         num_shared = min(len(hash_ids) * per_group, record.prompt_tokens // block_size)
@@ -115,3 +120,64 @@ class SimRequest(RequestState):
             return shared
         first = own_block_hash(table.key, 0)
         return shared + tuple(range(first, first - num_own, -1))
+
+    # -- the RequestView: read-only -------------------------------------------------
+
+    @property
+    def request_id(self) -> str:
+        return self.record.request_id
+
+    @property
+    def tenant(self) -> str:
+        return self.record.tenant
+
+    @property
+    def priority(self) -> int:
+        return self.record.priority
+
+    @property
+    def arrival_time(self) -> float:
+        return self.record.arrival_s
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return self.record.prompt_tokens
+
+    @property
+    def max_tokens(self) -> int:
+        return self.record.max_tokens
+
+    @property
+    def slo_ttft_ms(self) -> float | None:
+        return self.record.slo_ttft_ms
+
+    @property
+    def slo_tpot_ms(self) -> float | None:
+        return self.record.slo_tpot_ms
+
+    @property
+    def num_cached_tokens(self) -> int:
+        return self._num_cached_tokens
+
+    @property
+    def num_computed_tokens(self) -> int:
+        return self._num_computed_tokens
+
+    @property
+    def num_output_tokens(self) -> int:
+        return self._num_output_tokens
+
+    @property
+    def num_preemptions(self) -> int:
+        return self._num_preemptions
+
+    @property
+    def block_hashes(self) -> tuple[int, ...]:
+        return self._block_hashes
+
+    def __repr__(self) -> str:
+        return (
+            f"SimRequest({self.request_id!r}, computed={self._num_computed_tokens},"
+            f" output={self._num_output_tokens}/{self.max_tokens},"
+            f" preemptions={self._num_preemptions}, blocks={self.blocks.nblocks})"
+        )

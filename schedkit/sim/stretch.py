@@ -51,14 +51,14 @@ class DecodeStretches:
         if not running:
             return False
         for req in running:
-            if req.num_tokens - req.num_computed_tokens != 1 or not req.num_output_tokens:
+            if req.num_tokens - req._num_computed_tokens != 1 or not req._num_output_tokens:
                 return False  # only decoding requests (a last prompt token emits the first)
         n = len(running)
         if n > budget.token_budget:
             return False
         if self.waiting and not self._waiting_blocked(n, budget):
             return False
-        k = min(r.max_tokens - r.num_output_tokens for r in running)
+        k = min(r.record.max_tokens - r._num_output_tokens for r in running)
         kv0 = sum(r.num_tokens for r in running)
         if next_arrival != float("inf"):
             budget_s = next_arrival - self.clock - TIME_EPS
@@ -109,17 +109,17 @@ class DecodeStretches:
         caching = self.cfg.enable_prefix_caching
         finished = []
         for req in running:
-            before, table = req.num_computed_tokens, req.blocks
+            before, table = req._num_computed_tokens, req.blocks
             grow = blocks_for(before + k, bs) - table.nblocks
             if grow > 0:
                 kv.add_blocks(table, grow)
-            req.num_computed_tokens = after = before + k
+            req._num_computed_tokens = after = before + k
             if caching and after // bs > before // bs:
                 kv.publish(table, before // bs, after // bs)
-            req.num_output_tokens += k
+            req._num_output_tokens += k
             req.num_tokens += k
             req.last_token_s = clock
-            if req.num_output_tokens >= req.max_tokens:
+            if req._num_output_tokens >= req.record.max_tokens:
                 finished.append(req)
         self.recorder.token_gap(duration / k, n * k)
         self.recorder.kv_usage(duration, (used_before + kv.num_used) / 2 / kv.num_blocks)
@@ -138,7 +138,7 @@ def _blocks_needed(running: list[SimRequest], k: int, bs: int) -> int:
     """New blocks the running requests need to decode ``k`` more tokens each."""
     total = 0
     for r in running:
-        extra = blocks_for(r.num_computed_tokens + k, bs) - r.blocks.nblocks
+        extra = blocks_for(r._num_computed_tokens + k, bs) - r.blocks.nblocks
         if extra > 0:
             total += extra
     return total
