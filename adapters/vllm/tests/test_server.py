@@ -336,7 +336,10 @@ def test_command_merges_additional_config_and_picks_the_class() -> None:
     assert command[-4:-2] == ["--scheduler-cls", "schedkit_vllm.Scheduler"]
     assert command[-6:-4] == ["--middleware", "schedkit_vllm.trust.TrustMiddleware"]
     merged = json.loads(command[-1])
-    assert merged == {"other": 1, "schedkit": {"policy": ["priority"], "options": {}}}
+    assert merged == {
+        "other": 1,
+        "schedkit": {"policy": ["priority"], "options": {}, "hook_budget_ms": None},
+    }
     assert command.count("--additional-config") == 1
 
     gpu = build_command(config, ["--model", "m"], cpu=False)
