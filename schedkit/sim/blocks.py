@@ -15,7 +15,7 @@ from __future__ import annotations
 from itertools import pairwise
 from typing import TYPE_CHECKING
 
-from schedkit.views import BlockState
+from schedkit.views import BlockSnapshot
 
 if TYPE_CHECKING:
     from schedkit.sim.kvcache import KVCache
@@ -78,7 +78,7 @@ class Span:
         self.depth0 = depth0  # depth of block j is depth0 + j
         self.last_access = 0.0
         self.entry = 0  # key of its LRU entry while unreferenced
-        self.views: list[BlockState] | None = None
+        self.views: list[BlockSnapshot] | None = None
         self.vbase = 0
         self.rank = (0, 0, 0)  # its place in the LRU order while free (evict_keys)
 

@@ -20,7 +20,7 @@ from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Any
 
 from schedkit.sim.blocks import OwnSpan, Span, own_block_hash
-from schedkit.views import BlockState
+from schedkit.views import BlockSnapshot
 
 if TYPE_CHECKING:
     from schedkit.sim.kvcache import KVCache
@@ -43,15 +43,14 @@ class KeyedEvictions:
 
     # -- keys ---------------------------------------------------------------------------
 
-    def _view(self, span: Span | OwnSpan, j: int) -> BlockState:
-        """The view of the span's block ``j`` (``lo <= j < hi``; own: ``0 <= j < count``)."""
+    def _view(self, span: Span | OwnSpan, j: int) -> BlockSnapshot:
+        """The read-only view of the span's block ``j`` (``lo <= j < hi``; own:
+        ``0 <= j < count``)."""
         if isinstance(span, OwnSpan):
-            view = BlockState(own_block_hash(span.key, j), span.first_depth + j, span.last_access)
+            block_hash, depth = own_block_hash(span.key, j), span.first_depth + j
         else:
-            base = span.group * self.kv.group_blocks
-            view = BlockState(base + j, span.depth0 + j, span.last_access)
-        view.num_hits = span.num_hits
-        return view
+            block_hash, depth = span.group * self.kv.group_blocks + j, span.depth0 + j
+        return BlockSnapshot(block_hash, depth, span.last_access, span.num_hits)
 
     def _key(self, span: Span | OwnSpan, j: int) -> tuple[Any, ...]:
         kv = self.kv

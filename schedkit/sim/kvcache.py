@@ -36,7 +36,7 @@ from schedkit.sim.blocks import (
 )
 from schedkit.sim.config import DEFAULT_EVICTION_WINDOW, EVICTION_WINDOW_PER_BLOCK
 from schedkit.sim.evict_keys import KeyedEvictions
-from schedkit.views import BlockState, BlockView, EngineView
+from schedkit.views import BlockSnapshot, BlockView, EngineView
 
 LruEntry = OwnSpan | list[Span]
 
@@ -327,10 +327,12 @@ class KVCache:
                 # the window cuts offers its last blocks; evicting one drops only blocks
                 # inside the window.
                 for j in reversed(range(max(0, entry.count - left), entry.count)):
-                    own = BlockState(
-                        own_block_hash(key, j), entry.first_depth + j, entry.last_access
+                    own = BlockSnapshot(
+                        own_block_hash(key, j),
+                        entry.first_depth + j,
+                        entry.last_access,
+                        entry.num_hits,
                     )
-                    own.num_hits = entry.num_hits
                     candidates.append(own)
                 continue
             for s in entry:
@@ -362,13 +364,10 @@ class KVCache:
         self.cached_blocks -= freed
         return freed
 
-    def _views(self, s: Span) -> list[BlockState]:
-        """Views of a free span's blocks, built once while it stays unreferenced."""
-        base, views = s.group * self.group_blocks, []
-        for j in range(s.lo, s.hi):
-            view = BlockState(base + j, s.depth0 + j, s.last_access)
-            view.num_hits = s.num_hits
-            views.append(view)
+    def _views(self, s: Span) -> list[BlockSnapshot]:
+        """Views of a free span's blocks (read-only), built once while it stays free."""
+        base, depth0, last, hits = s.group * self.group_blocks, s.depth0, s.last_access, s.num_hits
+        views = [BlockSnapshot(base + j, depth0 + j, last, hits) for j in range(s.lo, s.hi)]
         s.views, s.vbase = views, s.lo
         return views
 

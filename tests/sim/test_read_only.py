@@ -194,10 +194,6 @@ def test_a_policy_writing_to_its_views_is_refused_and_counted(stretch: bool) -> 
     assert result.steps == plain.steps and result.preemptions == plain.preemptions > 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the KV cache still hands out BlockState; building BlockSnapshot makes this pass",
-)
 def test_a_policy_writing_to_eviction_candidates_is_refused() -> None:
     meddler = Meddler(blocks=True)
     run(meddler)
