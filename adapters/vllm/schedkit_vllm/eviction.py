@@ -72,16 +72,14 @@ class EvictionHook:
         now = self.engine.clock
         for block in blocks:
             if block.ref_cnt == 0 and block.block_hash is not None:
-                self._record(block).last_access = now
+                self._record(block).freed(now)
 
     def touch(self, blocks: Sequence[Any]) -> None:
         self._touch(blocks)
         now = self.engine.clock
         for block in blocks:
             if block.block_hash is not None and not block.is_null:
-                record = self._record(block)
-                record.num_hits += 1
-                record.last_access = now
+                self._record(block).hit(now)
 
     def popleft_n(self, n: int) -> list[Any]:
         if n <= 0:

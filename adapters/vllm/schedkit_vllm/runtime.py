@@ -110,7 +110,7 @@ class SchedkitRuntime(AdapterRuntime):
         for new in output.scheduled_new_reqs:
             request = requests.get(new.req_id)
             if request is not None:
-                self.view(request).num_cached_tokens = int(new.num_computed_tokens)
+                self.view(request).admitted(int(new.num_computed_tokens))
         if not self.facade.has_step_observer:
             return
         scheduled: list[RequestView] = []

@@ -39,12 +39,12 @@ class VllmRequestView:
         "_epoch",
         "_hashed",
         "_hashes",
+        "_num_cached_tokens",
+        "_slo_tpot_ms",
+        "_slo_ttft_ms",
+        "_tenant",
         "_trust",
-        "num_cached_tokens",
         "request",
-        "slo_tpot_ms",
-        "slo_ttft_ms",
-        "tenant",
     )
 
     def __init__(self, request: Any, epoch: float, trust: TrustConfig = DEFAULT_TRUST) -> None:
@@ -53,13 +53,34 @@ class VllmRequestView:
         self._trust = trust
         params = getattr(request, "sampling_params", None)
         meta = trust.bound(getattr(params, "extra_args", None), None)
-        self.tenant: str = meta.tenant
-        self.slo_ttft_ms: float | None = meta.slo_ttft_ms
-        self.slo_tpot_ms: float | None = meta.slo_tpot_ms
+        self._tenant: str = meta.tenant
+        self._slo_ttft_ms: float | None = meta.slo_ttft_ms
+        self._slo_tpot_ms: float | None = meta.slo_tpot_ms
         # Set by the runtime when vLLM admits the request (prefix-cache hit size).
-        self.num_cached_tokens: int = 0
+        self._num_cached_tokens: int = 0
         self._hashes: list[int] = []  # request.block_hashes converted so far
         self._hashed: object = None  # the last digest converted, to notice a rewrite
+
+    # Read-only for policies, as every view: the runtime records admission below.
+    @property
+    def tenant(self) -> str:
+        return self._tenant
+
+    @property
+    def slo_ttft_ms(self) -> float | None:
+        return self._slo_ttft_ms
+
+    @property
+    def slo_tpot_ms(self) -> float | None:
+        return self._slo_tpot_ms
+
+    @property
+    def num_cached_tokens(self) -> int:
+        return self._num_cached_tokens
+
+    def admitted(self, cached_tokens: int) -> None:
+        """vLLM admitted the request with ``cached_tokens`` from the prefix cache."""
+        self._num_cached_tokens = cached_tokens
 
     @property
     def request_id(self) -> str:
@@ -175,18 +196,42 @@ class VllmBlockView:
     (when the block is freed or hit) in this record, kept while the block stays cached.
     """
 
-    __slots__ = ("block", "block_hash", "depth", "last_access", "num_hits")
+    __slots__ = ("_block_hash", "_depth", "_last_access", "_num_hits", "block")
 
     def __init__(self, block: Any, hash_block_size: int, last_access: float = 0.0) -> None:
         self.block = block
         key = block.block_hash
         # vLLM's key is a digest (bytes) plus the KV group id; its first 8 bytes make a
         # stable int for policies that remember blocks between calls.
-        self.block_hash: int = hash_int(key) if key is not None else 0
+        self._block_hash: int = hash_int(key) if key is not None else 0
         num_tokens = block.block_hash_num_tokens
-        self.depth: int = max(0, -(-int(num_tokens) // hash_block_size) - 1) if num_tokens else 0
-        self.last_access = last_access
-        self.num_hits = 0
+        self._depth: int = max(0, -(-int(num_tokens) // hash_block_size) - 1) if num_tokens else 0
+        self._last_access = last_access
+        self._num_hits = 0
+
+    # Read-only for policies; the eviction hook records frees and hits below.
+    @property
+    def block_hash(self) -> int:
+        return self._block_hash
+
+    @property
+    def depth(self) -> int:
+        return self._depth
+
+    @property
+    def last_access(self) -> float:
+        return self._last_access
+
+    @property
+    def num_hits(self) -> int:
+        return self._num_hits
+
+    def freed(self, now: float) -> None:
+        self._last_access = now
+
+    def hit(self, now: float) -> None:
+        self._num_hits += 1
+        self._last_access = now
 
     def __repr__(self) -> str:
         return f"VllmBlockView(block_id={self.block.block_id}, depth={self.depth})"

@@ -74,6 +74,33 @@ def test_request_view_reads_vllm_xargs() -> None:
     assert (plain.tenant, plain.slo_ttft_ms, plain.slo_tpot_ms) == ("default", None, None)
 
 
+@pytest.mark.parametrize(
+    "field",
+    ["tenant", "priority", "slo_ttft_ms", "slo_tpot_ms", "num_cached_tokens", "arrival_time"],
+)
+def test_a_policy_cannot_write_to_a_request_view(field: str) -> None:
+    view = VllmRequestView(make_request("v", 33, tenant="acme"), epoch=0.0)
+    with pytest.raises(AttributeError):
+        setattr(view, field, 1)
+    assert view.tenant == "acme"
+    view.admitted(16)  # the runtime's record of the admission
+    assert view.num_cached_tokens == 16
+
+
+@pytest.mark.parametrize("field", ["block_hash", "depth", "last_access", "num_hits"])
+def test_a_policy_cannot_write_to_a_block_view(field: str) -> None:
+    from types import SimpleNamespace
+
+    from schedkit_vllm.views import VllmBlockView
+
+    block = SimpleNamespace(block_hash=None, block_hash_num_tokens=32, block_id=3)
+    view = VllmBlockView(block, 16, last_access=1.0)
+    with pytest.raises(AttributeError):
+        setattr(view, field, 5)
+    view.hit(2.0)
+    assert (view.num_hits, view.last_access, view.depth) == (1, 2.0, 1)
+
+
 def test_request_view_block_hashes_follow_vllms_list() -> None:
     request = make_request("h", 40, max_tokens=16)  # 2 full 16-token blocks
     view = VllmRequestView(request, epoch=0.0)
