@@ -63,12 +63,12 @@ class SglangRequestView:
     __slots__ = (
         "_arrival",
         "_nodes",
+        "_slo_tpot_ms",
+        "_slo_ttft_ms",
+        "_tenant",
         "_trust",
         "_unset",
         "req",
-        "slo_tpot_ms",
-        "slo_ttft_ms",
-        "tenant",
     )
 
     def __init__(
@@ -88,9 +88,22 @@ class SglangRequestView:
         # the request's time stats.
         self._arrival = _arrival(req) - epoch if arrival is None else arrival
         meta = trust.bound(getattr(req.sampling_params, "custom_params", None), None)
-        self.tenant: str = meta.tenant
-        self.slo_ttft_ms: float | None = meta.slo_ttft_ms
-        self.slo_tpot_ms: float | None = meta.slo_tpot_ms
+        self._tenant: str = meta.tenant
+        self._slo_ttft_ms: float | None = meta.slo_ttft_ms
+        self._slo_tpot_ms: float | None = meta.slo_tpot_ms
+
+    # Read-only for policies, as every view.
+    @property
+    def tenant(self) -> str:
+        return self._tenant
+
+    @property
+    def slo_ttft_ms(self) -> float | None:
+        return self._slo_ttft_ms
+
+    @property
+    def slo_tpot_ms(self) -> float | None:
+        return self._slo_tpot_ms
 
     @property
     def request_id(self) -> str:
@@ -230,20 +243,37 @@ class SglangNodeView:
     counter, not seconds: it orders accesses (larger is more recent) and nothing more.
     """
 
-    __slots__ = ("block_hash", "depth", "last_access", "node", "num_hits", "num_tokens")
+    __slots__ = ("_block_hash", "_depth", "_last_access", "_num_hits", "node", "num_tokens")
 
     def __init__(self, node: Any) -> None:
         self.node = node
-        self.block_hash: int = int(node.id)
+        self._block_hash: int = int(node.id)
         depth = 0
         parent = node.parent
         while parent is not None and parent.parent is not None:
             depth += 1
             parent = parent.parent
-        self.depth = depth
-        self.last_access: float = float(node.last_access_time)
-        self.num_hits: int = int(getattr(node, "hit_count", 0))
+        self._depth = depth
+        self._last_access: float = float(node.last_access_time)
+        self._num_hits: int = int(getattr(node, "hit_count", 0))
         self.num_tokens: int = len(node.key)
+
+    # Read-only for policies, as every view.
+    @property
+    def block_hash(self) -> int:
+        return self._block_hash
+
+    @property
+    def depth(self) -> int:
+        return self._depth
+
+    @property
+    def last_access(self) -> float:
+        return self._last_access
+
+    @property
+    def num_hits(self) -> int:
+        return self._num_hits
 
     def __repr__(self) -> str:
         return f"SglangNodeView(id={self.block_hash}, tokens={self.num_tokens})"

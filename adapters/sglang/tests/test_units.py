@@ -362,3 +362,28 @@ def test_a_driver_clock_reaches_the_engine_view_and_arrivals() -> None:
     runtime.engine.use_clock(lambda: 0.5, lambda req: 0.25)
     view = runtime.view(_req(None))
     assert (runtime.engine.clock, view.arrival_time) == (0.5, 0.25)
+
+
+@pytest.mark.parametrize("field", ["tenant", "priority", "slo_ttft_ms", "slo_tpot_ms"])
+def test_a_policy_cannot_write_to_a_request_view(field: str) -> None:
+    from schedkit_sglang.views import SglangRequestView
+
+    view = SglangRequestView(_req(3, tenant="acme", slo_ttft_ms=500), 0.0)
+    with pytest.raises(AttributeError):
+        setattr(view, field, 1)
+    assert (view.tenant, view.priority) == ("acme", 3)
+
+
+@pytest.mark.parametrize("field", ["block_hash", "depth", "last_access", "num_hits"])
+def test_a_policy_cannot_write_to_a_node_view(field: str) -> None:
+    from types import SimpleNamespace
+
+    from schedkit_sglang.views import SglangNodeView
+
+    root = SimpleNamespace(parent=None)
+    node = SimpleNamespace(id=7, parent=SimpleNamespace(parent=root), key=[1, 2, 3],
+                           last_access_time=4.0, hit_count=2)  # fmt: skip
+    view = SglangNodeView(node)
+    with pytest.raises(AttributeError):
+        setattr(view, field, 5)
+    assert (view.block_hash, view.depth, view.num_hits, view.num_tokens) == (7, 1, 2, 3)
