@@ -15,9 +15,10 @@ from __future__ import annotations
 import argparse
 import json
 
+from schedkit.bench.bootstrap import BootstrapDiff, paired_bootstrap
 from schedkit.bench.metrics import latencies_ms
 from schedkit.bench.runner import Bench, BenchSpec
-from schedkit.bench.stats import BootstrapDiff, Quantile, paired_bootstrap
+from schedkit.bench.stats import Quantile
 from schedkit.records import RunResult
 
 

@@ -31,11 +31,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from schedkit.bench.stats import (
-    jain,
-    summary,
-    weighted_summary,
-)
+from schedkit.bench.stats import jain, summary, weighted_summary
 from schedkit.records import RequestRecord, RunResult
 
 COMPLETED_REASONS = frozenset({"length", "stop"})

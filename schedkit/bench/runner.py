@@ -13,14 +13,9 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from schedkit.bench.compare import (
-    DEFAULT_MIN_EFFECT,
-    METRIC_KEYS,
-    check_metrics,
-    compare_arms,
-    run_flags,
-)
+from schedkit.bench.compare import DEFAULT_MIN_EFFECT, METRIC_KEYS, check_metrics, compare_arms
 from schedkit.bench.engine_settings import check_engine_settings
+from schedkit.bench.flags import run_flags
 from schedkit.bench.metrics import compute_metrics
 from schedkit.bench.output import check_out_dir, provenance, write_outputs
 from schedkit.capabilities import matrix_engine, warn_unsupported

@@ -13,10 +13,9 @@ from schedkit.bench.compare import (
     check_metrics,
     check_min_effect,
     compare_arms,
-    overload,
-    policy_faults,
     summary_line,
 )
+from schedkit.bench.flags import overload, policy_faults
 from schedkit.errors import SchedkitError
 from schedkit.records import RequestRecord, RunResult
 

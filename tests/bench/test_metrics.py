@@ -16,13 +16,7 @@ from schedkit.bench.metrics import (
     per_request_samples,
     service_jain,
 )
-from schedkit.bench.stats import (
-    jain,
-    percentile,
-    summary,
-    weighted_percentile,
-    weighted_summary,
-)
+from schedkit.bench.stats import jain, percentile, summary, weighted_percentile, weighted_summary
 from schedkit.records import RequestRecord, RunResult
 
 

@@ -8,21 +8,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schedkit.bench.stats import (
+from schedkit.bench.bootstrap import paired_bootstrap, paired_bootstrap_diff, resample_counts
+from schedkit.bench.sectioning import (
     MAX_SECTIONS,
     MIN_TAIL,
-    Draws,
-    Mean,
-    Quantile,
-    Ratio,
-    Total,
     block_length,
-    paired_bootstrap,
-    paired_bootstrap_diff,
-    resample_counts,
     sectioned_diff,
     sections_for,
 )
+from schedkit.bench.stats import Draws, Mean, Quantile, Ratio, Total
 
 
 def _expanded(values: np.ndarray, counts: np.ndarray, k: int) -> np.ndarray:
