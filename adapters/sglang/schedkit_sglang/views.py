@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from schedkit.trust import DEFAULT_TRUST, TrustConfig
+from schedkit.views import BlockSnapshot
 
 # SGLang stamps request times with time.perf_counter() (rebased across its processes).
 _now = time.perf_counter
@@ -234,7 +235,7 @@ class SglangEngineView:
         return len(self._scheduler.waiting_queue)
 
 
-class SglangNodeView:
+class SglangNodeView(BlockSnapshot):
     """A ``schedkit.BlockView`` over an evictable leaf of SGLang's radix tree.
 
     A node holds a run of tokens (a whole prompt suffix, not one fixed-size block);
@@ -243,37 +244,22 @@ class SglangNodeView:
     counter, not seconds: it orders accesses (larger is more recent) and nothing more.
     """
 
-    __slots__ = ("_block_hash", "_depth", "_last_access", "_num_hits", "node", "num_tokens")
+    __slots__ = ("node", "num_tokens")
 
     def __init__(self, node: Any) -> None:
         self.node = node
-        self._block_hash: int = int(node.id)
         depth = 0
         parent = node.parent
         while parent is not None and parent.parent is not None:
             depth += 1
             parent = parent.parent
-        self._depth = depth
-        self._last_access: float = float(node.last_access_time)
-        self._num_hits: int = int(getattr(node, "hit_count", 0))
+        super().__init__(
+            int(node.id),
+            depth,
+            float(node.last_access_time),
+            int(getattr(node, "hit_count", 0)),
+        )
         self.num_tokens: int = len(node.key)
-
-    # Read-only for policies, as every view.
-    @property
-    def block_hash(self) -> int:
-        return self._block_hash
-
-    @property
-    def depth(self) -> int:
-        return self._depth
-
-    @property
-    def last_access(self) -> float:
-        return self._last_access
-
-    @property
-    def num_hits(self) -> int:
-        return self._num_hits
 
     def __repr__(self) -> str:
         return f"SglangNodeView(id={self.block_hash}, tokens={self.num_tokens})"

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from schedkit.trust import DEFAULT_TRUST, TrustConfig
+from schedkit.views import BlockSnapshot
 
 # vLLM stamps Request.arrival_time with time.time(); the engine clock uses the same
 # source so that ``engine.clock - request.arrival_time`` is a wait in seconds.
@@ -189,43 +190,28 @@ class VllmEngineView:
         return len(scheduler.waiting) + len(scheduler.kv_holding_waiting)
 
 
-class VllmBlockView:
+class VllmBlockView(BlockSnapshot):
     """A ``schedkit.BlockView`` over a cached, unreferenced ``KVCacheBlock``.
 
     vLLM keeps no access times or hit counts per block; the eviction hook records them
     (when the block is freed or hit) in this record, kept while the block stays cached.
     """
 
-    __slots__ = ("_block_hash", "_depth", "_last_access", "_num_hits", "block")
+    __slots__ = ("block",)
 
     def __init__(self, block: Any, hash_block_size: int, last_access: float = 0.0) -> None:
         self.block = block
         key = block.block_hash
         # vLLM's key is a digest (bytes) plus the KV group id; its first 8 bytes make a
         # stable int for policies that remember blocks between calls.
-        self._block_hash: int = hash_int(key) if key is not None else 0
         num_tokens = block.block_hash_num_tokens
-        self._depth: int = max(0, -(-int(num_tokens) // hash_block_size) - 1) if num_tokens else 0
-        self._last_access = last_access
-        self._num_hits = 0
+        super().__init__(
+            hash_int(key) if key is not None else 0,
+            max(0, -(-int(num_tokens) // hash_block_size) - 1) if num_tokens else 0,
+            last_access,
+        )
 
-    # Read-only for policies; the eviction hook records frees and hits below.
-    @property
-    def block_hash(self) -> int:
-        return self._block_hash
-
-    @property
-    def depth(self) -> int:
-        return self._depth
-
-    @property
-    def last_access(self) -> float:
-        return self._last_access
-
-    @property
-    def num_hits(self) -> int:
-        return self._num_hits
-
+    # Read-only for policies (BlockSnapshot); the eviction hook records frees and hits.
     def freed(self, now: float) -> None:
         self._last_access = now
 
