@@ -41,7 +41,7 @@ from schedkit.errors import PluginLoadError, PolicyConfigError, PolicyDecisionEr
 from schedkit.keyed import WaitingOrder
 from schedkit.plugins import PolicyRegistry
 from schedkit.policy import Policy
-from schedkit.views import BlockView, EngineView, RequestView
+from schedkit.views import BLOCK_FIELDS, BlockView, EngineView, RequestView
 
 __all__ = ["MAX_SHOWN", "PROPAGATED", "PolicyFacade", "by_hook"]
 
@@ -101,6 +101,7 @@ class PolicyFacade:
         self.has_order = self.has_order_list or self.has_waiting_key
         self.has_victims = self.has_victims_list or self.has_victim_key
         self.has_evictions = self.has_evictions_list or self.has_eviction_key
+        self.eviction_key_reads = self._key_reads()
         self._waiting_order = WaitingOrder()  # waiting_key: once per joining the queue
         # Step reports name preempted requests, whose waiting keys are asked again.
         self.has_step_observer = "on_step_finished" in self.implemented or self.has_waiting_key
@@ -147,6 +148,23 @@ class PolicyFacade:
     @property
     def slow_call_count(self) -> int:
         return sum(self.slow_calls.values())
+
+    def _key_reads(self) -> frozenset[str] | None:
+        """The block fields every ``eviction_key`` together reads (``Policy.
+        eviction_key_reads``), or None when a policy keeps its fields undeclared."""
+        reads: set[str] = set()
+        for name, _ in self._impls["eviction_key"]:
+            declared = getattr(self._pm.get_plugin(name), "eviction_key_reads", None)
+            if declared is None:
+                return None
+            unknown = sorted(set(declared) - BLOCK_FIELDS)
+            if unknown:
+                raise PolicyConfigError(
+                    f"policy {name!r}: eviction_key_reads names {', '.join(unknown)}, which"
+                    f" no block has; use some of {', '.join(sorted(BLOCK_FIELDS))}"
+                )
+            reads.update(declared)
+        return frozenset(reads)
 
     def _collect(self, hook: str) -> list[Impl]:
         """The hook's implementations in configured policy order. pluggy would move an

@@ -242,7 +242,9 @@ def eviction_key(block: BlockView, engine: EngineView) -> Key | None:
     last block changes, and assumes a block's key is no greater than that of the block
     before it in the prefix), with no eviction window; engines without an order of their
     own ask it once per candidate of their eviction window when they must evict (see the
-    capability matrix). Ties keep least recently used first.
+    capability matrix). Ties keep least recently used first. A policy whose key reads
+    only some block fields says so in ``Policy.eviction_key_reads``: engines may then ask
+    once for all blocks alike in them.
     ``select_evictions``, when implemented and answering, takes precedence.
 
     :param block: a cached block no request references.

@@ -25,6 +25,11 @@ class Policy:
     """View fields whose meaning differs by engine that the policy relies on (e.g.
     ``"RequestView.block_hashes"``): the adapters warn at launch where an engine supports
     one only in part (``schedkit.capabilities.FIELDS``)."""
+    eviction_key_reads: ClassVar[tuple[str, ...] | None] = None
+    """The ``BlockView`` fields the policy's ``eviction_key`` reads, when its key depends
+    on nothing else (neither the engine view nor policy state): engines may then ask the
+    key once for every block alike in those fields, and the simulator does. ``None``
+    (the default): the key may read anything, and is asked block by block."""
 
     def __init__(self, options: PolicyOptions | None = None, **kwargs: Any) -> None:
         if options is None:

@@ -114,6 +114,10 @@ class BlockView(Protocol):
         ...
 
 
+BLOCK_FIELDS = frozenset({"block_hash", "depth", "last_access", "num_hits"})
+"""The fields of a ``BlockView`` (what ``Policy.eviction_key_reads`` may name)."""
+
+
 class RequestState:
     """A ``RequestView`` with settable fields, for tests (engines hand out read-only ones)."""
 

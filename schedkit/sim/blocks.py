@@ -13,7 +13,7 @@ two of its blocks' states would differ.
 from __future__ import annotations
 
 from itertools import pairwise
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from schedkit.views import BlockSnapshot
 
@@ -65,6 +65,8 @@ class Span:
         "num_hits",
         "rank",
         "refs",
+        "serial",
+        "ukey",
         "vbase",
         "views",
     )
@@ -81,6 +83,8 @@ class Span:
         self.views: list[BlockSnapshot] | None = None
         self.vbase = 0
         self.rank = (0, 0, 0)  # its place in the LRU order while free (evict_keys)
+        self.serial = 0  # its live heap item (evict_keys; 0: none)
+        self.ukey: tuple[Any, ...] | None = None  # the key of all its blocks, once known
 
     def upper(self, j: int) -> Span:
         """Cut at ``j``: this span keeps ``lo..j-1``, the returned one ``j..hi-1``."""
@@ -100,7 +104,9 @@ class Span:
 class OwnSpan:
     """The cached own blocks of one request: its first ``count`` own blocks."""
 
-    __slots__ = ("count", "first_depth", "key", "last_access", "num_hits", "rank")
+    __slots__ = (
+        "count", "first_depth", "key", "last_access", "num_hits", "rank", "serial", "ukey",
+    )  # fmt: skip
 
     def __init__(self, key: int, count: int, first_depth: int, clock: float) -> None:
         self.key = key
@@ -109,6 +115,8 @@ class OwnSpan:
         self.last_access = clock
         self.num_hits = 0
         self.rank = (0, 0, 0)  # its place in the LRU order (evict_keys)
+        self.serial = 0
+        self.ukey: tuple[Any, ...] | None = None
 
 
 class BlockTable:

@@ -12,6 +12,11 @@ the tail's: the whole span goes) and else bisecting, which assumes that a block'
 no greater than the key of the block before it in the prefix (deeper blocks go first):
 true of keys built from hits, last access and depth with depth decreasing, as every
 shipped policy's. Ties between spans keep the LRU order; within a span, tail first.
+
+A policy whose key reads only ``num_hits`` and ``last_access`` (``Policy.
+eviction_key_reads``) keys a span as a whole (``SpanKeyedEvictions``): its key is asked
+once per distinct pair of those fields, and the spans alike in them share one bucket in
+LRU order under one heap item per key. The order is the same; only the cost differs.
 """
 
 from __future__ import annotations
@@ -25,9 +30,20 @@ from schedkit.views import BlockSnapshot
 if TYPE_CHECKING:
     from schedkit.sim.kvcache import KVCache
 
-__all__ = ["KeyedEvictions"]
+__all__ = ["KeyedEvictions", "SpanKeyedEvictions", "keyed_evictions"]
 
+MEMO_LIMIT = 1 << 16  # span keys remembered; forgotten all at once beyond
 Item = tuple[tuple[Any, ...], tuple[int, int, int], int, Any]  # key, LRU rank, serial, span
+Entry = tuple[tuple[int, int, int], int, Any]  # a bucket's: LRU rank, serial, span
+
+
+def keyed_evictions(kv: KVCache) -> KeyedEvictions:
+    """The key order for ``kv``'s policy: by span when its key reads no block's hash or
+    depth, else by block."""
+    reads = kv._facade.eviction_key_reads
+    if reads is not None and not reads & {"block_hash", "depth"}:
+        return SpanKeyedEvictions(kv)
+    return KeyedEvictions(kv)
 
 
 class KeyedEvictions:
@@ -35,11 +51,12 @@ class KeyedEvictions:
 
     def __init__(self, kv: KVCache) -> None:
         self.kv = kv
+        # Items go stale when their span's ``serial`` moves on (re-ranked, referenced
+        # again, dropped) and are skipped when they reach the top.
         self.heap: list[Item] = []
         self.serial = 0
-        self.current: dict[int, int] = {}  # id(span) -> serial of its live heap item
-        # id(span) -> the key of every block of it, once its head and tail key alike
-        self.uniform: dict[int, tuple[Any, ...]] = {}
+        self.span_keys = False  # keys of whole spans, by (num_hits, last_access)
+        self.memo: dict[tuple[int, float], tuple[Any, ...]] = {}
 
     # -- keys ---------------------------------------------------------------------------
 
@@ -54,7 +71,16 @@ class KeyedEvictions:
 
     def _key(self, span: Span | OwnSpan, j: int) -> tuple[Any, ...]:
         kv = self.kv
-        return kv._facade.eviction_key(self._view(span, j), kv._engine) or ()
+        if not self.span_keys:
+            return kv._facade.eviction_key(self._view(span, j), kv._engine) or ()
+        fields = (span.num_hits, span.last_access)
+        key = self.memo.get(fields)
+        if key is None:
+            if len(self.memo) >= MEMO_LIMIT:
+                self.memo.clear()
+            key = kv._facade.eviction_key(self._view(span, j), kv._engine) or ()
+            self.memo[fields] = key
+        return key
 
     @staticmethod
     def _bounds(span: Span | OwnSpan) -> tuple[int, int]:
@@ -70,43 +96,37 @@ class KeyedEvictions:
         lo, hi = self._bounds(span)
         if hi <= lo:
             return
-        key = None if fresh else self.uniform.get(id(span))
+        key = None if fresh else span.ukey
         if key is None:
-            self.uniform.pop(id(span), None)
             key = self._key(span, hi - 1)
+            span.ukey = key if self.span_keys else None
         self.serial += 1
-        self.current[id(span)] = self.serial
+        span.serial = self.serial
         heappush(self.heap, (key, (rank[0], rank[1], -hi), self.serial, span))
 
     def split(self, low: Span, top: Span) -> None:
         """A free span was cut in two: both rank anew, with its key if it was uniform."""
-        key = self.uniform.get(id(low))
-        if key is not None:
-            self.uniform[id(top)] = key
-        else:
-            self.uniform.pop(id(top), None)
+        top.ukey = low.ukey
         self.mark(low, low.rank)
         self.mark(top, top.rank)
 
     def _live(self, item: Item) -> bool:
-        span = item[3]
-        if self.current.get(id(span)) != item[2]:
+        span: Span | OwnSpan = item[3]
+        if span.serial != item[2]:
             return False
         if isinstance(span, OwnSpan):
             return self.kv.cached_free.get(span.key) is span and span.count > 0
-        return span.refs == 0 and span.lo < span.hi and span in self.kv.groups.get(span.group, ())
+        return span.refs == 0 and span.lo < span.hi
 
     def _top(self) -> Item | None:
         heap = self.heap
         while heap and not self._live(heap[0]):
-            _, _, serial, span = heappop(heap)
-            if self.current.get(id(span)) == serial:  # its last item: forget it
-                self.forget(span)
+            heappop(heap)
         return heap[0] if heap else None
 
     def forget(self, span: Span | OwnSpan) -> None:
-        self.current.pop(id(span), None)
-        self.uniform.pop(id(span), None)
+        span.serial = 0
+        span.ukey = None
 
     # -- evicting -----------------------------------------------------------------------
 
@@ -115,18 +135,17 @@ class KeyedEvictions:
         only when nothing evictable is left)."""
         freed = 0
         while freed < count:
-            top = self._top()
-            if top is None:
+            if self._top() is None:
                 break
             key, rank, _, span = heappop(self.heap)
             lo, hi = self._bounds(span)
-            nxt = self._top()
             take = hi - lo
-            if nxt is not None and take > 1 and id(span) not in self.uniform:
+            nxt = None if span.ukey is not None or take == 1 else self._top()
+            if nxt is not None:
                 bar = (nxt[0], nxt[1])
                 head = self._key(span, lo)
                 if head == key:  # alike from head to tail: all of it goes first
-                    self.uniform[id(span)] = key
+                    span.ukey = key
                 elif (head, rank) >= bar:  # not all of it goes before the next
                     ok, bad = 1, hi - lo  # the tail alone goes first; bisect the rest
                     while bad - ok > 1:
@@ -157,3 +176,60 @@ class KeyedEvictions:
         if span.hi == span.lo:
             kv._unlist(span)
             kv._drop(span)
+
+
+class SpanKeyedEvictions(KeyedEvictions):
+    """Evictable spans keyed as a whole, bucketed by key: a heap of the distinct keys,
+    and per key a heap of its spans by LRU rank (cheap to compare: three ints)."""
+
+    def __init__(self, kv: KVCache) -> None:
+        super().__init__(kv)
+        self.span_keys = True
+        self.buckets: dict[tuple[Any, ...], list[Entry]] = {}
+        self.keys: list[tuple[Any, ...]] = []  # heap of the buckets' keys
+
+    def mark(
+        self, span: Span | OwnSpan, rank: tuple[int, int, int], *, fresh: bool = False
+    ) -> None:
+        lo, hi = self._bounds(span)
+        if hi <= lo:
+            return
+        key = None if fresh else span.ukey
+        if key is None:
+            key = span.ukey = self._key(span, hi - 1)
+        bucket = self.buckets.get(key)
+        if bucket is None:
+            bucket = self.buckets[key] = []
+            heappush(self.keys, key)
+        self.serial += 1
+        span.serial = self.serial
+        heappush(bucket, ((rank[0], rank[1], -hi), self.serial, span))
+
+    def evict(self, count: int) -> int:
+        freed = 0
+        keys, buckets, cached_free = self.keys, self.buckets, self.kv.cached_free
+        while freed < count and keys:
+            key = keys[0]
+            bucket = buckets[key]
+            if not bucket:
+                heappop(keys)
+                del buckets[key]
+                continue
+            rank, serial, span = heappop(bucket)
+            if span.serial != serial:  # stale: re-ranked, referenced or dropped since
+                continue
+            if isinstance(span, OwnSpan):
+                size = span.count if cached_free.get(span.key) is span else 0
+            else:
+                size = span.hi - span.lo if span.refs == 0 else 0
+            if size <= 0:
+                continue
+            take = size if size <= count - freed else count - freed
+            self._drop_tail(span, take)
+            freed += take
+            if take < size:
+                self.mark(span, rank)
+            else:
+                self.forget(span)
+        self.kv.cached_blocks -= freed
+        return freed

@@ -35,7 +35,7 @@ from schedkit.sim.blocks import (
     own_key_of,
 )
 from schedkit.sim.config import DEFAULT_EVICTION_WINDOW, EVICTION_WINDOW_PER_BLOCK
-from schedkit.sim.evict_keys import KeyedEvictions
+from schedkit.sim.evict_keys import keyed_evictions
 from schedkit.views import BlockSnapshot, BlockView, EngineView
 
 LruEntry = OwnSpan | list[Span]
@@ -73,7 +73,7 @@ class KVCache:
         # eviction_key alone: the cache keeps its evictable spans in key order
         self.keyed = None
         if facade.has_eviction_key and not facade.has_evictions_list:
-            self.keyed = KeyedEvictions(self)
+            self.keyed = keyed_evictions(self)
         self._lru_seq = 0  # insertions into cached_free: the LRU rank of what is freed
 
     @property
@@ -418,6 +418,7 @@ class KVCache:
 
     def _drop(self, s: Span) -> None:
         """Forget an evicted span (already out of its LRU entry)."""
+        s.serial = 0  # out of the key order too
         spans = self.groups[s.group]
         spans.remove(s)
         if not spans:

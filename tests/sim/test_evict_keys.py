@@ -10,9 +10,11 @@ from typing import Any
 import pytest
 
 from schedkit import BlockView, EngineView, Policy, PolicyFacade, hookimpl
+from schedkit.errors import PolicyConfigError
 from schedkit.sim.config import SimConfig
 from schedkit.sim.costmodel import make_cost_model
 from schedkit.sim.engine import SimEngine
+from schedkit.sim.evict_keys import SpanKeyedEvictions
 from schedkit.sim.workloads import load_workload
 
 Key = Callable[[BlockView], Any]
@@ -23,8 +25,17 @@ KEYS: dict[str, Key] = {
 }
 
 
-def key_policy(key: Key) -> Policy:
+READS: dict[str, tuple[str, ...]] = {  # what each key reads, for eviction_key_reads
+    "lfu": ("num_hits", "last_access"),
+    "deepest-first": ("num_hits", "depth", "last_access"),
+    "newest-first": ("last_access",),
+}
+
+
+def key_policy(key: Key, reads: tuple[str, ...] | None = None) -> Policy:
     class ByKey(Policy):
+        eviction_key_reads = reads
+
         @hookimpl
         def eviction_key(self, block: BlockView, engine: EngineView) -> Any:
             return key(block)
@@ -56,14 +67,19 @@ def run(policy: Policy, blocks: int) -> tuple[Any, SimEngine]:
     return engine.run(), engine
 
 
+@pytest.mark.parametrize("declared", [False, True], ids=["per-block", "declared-reads"])
 @pytest.mark.parametrize("name", KEYS)
 @pytest.mark.parametrize("blocks", [2_000, 6_000])
 def test_keyed_eviction_evicts_what_the_list_hook_over_every_block_does(
-    name: str, blocks: int
+    name: str, blocks: int, declared: bool
 ) -> None:
-    keyed, engine = run(key_policy(KEYS[name]), blocks)
+    """With ``eviction_key_reads`` declared, keys that read no depth or hash are asked per
+    span (``SpanKeyedEvictions``): the evictions must not change."""
+    keyed, engine = run(key_policy(KEYS[name], READS[name] if declared else None), blocks)
     listed, _ = run(list_policy(KEYS[name]), blocks)
     assert engine.kv.keyed is not None  # the heap path, not the facade's
+    by_span = declared and "depth" not in READS[name]
+    assert isinstance(engine.kv.keyed, SpanKeyedEvictions) is by_span
     assert engine.kv.evictions > 1_000  # under pressure
     assert [r.cached_tokens for r in keyed.records] == [r.cached_tokens for r in listed.records]
     assert [r.finish_s for r in keyed.records] == [r.finish_s for r in listed.records]
@@ -83,3 +99,24 @@ def test_a_faulty_key_falls_back_to_lru_for_that_block() -> None:
     faulty, engine = run(Raising(), 2_000)
     assert engine.kv.keyed is not None and faulty.policy_errors > 0
     assert [r.finish_s for r in faulty.records] == [r.finish_s for r in lru.records]
+
+
+def test_span_keys_are_asked_once_per_distinct_hits_and_last_access() -> None:
+    calls: list[tuple[int, float]] = []
+
+    def counted(block: BlockView) -> Any:
+        calls.append((block.num_hits, block.last_access))
+        return (block.num_hits, block.last_access)
+
+    per_span, _ = run(key_policy(counted, READS["lfu"]), 2_000)
+    assert len(calls) == len(set(calls))  # the memo holds every pair of this run
+    asked = len(calls)
+    calls.clear()
+    per_block, _ = run(key_policy(counted), 2_000)
+    assert len(calls) > 3 * asked
+    assert per_span.prefix_hit_tokens == per_block.prefix_hit_tokens
+
+
+def test_eviction_key_reads_naming_no_block_field_is_a_config_error() -> None:
+    with pytest.raises(PolicyConfigError, match=r"eviction_key_reads names hits.*num_hits"):
+        PolicyFacade([("p", key_policy(KEYS["lfu"], ("hits", "last_access")))])

@@ -24,7 +24,11 @@ class LeastFrequentlyUsed(Policy):
 
     A key hook: the engine keeps the evictable blocks in key order (the simulator ranks
     every evictable block, with no eviction window; docs/hooks.md, ``eviction_key``).
+    The key reads only a block's hits and last access, so engines may key blocks alike
+    in those once (``eviction_key_reads``).
     """
+
+    eviction_key_reads = ("num_hits", "last_access")
 
     @hookimpl
     def eviction_key(self, block: BlockView, engine: EngineView) -> tuple[int, float]:
