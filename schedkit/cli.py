@@ -128,6 +128,8 @@ def main() -> None:
 
     bench_cli.register(app)
     try:
+        if sys.argv[1:2] == ["bench"]:
+            bench_cli.check_repeated(sys.argv[2:])
         app()
     except SchedkitError as exc:
         print_error(str(exc))

@@ -88,6 +88,12 @@ def load_config(source: SchedkitConfig | Mapping[str, Any] | str | Path | None) 
         data = {"policy": source}
     if isinstance(data, Mapping) and set(data) == {"schedkit"}:
         data = data["schedkit"]
+    if isinstance(data, Mapping) and "engine" in data:
+        raise PolicyConfigError(
+            f"invalid schedkit {where}: an [engine] table sets the engine settings of a"
+            " bench arm (schedkit bench --policy FILE); an engine takes its own flags"
+            " (e.g. vllm serve --max-num-seqs 64). Drop the table here"
+        )
     try:
         return SchedkitConfig.model_validate(data)
     except ValidationError as exc:
@@ -102,6 +108,11 @@ def _looks_like_file(text: str) -> bool:
 
 
 _CONFIG_FILE = 'a TOML or JSON text file such as: policy = ["slo", "vtc"]'
+
+
+def read_config_file(path: Path) -> object:
+    """The parsed content of a TOML or JSON config file, unvalidated."""
+    return _read_file(path)
 
 
 def _read_file(path: Path) -> object:

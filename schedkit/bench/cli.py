@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args, get_origin
 
 import typer
 from pydantic import ValidationError
@@ -21,10 +22,22 @@ def bench(
         str,
         typer.Option(help="Trace name (azure-conv, azure-code, mooncake-conv, ...), spec or file."),
     ],
-    policy: Annotated[
-        list[str], typer.Option(help="Policy, composition 'a+b', or config file; repeat per arm.")
-    ],
     out: Annotated[Path, typer.Option(help="Directory for results.json, report.md, report.html.")],
+    policy: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Policy, composition 'a+b', or config file (its [engine] table sets the"
+            " arm's engine settings); repeat per arm."
+        ),
+    ] = None,
+    arm: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="An arm with engine settings of its own, e.g."
+            " name=seqs64,policy=fcfs,max_num_seqs=64 (keys: name, policy and the engine"
+            " flags below in snake_case); repeat per arm. Simulator only."
+        ),
+    ] = None,
     engine: Annotated[str, typer.Option(help="Engine: sim.")] = "sim",
     model: Annotated[str, typer.Option(help="Model profile.")] = "Llama-3-8B",
     gpu: Annotated[str, typer.Option(help="GPU profile.")] = "H100-SXM",
@@ -57,6 +70,9 @@ def bench(
         float, typer.Option(help="vLLM --gpu-memory-utilization.")
     ] = 0.9,
     block_size: Annotated[int, typer.Option(help="vLLM --block-size.")] = 16,
+    long_prefill_token_threshold: Annotated[
+        int, typer.Option(help="vLLM --long-prefill-token-threshold (0: no cap).")
+    ] = 0,
     no_prefix_caching: Annotated[
         bool, typer.Option("--no-prefix-caching", help="vLLM --no-enable-prefix-caching.")
     ] = False,
@@ -100,6 +116,7 @@ def bench(
     an arm left requests unfinished (its latencies miss them). Results are written for 3
     and 4.
     """
+    from schedkit.bench.arms import parse_arm
     from schedkit.bench.compare import check_metrics, check_min_effect
     from schedkit.bench.runner import BenchSpec, run_bench
 
@@ -111,12 +128,13 @@ def bench(
     )
     try:
         spec = BenchSpec(
-            workload=workload, policies=policy, engine=engine, model=model, gpu=gpu, tp=tp,
+            workload=workload, policies=policy or [], arms=[parse_arm(a) for a in arm or []],
+            engine=engine, model=model, gpu=gpu, tp=tp,
             profile=profile, rate_scale=rate_scale, max_requests=max_requests, seed=seed,
             slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, goodput=goodput,
             max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
             gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
-            prefix_caching=not no_prefix_caching, kv_blocks=kv_blocks,
+            long_prefill_token_threshold=long_prefill_token_threshold, prefix_caching=not no_prefix_caching, kv_blocks=kv_blocks,
             eviction_window=eviction_window, window=_window(window),
             min_effect=min_effect, verdict_metrics=verdict_metrics, jobs=jobs,
         )  # fmt: skip
@@ -130,7 +148,7 @@ def bench(
         TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} arms"),
         TimeElapsedColumn(), console=console, transient=True,
     ) as bar:  # fmt: skip
-        task = bar.add_task("bench", total=len(policy))
+        task = bar.add_task("bench", total=len(spec.policies) + len(spec.arms))
 
         def progress(label: str, done: int, total: int) -> None:
             bar.update(task, completed=done, description=f"running {escape(label)}")
@@ -241,6 +259,25 @@ def calibrate(
     typer.echo(f"fitted {len(rows)} steps from {timings.name}: MAPE {mape:.2%}")
     typer.echo(f"coefficients: {model.describe()}")
     typer.echo(f"wrote {out}; use it with: schedkit bench --profile {out} ...")
+
+
+def check_repeated(args: list[str]) -> None:
+    """Refuse a single-valued ``bench`` option given twice: the parser keeps the last
+    silently, so ``--max-num-seqs 128 --max-num-seqs 64`` would run every arm with 64."""
+    head = args[: args.index("--")] if "--" in args else args
+    for name, param in inspect.signature(bench).parameters.items():
+        if get_origin(param.annotation) is list or "list[" in str(param.annotation):
+            continue  # --policy, --arm: one per arm
+        info = next((m for m in get_args(param.annotation)[1:] if hasattr(m, "param_decls")), None)
+        decls = [d for d in getattr(info, "param_decls", ()) or () if d.startswith("--")]
+        names = decls or ["--" + name.replace("_", "-")]
+        given = [a for a in head if a.split("=", 1)[0] in names]
+        if len(given) > 1:
+            raise SchedkitError(
+                f"{names[0]} is given {len(given)} times; give it once. Arms that differ in"
+                " an engine setting: --arm name=seqs64,max_num_seqs=64 (repeatable, like"
+                " --policy)"
+            )
 
 
 def register(app: typer.Typer) -> None:

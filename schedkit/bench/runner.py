@@ -11,26 +11,30 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from schedkit.bench.arms import ENGINE_KEYS, ArmSpec, ResolvedArm, resolve_arms
 from schedkit.bench.compare import DEFAULT_MIN_EFFECT, METRIC_KEYS, check_metrics, compare_arms
 from schedkit.bench.engine_settings import check_engine_settings
 from schedkit.bench.flags import run_flags
 from schedkit.bench.metrics import compute_metrics
 from schedkit.bench.output import check_out_dir, provenance, write_outputs
 from schedkit.capabilities import matrix_engine, warn_unsupported
-from schedkit.config import load_config
 from schedkit.errors import SchedkitError
 from schedkit.facade import PolicyFacade
 from schedkit.records import RunResult
 from schedkit.sim.config import DEFAULT_EVICTION_WINDOW, SimConfig
-from schedkit.sim.costmodel import RooflineCostModel, make_cost_model
+from schedkit.sim.costmodel import LinearCostModel, RooflineCostModel, make_cost_model
 from schedkit.sim.engine import SimEngine, no_cyclic_gc
 from schedkit.sim.profiles import register_model_dir
 from schedkit.sim.workloads import TraceRequest, Workload, load_workload
 from schedkit.trust import TrustConfig
 
 ENGINE_GROUP = "schedkit.engines"  # entry points: engine name -> ArmRunner
+# An arm's engine: what results.json records of it, its cost model, the simulator config.
+ArmEngine = tuple[dict[str, Any], "RooflineCostModel | LinearCostModel", SimConfig]
+# Settings that size the KV cache (named when an arm's cache cannot hold a request).
+CAPACITY_KEYS = ("kv_blocks", "gpu_memory_utilization", "block_size", "model", "gpu", "tp")
 
 
 class ArmRunner(Protocol):
@@ -38,7 +42,8 @@ class ArmRunner(Protocol):
 
     Called once per arm (and per rate during a goodput search) with the prepared bench:
     ``bench.workload(rate_scale)``, ``bench.configs[index]``, ``bench.cost``,
-    ``bench.sim_config`` and ``bench.spec`` hold everything an engine needs. The workload's
+    ``bench.sim_config`` and ``bench.spec`` hold everything an engine needs (arms with
+    engine settings of their own, ``bench.arm_engines``, run on the simulator only). The workload's
     requests already carry the bench's ``--slo-*`` targets where they had none of their own.
     """
 
@@ -49,9 +54,25 @@ def run_on_sim(bench: Bench, index: int, rate_scale: float) -> RunResult:
     config = bench.configs[index]
     facade = PolicyFacade.from_config(config)
     requests = trusted_requests(bench.workload(rate_scale).requests, config.trust)
+    _, cost, sim_config = bench.arm_engines[index]
     with no_cyclic_gc():
-        engine = SimEngine(requests, bench.cost, bench.sim_config, facade)
+        engine = SimEngine(requests, cost, sim_config, facade)
         return engine.run()
+
+
+def _check_overrides(spec: BenchSpec, arms: Sequence[ResolvedArm]) -> None:
+    """Per-arm engine settings run on the simulator; the real engines' runners start one
+    engine configuration per bench (``bench.sim_config``), so refuse them there."""
+    if spec.engine == "sim":
+        return
+    for arm in arms:
+        if arm.overrides:
+            keys = ", ".join(arm.overrides)
+            raise SchedkitError(
+                f"arm {arm.label} sets {keys}: per-arm engine settings run on --engine sim;"
+                f" --engine {spec.engine} starts every arm with the bench's settings. Give"
+                " them to the whole bench (e.g. --max-num-seqs 64), one bench per setting"
+            )
 
 
 def trusted_requests(
@@ -117,7 +138,8 @@ class BenchSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     workload: str
-    policies: list[str] = Field(min_length=1)
+    policies: list[str] = Field(default_factory=list)  # one arm each, the bench's settings
+    arms: list[ArmSpec] = Field(default_factory=list)  # --arm: policy x engine settings
     engine: str = "sim"
     model: str = "Llama-3-8B"
     gpu: str = "H100-SXM"
@@ -135,11 +157,18 @@ class BenchSpec(BaseModel):
     block_size: int = Field(default=16, gt=0)
     prefix_caching: bool = True
     kv_blocks: int | None = Field(default=None, gt=0)
+    long_prefill_token_threshold: int = Field(default=0, ge=0)
     eviction_window: int | None = Field(default=None, ge=0)
     window: tuple[float, float] | None = None  # seconds of the trace, before --rate-scale
     min_effect: float = Field(default=DEFAULT_MIN_EFFECT, ge=0, lt=1)
     verdict_metrics: list[str] | None = None  # None: every one of METRIC_KEYS
     jobs: int | None = Field(default=None, gt=0)  # simulator arms run at once; None: cores
+
+    @model_validator(mode="after")
+    def _some_arm(self) -> BenchSpec:
+        if not self.policies and not self.arms:
+            raise ValueError("no arm to run: give --policy NAME or --arm policy=NAME,...")
+        return self
 
 
 Progress = Callable[[str, int, int], None]  # (arm label, requests done, total)
@@ -174,30 +203,19 @@ class Bench:
         # requests' own wherever the workload gives none (a request's own SLO wins), so every
         # engine passes them to policies as RequestView.slo_ttft_ms / slo_tpot_ms.
         self.base = base.with_default_slos(spec.slo_ttft_ms, spec.slo_tpot_ms)
-        model_name = register_model_dir(spec.model) or spec.model
-        self.cost, model, gpu = make_cost_model(model_name, spec.gpu, spec.tp, spec.profile)
-        blocks = spec.kv_blocks or RooflineCostModel(model, gpu, spec.tp).kv_capacity_blocks(
-            spec.block_size, spec.gpu_memory_utilization
-        )
-        if blocks < 1:
-            raise SchedkitError(
-                f"--block-size {spec.block_size} is larger than the whole KV cache of"
-                f" {model.name} on {gpu.name} x tp={spec.tp}; use a block size such as 16"
-                " (vLLM's default), or set the capacity with --kv-blocks"
-            )
-        self.sim_config = SimConfig(
-            num_blocks=blocks,
-            block_size=spec.block_size,
-            max_num_seqs=spec.max_num_seqs,
-            max_num_batched_tokens=spec.max_num_batched_tokens,
-            enable_prefix_caching=spec.prefix_caching,
-            hash_block_tokens=base.hash_block_tokens,
-            eviction_window=(
-                DEFAULT_EVICTION_WINDOW if spec.eviction_window is None else spec.eviction_window
-            ),
-        )
-        self.configs = [load_config(p) for p in spec.policies]
-        self.labels = _arm_labels(spec.policies, [c.label for c in self.configs])
+        self.arms = resolve_arms(spec.policies, spec.arms)
+        self.configs = [arm.config for arm in self.arms]
+        self.labels = [arm.label for arm in self.arms]
+        _check_overrides(spec, self.arms)
+        longest = max(r.prompt_tokens + r.output_tokens for r in base.requests)
+        self.engine_info, self.cost, self.sim_config = self._engine({}, longest, None)
+        built: dict[tuple[tuple[str, Any], ...], ArmEngine] = {}
+        self.arm_engines: list[ArmEngine] = []
+        for arm in self.arms:
+            key = tuple(sorted(arm.overrides.items()))
+            if key not in built:
+                built[key] = self._engine(arm.overrides, longest, arm)
+            self.arm_engines.append(built[key])
         # Fail on unknown policies or bad options before running, and warn (the capability
         # matrix's words) where the engine honours a hook a policy uses only in part.
         self.warnings: list[str] = []
@@ -206,14 +224,58 @@ class Bench:
             for message in warn_unsupported(facade, matrix_engine(spec.engine)):
                 if message not in self.warnings:
                     self.warnings.append(message)
-        self.engine_info: dict[str, Any] = {
+
+    def _engine(
+        self, overrides: dict[str, Any], longest: int, arm: ResolvedArm | None
+    ) -> ArmEngine:
+        """The engine settings with ``overrides``: what results.json records, the cost
+        model and the simulator's config. ``arm`` names the arm in errors."""
+        spec = self.spec
+        s = {**{k: getattr(spec, k) for k in ENGINE_KEYS}, **overrides}
+        where = f"--arm {arm.label}: " if arm is not None and overrides else ""
+        try:
+            model_name = register_model_dir(s["model"]) or s["model"]
+            cost, model, gpu = make_cost_model(model_name, s["gpu"], s["tp"], s["profile"])
+        except SchedkitError as exc:
+            raise SchedkitError(f"{where}{exc}") from None
+        blocks = s["kv_blocks"] or RooflineCostModel(model, gpu, s["tp"]).kv_capacity_blocks(
+            s["block_size"], s["gpu_memory_utilization"]
+        )
+        if blocks < 1:
+            raise SchedkitError(
+                f"{where}--block-size {s['block_size']} is larger than the whole KV cache of"
+                f" {model.name} on {gpu.name} x tp={s['tp']}; use a block size such as 16"
+                " (vLLM's default), or set the capacity with --kv-blocks"
+            )
+        if overrides and blocks * s["block_size"] < longest:
+            keys = [k for k in CAPACITY_KEYS if k in overrides]
+            raise SchedkitError(
+                f"{where}{', '.join(f'{k}={overrides[k]}' for k in keys) or 'its settings'}"
+                f" give a KV cache of {blocks:,} blocks ({blocks * s['block_size']:,} tokens),"
+                f" below the longest request of {self.base.name} ({longest:,} tokens), which"
+                " the engine could never run; raise kv_blocks or gpu_memory_utilization"
+            )
+        sim_config = SimConfig(
+            num_blocks=blocks,
+            block_size=s["block_size"],
+            max_num_seqs=s["max_num_seqs"],
+            max_num_batched_tokens=s["max_num_batched_tokens"],
+            long_prefill_token_threshold=s["long_prefill_token_threshold"],
+            enable_prefix_caching=s["prefix_caching"],
+            hash_block_tokens=self.base.hash_block_tokens,
+            eviction_window=(
+                DEFAULT_EVICTION_WINDOW if s["eviction_window"] is None else s["eviction_window"]
+            ),
+        )
+        info: dict[str, Any] = {
             "engine": spec.engine,
             "model": model.name,
             "gpu": gpu.name,
-            "tp": spec.tp,
-            "cost_model": self.cost.describe(),
-            **self.sim_config.model_dump(exclude={"timeline_interval_s"}),
+            "tp": s["tp"],
+            "cost_model": cost.describe(),
+            **sim_config.model_dump(exclude={"timeline_interval_s"}),
         }
+        return info, cost, sim_config
 
     def workload(self, rate_scale: float) -> Workload:
         return self.base.scaled(rate_scale) if rate_scale != 1.0 else self.base
@@ -250,17 +312,6 @@ class Bench:
             else:
                 hi = mid
         return {"goodput_rps": lo * base_rate, "goodput_rate_scale": lo}
-
-
-def _arm_labels(specs: list[str], labels: list[str]) -> list[str]:
-    """One distinct label per arm: the policies, or a config file's name, numbered if repeated."""
-    names = [
-        Path(s).stem if s.endswith((".toml", ".json")) else lab
-        for s, lab in zip(specs, labels, strict=True)
-    ]
-    return [
-        f"{n}#{names[:i].count(n) + 1}" if names.count(n) > 1 else n for i, n in enumerate(names)
-    ]
 
 
 def _rate(workload: Workload) -> float:
@@ -365,8 +416,14 @@ def run_bench(spec: BenchSpec, out_dir: Path, progress: Progress | None = None) 
         raise SchedkitError("--goodput needs SLOs: pass --slo-ttft-ms and/or --slo-tpot-ms")
     runs, arm_metrics = run_arms(bench, progress)
     arms = [
-        {"policy": label, "config": cfg.model_dump(), "metrics": metrics}
-        for label, cfg, metrics in zip(bench.labels, bench.configs, arm_metrics, strict=True)
+        {
+            "policy": arm.label,
+            "config": arm.config.model_dump(),
+            "engine_settings": arm.overrides,  # what the arm sets; the rest: "engine" below
+            "engine": engine[0] if arm.overrides else None,  # the arm's, when it differs
+            "metrics": metrics,
+        }
+        for arm, engine, metrics in zip(bench.arms, bench.arm_engines, arm_metrics, strict=True)
     ]
     workload = bench.workload(spec.rate_scale)
     window = list(spec.window) if spec.window else None

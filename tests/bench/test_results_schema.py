@@ -73,7 +73,8 @@ def test_every_key_written_is_documented(run: tuple[Path, dict[str, Any]]) -> No
     assert set(results["provenance"]) == docs["provenance"]
     assert set(results["workload"]) == docs["workload"]
     for arm in results["arms"]:
-        assert set(arm) == {"policy", "config", "metrics"}
+        assert set(arm) == {"policy", "config", "engine_settings", "engine", "metrics"}
+        assert arm["engine_settings"] == {} and arm["engine"] is None  # --policy arms
         assert set(arm["metrics"]) <= docs["arms[].metrics"]
     flags = results["flags"] + [f for c in results["comparisons"] for f in c["flags"]]
     assert {f["kind"] for f in flags} >= {"policy_errors", "truncated"}

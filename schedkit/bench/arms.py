@@ -1,0 +1,162 @@
+"""Bench arms: a policy and the engine settings it runs with.
+
+``--policy X`` is an arm with the bench's engine settings; ``--arm
+name=seqs64,policy=fcfs,max_num_seqs=64`` (or a config file with an ``[engine]`` table)
+sets some of them for one arm. Every arm replays the identical request stream, so
+the paired comparisons between arms read the same whether they differ in policy, in
+engine settings, or both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from schedkit.config import SchedkitConfig, load_config, read_config_file
+from schedkit.errors import SchedkitError, quote
+
+__all__ = ["ENGINE_KEYS", "ArmSpec", "EngineSettings", "arm_labels", "parse_arm", "resolve_arms"]
+
+
+class EngineSettings(BaseModel):
+    """The engine settings one arm overrides (unset: the bench's). The names are the
+    bench's flags (``max_num_seqs`` is ``--max-num-seqs``), so vLLM's where it has one."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str | None = None
+    gpu: str | None = None
+    tp: int | None = Field(default=None, ge=1)
+    profile: str | None = None
+    max_num_seqs: int | None = Field(default=None, gt=0)
+    max_num_batched_tokens: int | None = Field(default=None, gt=0)
+    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
+    block_size: int | None = Field(default=None, gt=0)
+    prefix_caching: bool | None = None
+    kv_blocks: int | None = Field(default=None, gt=0)
+    long_prefill_token_threshold: int | None = Field(default=None, ge=0)
+    eviction_window: int | None = Field(default=None, ge=0)
+
+    def overrides(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True)
+
+
+ENGINE_KEYS = tuple(EngineSettings.model_fields)
+
+
+class ArmSpec(BaseModel):
+    """One ``--arm``: a name (optional), a policy (a name, ``a+b`` or a config file)
+    and engine settings."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str | None = Field(default=None, min_length=1, max_length=64)
+    policy: str = "fcfs"
+    engine: EngineSettings = Field(default_factory=EngineSettings)
+
+
+def parse_arm(text: str) -> ArmSpec:
+    """``name=seqs64,policy=fcfs,max_num_seqs=64`` as an :class:`ArmSpec`; a clear error
+    naming the arm and the key otherwise."""
+    fields: dict[str, str] = {}
+    for part in text.split(","):
+        key, sep, value = part.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key:
+            raise SchedkitError(
+                f"--arm {quote(text)}: {quote(part)} is not KEY=VALUE; write e.g."
+                " --arm name=seqs64,policy=fcfs,max_num_seqs=64"
+            )
+        if key in fields:
+            raise SchedkitError(f"--arm {quote(text)} sets {key} twice; set it once")
+        fields[key] = value.strip()
+    name = fields.pop("name", None)
+    label = quote(name if name is not None else text)
+    unknown = sorted(set(fields) - {"policy", *ENGINE_KEYS})
+    if unknown:
+        raise SchedkitError(
+            f"--arm {label}: unknown key {quote(unknown[0])}; valid keys: name, policy,"
+            f" {', '.join(ENGINE_KEYS)}"
+        )
+    policy = fields.pop("policy", "fcfs")
+    return ArmSpec(name=name, policy=policy, engine=_settings(fields, f"--arm {label}"))
+
+
+def _settings(values: Mapping[str, Any], where: str) -> EngineSettings:
+    try:
+        return EngineSettings.model_validate(dict(values))
+    except ValidationError as exc:
+        problems = "; ".join(_problem(e) for e in exc.errors())
+        raise SchedkitError(f"{where}: {problems}") from None
+
+
+def _problem(error: Mapping[str, Any]) -> str:
+    key = ".".join(map(str, error["loc"]))
+    if error["type"] == "extra_forbidden":
+        return f"unknown key {quote(key)}; valid keys: {', '.join(ENGINE_KEYS)}"
+    return f"{key} {quote(error.get('input'))}: {error['msg']}"
+
+
+class ResolvedArm(BaseModel):
+    """An arm as the bench runs it: its label, policies and engine overrides."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    label: str
+    source: str  # the policy as given (name, composition or file)
+    config: SchedkitConfig
+    overrides: dict[str, Any]
+
+
+def resolve_arms(policies: Sequence[str], arms: Sequence[ArmSpec]) -> list[ResolvedArm]:
+    """The ``--policy`` arms, then the ``--arm`` ones, with their configs loaded (a
+    config file's ``[engine]`` table under the arm's own settings)."""
+    specs = [ArmSpec(policy=p) for p in policies] + list(arms)
+    configs, overrides = [], []
+    for spec in specs:
+        config, engine = _load(spec.policy)
+        configs.append(config)
+        overrides.append({**engine, **spec.engine.overrides()})
+    labels = arm_labels(specs, configs)
+    return [
+        ResolvedArm(label=label, source=spec.policy, config=config, overrides=over)
+        for label, spec, config, over in zip(labels, specs, configs, overrides, strict=True)
+    ]
+
+
+def _load(policy: str) -> tuple[SchedkitConfig, dict[str, Any]]:
+    """A policy's config, and the engine settings of a config file's ``[engine]`` table."""
+    if not policy.endswith((".toml", ".json")):
+        return load_config(policy), {}
+    data = read_config_file(Path(policy))
+    if isinstance(data, Mapping) and "engine" in data:
+        rest = {k: v for k, v in data.items() if k not in ("engine", "name")}
+        engine = data["engine"]
+        if not isinstance(engine, Mapping):
+            raise SchedkitError(
+                f"{policy}: [engine] must be a table of settings, e.g. max_num_seqs = 64;"
+                f" valid keys: {', '.join(ENGINE_KEYS)}"
+            )
+        return load_config(rest), _settings(engine, f"{policy} [engine]").overrides()
+    return load_config(policy), {}
+
+
+def arm_labels(specs: Sequence[ArmSpec], configs: Sequence[SchedkitConfig]) -> list[str]:
+    """One distinct label per arm: its name; else a config file's stem or the policies,
+    with the settings the ``--arm`` itself sets (``fcfs[max_num_seqs=64]``; a file's
+    ``[engine]`` table is the file's); numbered if repeated."""
+    names = []
+    for spec, config in zip(specs, configs, strict=True):
+        if spec.name is not None:
+            names.append(spec.name)
+            continue
+        is_file = spec.policy.endswith((".toml", ".json"))
+        base = Path(spec.policy).stem if is_file else config.label
+        extra = ",".join(f"{k}={v}" for k, v in spec.engine.overrides().items())
+        names.append(f"{base}[{extra}]" if extra else base)
+    return [
+        f"{n}#{names[:i].count(n) + 1}" if names.count(n) > 1 else n for i, n in enumerate(names)
+    ]

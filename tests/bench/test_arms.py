@@ -1,0 +1,141 @@
+"""Arms = policy x engine settings (``--arm``, a config file's ``[engine]`` table): parsed
+with clear errors, run with their own engine on the simulator, compared pairwise as
+policy arms are."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from schedkit.bench.arms import parse_arm, resolve_arms
+from schedkit.bench.runner import Bench, BenchSpec, _check_overrides, run_bench
+from schedkit.config import load_config
+from schedkit.errors import PolicyConfigError, SchedkitError
+from tests.bench.test_bench_cli import schedkit
+
+# Enough load that max_num_seqs matters: 60 requests of 600 + 60 tokens in ~1.5 s.
+LOADED = "poisson:rate=40,n=60,prompt=600,output=60"
+
+
+def test_an_arm_names_its_policy_and_engine_settings() -> None:
+    arm = parse_arm("name=seqs64, policy=slo+vtc, max_num_seqs=64, prefix-caching=false")
+    assert arm.name == "seqs64" and arm.policy == "slo+vtc"
+    assert arm.engine.overrides() == {"max_num_seqs": 64, "prefix_caching": False}
+    assert parse_arm("max_num_seqs=8").policy == "fcfs"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "name=a,max_seqs=3",
+            r"--arm 'a': unknown key 'max_seqs'; valid keys: name, policy, .*max_num_seqs",
+        ),
+        ("name=a,max_num_seqs=0", r"--arm 'a': max_num_seqs '0': Input should be greater than 0"),
+        (
+            "name=a,gpu_memory_utilization=1.5",
+            r"gpu_memory_utilization '1.5'.*less than or equal to 1",
+        ),
+        ("name=a,prefix_caching=maybe", r"prefix_caching 'maybe'.*boolean"),
+        ("name=a,max_num_seqs", r"'max_num_seqs' is not KEY=VALUE"),
+        ("max_num_seqs=4,max_num_seqs=8", r"sets max_num_seqs twice"),
+    ],
+)
+def test_a_bad_arm_is_an_error_naming_the_arm_and_the_key(text: str, message: str) -> None:
+    with pytest.raises(SchedkitError, match=message):
+        parse_arm(text)
+
+
+def test_arms_run_with_their_own_engine_and_are_compared_pairwise(tmp_path: Path) -> None:
+    spec = BenchSpec(
+        workload=LOADED,
+        policies=["fcfs"],
+        arms=[parse_arm("name=same,policy=fcfs"), parse_arm("name=seqs2,max_num_seqs=2")],
+        kv_blocks=4000,
+        jobs=1,
+    )
+    results = run_bench(spec, tmp_path)
+    fcfs, same, seqs2 = results["arms"]
+    assert [a["policy"] for a in results["arms"]] == ["fcfs", "same", "seqs2"]
+    assert fcfs["engine_settings"] == same["engine_settings"] == {}
+    assert same["engine"] is None
+    assert seqs2["engine_settings"] == {"max_num_seqs": 2}
+    assert seqs2["engine"]["max_num_seqs"] == 2 and results["engine"]["max_num_seqs"] == 256
+
+    def replayed(metrics: dict[str, Any]) -> dict[str, Any]:  # all but the label and clock
+        return {k: v for k, v in metrics.items() if k not in ("policy", "wall_s")}
+
+    assert replayed(same["metrics"]) == replayed(fcfs["metrics"])  # the same engine
+    # Two sequences at a time: the queue grows, each decode step is smaller.
+    assert seqs2["metrics"]["queue_ms"]["p90"] > 2 * fcfs["metrics"]["queue_ms"]["p90"]
+    assert seqs2["metrics"]["tpot_ms"]["p50"] < fcfs["metrics"]["tpot_ms"]["p50"]
+    compared = {c["policy"]: c for c in results["comparisons"]}
+    assert set(compared) == {"same", "seqs2"}
+    assert "worse on" in compared["seqs2"]["summary"]  # the queueing regression is named
+    written = json.loads((tmp_path / "results.json").read_text())
+    assert written["arms"][2]["engine_settings"] == {"max_num_seqs": 2}
+
+
+def test_a_config_file_engine_table_sets_the_arms_engine(tmp_path: Path) -> None:
+    path = tmp_path / "small.toml"
+    path.write_text('policy = ["fcfs"]\n\n[engine]\nmax_num_seqs = 4\nkv_blocks = 3000\n')
+    bench = Bench(
+        BenchSpec(
+            workload=LOADED, policies=[str(path)], arms=[parse_arm(f"policy={path},kv_blocks=3500")]
+        )
+    )
+    assert bench.labels == ["small", "small[kv_blocks=3500]"]
+    assert [a.overrides for a in bench.arms] == [
+        {"max_num_seqs": 4, "kv_blocks": 3000},
+        {"max_num_seqs": 4, "kv_blocks": 3500},  # the arm's own key wins over the file's
+    ]
+    assert [e[2].num_blocks for e in bench.arm_engines] == [3000, 3500]
+    assert bench.arm_engines[0][2].max_num_seqs == 4
+    # A policy config (schedkit serve, vLLM's --additional-config) has no engine table.
+    with pytest.raises(PolicyConfigError, match=r"\[engine\] table sets the engine settings"):
+        load_config(path)
+    path.write_text('policy = "fcfs"\n[engine]\nmax_seqs = 4\n')
+    with pytest.raises(SchedkitError, match=r"small.toml \[engine\]: unknown key 'max_seqs'"):
+        resolve_arms([str(path)], [])
+
+
+def test_an_arm_the_engine_cannot_take_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    with pytest.raises(SchedkitError, match=r"--arm tp3: --tp 3 cannot split Llama-3-8B"):
+        Bench(BenchSpec(workload=LOADED, arms=[parse_arm("name=tp3,tp=3")]))
+    with pytest.raises(
+        SchedkitError,
+        match=r"--arm tiny: kv_blocks=10 give a KV cache of 10 blocks .* below the longest",
+    ):
+        Bench(BenchSpec(workload=LOADED, arms=[parse_arm("name=tiny,kv_blocks=10")]))
+    spec = BenchSpec(workload=LOADED, engine="vllm", arms=[parse_arm("name=a,max_num_seqs=8")])
+    with pytest.raises(
+        SchedkitError, match=r"arm a sets max_num_seqs: per-arm engine settings run on --engine sim"
+    ):
+        _check_overrides(spec, resolve_arms([], spec.arms))
+    with pytest.raises(ValueError, match="no arm to run"):
+        BenchSpec(workload=LOADED)
+
+
+def test_a_scalar_flag_given_twice_is_an_error(tmp_path: Path) -> None:
+    proc = schedkit(
+        "bench", "--workload", LOADED, "--policy", "fcfs", "--max-num-seqs", "128",
+        "--max-num-seqs=64", "--out", str(tmp_path / "out"),
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert "--max-num-seqs is given 2 times; give it once" in proc.stderr
+    assert "--arm" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "out").exists()  # nothing ran
+
+
+def test_arms_from_the_command_line(tmp_path: Path) -> None:
+    proc = schedkit(
+        "bench", "--workload", LOADED, "--kv-blocks", "4000", "--arm", "name=seqs256,max_num_seqs=256",
+        "--arm", "name=seqs2,max_num_seqs=2", "--out", str(tmp_path),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "seqs2 vs seqs256" in proc.stdout
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert [a["engine"]["max_num_seqs"] for a in results["arms"]] == [256, 2]
