@@ -56,7 +56,7 @@ class KeyedEvictions:
         self.heap: list[Item] = []
         self.serial = 0
         self.span_keys = False  # keys of whole spans, by (num_hits, last_access)
-        self.memo: dict[tuple[int, float], tuple[Any, ...]] = {}
+        self.memo: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 
     # -- keys ---------------------------------------------------------------------------
 
@@ -70,14 +70,23 @@ class KeyedEvictions:
         return BlockSnapshot(block_hash, depth, span.last_access, span.num_hits)
 
     def _key(self, span: Span | OwnSpan, j: int) -> tuple[Any, ...]:
-        kv = self.kv
-        if not self.span_keys:
-            return kv._facade.eviction_key(self._view(span, j), kv._engine) or ()
-        fields = (span.num_hits, span.last_access)
+        """The key of the span's block ``j``, remembered by the block's fields (they do
+        not change while it is evictable, and the heap keeps its key meanwhile anyway):
+        evicting and bisecting ask the same blocks again. Span keys: by hits and last
+        access alone, shared by every block alike in them."""
+        if self.span_keys:
+            fields: tuple[Any, ...] = (span.num_hits, span.last_access)
+        elif isinstance(span, OwnSpan):
+            fields = (own_block_hash(span.key, j), span.first_depth + j, span.last_access,
+                      span.num_hits)  # fmt: skip
+        else:
+            fields = (span.group * self.kv.group_blocks + j, span.depth0 + j, span.last_access,
+                      span.num_hits)  # fmt: skip
         key = self.memo.get(fields)
         if key is None:
             if len(self.memo) >= MEMO_LIMIT:
                 self.memo.clear()
+            kv = self.kv
             key = kv._facade.eviction_key(self._view(span, j), kv._engine) or ()
             self.memo[fields] = key
         return key
