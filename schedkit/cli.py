@@ -133,7 +133,7 @@ def main() -> None:
         app()
     except SchedkitError as exc:
         print_error(str(exc))
-        sys.exit(2)
+        sys.exit(getattr(exc, "exit_code", 2))
 
 
 if __name__ == "__main__":

@@ -46,7 +46,41 @@ def bench(
         str | None,
         typer.Option(help="GPU/model profile file, or a cost profile from `schedkit calibrate`."),
     ] = None,
-    rate_scale: Annotated[float, typer.Option(help="Multiply the arrival rate.")] = 1.0,
+    rate_scale: Annotated[
+        str,
+        typer.Option(help="Multiply the arrival rate; several (0.5,1,2,4) make a load sweep."),
+    ] = "1",
+    request_rate: Annotated[
+        str | None,
+        typer.Option(
+            help="Offered requests/s instead of --rate-scale (the trace rescaled to it);"
+            " several (2,4,8) make a load sweep."
+        ),
+    ] = None,
+    replicates: Annotated[
+        int,
+        typer.Option(
+            help="Sweep: independent request streams per rate (trace windows, or seeds"
+            " with --arrivals poisson); 3 or more give intervals."
+        ),
+    ] = 1,
+    arrivals: Annotated[
+        str,
+        typer.Option(
+            help="Sweep: 'trace' (its timestamps, rescaled) or 'poisson' (its lengths on"
+            " seeded gamma arrivals, as vLLM bench)."
+        ),
+    ] = "trace",
+    burstiness: Annotated[
+        float, typer.Option(help="Sweep, poisson arrivals: gamma shape (1: Poisson).")
+    ] = 1.0,
+    knee_factor: Annotated[
+        float,
+        typer.Option(help="Sweep: the knee is where p90 TTFT exceeds this x its low-load value."),
+    ] = 2.0,
+    attainment: Annotated[
+        float, typer.Option(help="Sweep: the SLO attainment goodput is measured at.")
+    ] = 0.9,
     max_requests: Annotated[
         int | None, typer.Option(help="Replay only the first N requests.")
     ] = None,
@@ -121,6 +155,9 @@ def bench(
     from schedkit.bench.runner import BenchSpec, run_bench
 
     check_min_effect(min_effect)
+    scales, rates = _rates("--rate-scale", rate_scale), _rates("--request-rate", request_rate)
+    if request_rate is not None and rate_scale != "1":
+        raise SchedkitError("give --rate-scale or --request-rate, not both")
     verdict_metrics = (
         list(check_metrics([m.strip() for m in metrics.split(",") if m.strip()]))
         if metrics is not None
@@ -130,7 +167,7 @@ def bench(
         spec = BenchSpec(
             workload=workload, policies=policy or [], arms=[parse_arm(a) for a in arm or []],
             engine=engine, model=model, gpu=gpu, tp=tp,
-            profile=profile, rate_scale=rate_scale, max_requests=max_requests, seed=seed,
+            profile=profile, rate_scale=scales[0] if len(scales) == 1 else 1.0, max_requests=max_requests, seed=seed,
             slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, goodput=goodput,
             max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
             gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
@@ -143,6 +180,18 @@ def bench(
             f"--{'-'.join(map(str, e['loc'])).replace('_', '-')}: {e['msg']}" for e in exc.errors()
         )
         raise SchedkitError(f"bad bench arguments: {fields}") from exc
+    if len(rates) == 1 and replicates == 1:  # one bench at an absolute rate
+        from schedkit.bench.runner import Bench, _rate
+
+        spec = spec.model_copy(update={"rate_scale": rates[0] / _rate(Bench(spec).base)})
+        rates = []
+    if len(scales) > 1 or len(rates) > 0 or replicates > 1:
+        _sweep(
+            spec, out, scales=scales if len(scales) > 1 or not rates else [], rates=rates,
+            replicates=replicates, arrivals=arrivals, burstiness=burstiness,
+            knee_factor=knee_factor, attainment=attainment,
+        )  # fmt: skip
+        return
     console = Console(stderr=True)
     with Progress(
         TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} arms"),
@@ -171,6 +220,62 @@ def bench(
         raise typer.Exit(STRICT_EXIT)
     if any(unfinished.values()):
         raise typer.Exit(UNFINISHED_EXIT)
+
+
+def _rates(flag: str, text: str | None) -> list[float]:
+    if text is None:
+        return []
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        values = []
+    if not values or any(not v > 0 for v in values):
+        raise SchedkitError(
+            f"{flag} {quote(text)} is not a list of positive numbers; write e.g. {flag} 0.5,1,2"
+        )
+    return values
+
+
+def _sweep(
+    spec: Any, out: Path, *, scales: list[float], rates: list[float], **options: Any
+) -> None:
+    from rich.progress import TimeRemainingColumn
+
+    from schedkit.bench.sweep import SweepSpec
+    from schedkit.bench.sweep_run import run_sweep
+
+    try:
+        sweep = SweepSpec(bench=spec, rate_scales=scales, request_rates=rates, **options)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'--' + '-'.join(map(str, e['loc'])).replace('_', '-') + ': ' if e['loc'] else ''}"
+            f"{e['msg'].removeprefix('Value error, ')}"
+            for e in exc.errors()
+        )
+        raise SchedkitError(f"bad sweep arguments: {problems}") from None
+    console = Console(stderr=True)
+    with Progress(
+        TextColumn("sweep"), BarColumn(), TextColumn("{task.completed}/{task.total} probe points"),
+        TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console,
+        transient=True,
+    ) as bar:  # fmt: skip
+        task = bar.add_task("sweep", total=None)
+
+        def progress(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        results = run_sweep(sweep, out, progress)
+    table = Table(title=Text(f"sweep: {results['workload']['name']}"))
+    for column in ("arm", "knee", "goodput"):
+        table.add_column(column)
+    from schedkit.bench.sweep_report import _goodput, _knee
+
+    for a in results["arms"]:
+        table.add_row(Text(a["arm"]), _knee(a, a["offered_rps"]), _goodput(a) or "-")
+    Console().print(table)
+    Console().print(Text(f"knee: {results['rule']['knee']}"), soft_wrap=True)
+    written = ", ".join(str(out / n) for n in ("sweep.json", "sweep.md", "sweep.html"))
+    Console().print(Text(f"wrote {written}"), soft_wrap=True)
 
 
 STRICT_EXIT = 3  # --strict: a policy faulted

@@ -206,15 +206,19 @@ def line_chart(
     y_max: float | None = None,
     references: Sequence[tuple[float, str]] = (),
     empty: str = "no samples",
+    dots: Sequence[Sequence[Point]] = (),
+    whiskers: Sequence[Sequence[tuple[float, float, float]]] = (),
 ) -> str:
     """An SVG line chart: one line per ``(name, points)``, with axes, ticks and a legend.
 
     ``log_x``/``log_y`` are honoured when every value on that axis is positive and they span
     at least a decade. ``references`` are dashed vertical lines ``(x, label)``; ``empty`` is
-    the text shown when no series has a point.
+    the text shown when no series has a point. ``dots[i]`` and ``whiskers[i]`` (vertical
+    bars ``(x, low, high)``, an interval) are drawn in series ``i``'s colour.
     """
-    xs = [x for _, pts in series for x, _ in pts]
-    ys = [y for _, pts in series for _, y in pts]
+    xs = [x for _, pts in series for x, _ in pts] + [x for d in dots for x, _ in d]
+    ys = [y for _, pts in series for _, y in pts] + [y for d in dots for _, y in d]
+    ys += [v for w in whiskers for _, lo, hi in w for v in (lo, hi)]
     if not xs:
         return _empty(title, empty)
     ax = _axes(
@@ -227,6 +231,18 @@ def line_chart(
         coords = " ".join(f"{ax.sx(x):.1f},{ax.sy(y):.1f}" for x, y in pts if ax.visible(x, y))
         color = PALETTE[i % len(PALETTE)]
         ax.parts.append(_el("polyline", points=coords, stroke=color, class_="line"))
+    for i, pts in enumerate(dots):
+        color = PALETTE[i % len(PALETTE)]
+        marks = [_el("circle", cx=ax.sx(x), cy=ax.sy(y), r=2.2) for x, y in pts if ax.visible(x, y)]
+        ax.parts += [f'<g class="dots" fill="{color}">', *marks, "</g>"]
+    for i, bars in enumerate(whiskers):
+        color = PALETTE[i % len(PALETTE)]
+        for x, lo, hi in bars:
+            if ax.visible(x, lo) and ax.visible(x, hi):
+                ax.parts.append(
+                    _el("line", x1=ax.sx(x), y1=ax.sy(lo), x2=ax.sx(x), y2=ax.sy(hi),
+                        stroke=color, class_="whisker")
+                )  # fmt: skip
     ax.legend([name for name, _ in series], _line_mark)
     return ax.done()
 

@@ -1,0 +1,159 @@
+"""Running a sweep: probe points in parallel processes, kept as they finish, resumable.
+
+Every finished probe point is appended to ``points.jsonl`` in the output directory
+(its first line names the sweep). A sweep interrupted (Ctrl-C, a worker lost) keeps
+those and says which are missing; the same command run again skips them.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from pathlib import Path
+from typing import Any
+
+from schedkit.bench.output import check_out_dir, provenance
+from schedkit.bench.sweep import Point, Sweep, SweepSpec, aggregate
+from schedkit.errors import SchedkitError, quote
+
+__all__ = ["SweepInterrupted", "run_sweep"]
+
+POINTS_FILE = "points.jsonl"
+Progress = Callable[[int, int], None]  # (points done, total)
+
+
+class SweepInterrupted(SchedkitError):
+    """The sweep stopped before every probe point ran; the finished ones are kept."""
+
+    exit_code = 130  # as a shell reports an interrupted command
+
+
+def _load_done(path: Path, fingerprint: str) -> dict[str, dict[str, Any]]:
+    if not path.exists():
+        return {}
+    lines = path.read_text(encoding="utf-8").splitlines()
+    try:
+        header = json.loads(lines[0]) if lines else {}
+    except ValueError:
+        header = {}
+    if header.get("sweep") != fingerprint:
+        raise SchedkitError(
+            f"{quote(str(path))} holds the probe points of another sweep (other arms,"
+            " rates, replicates or settings); pass another --out, or delete it to start over"
+        )
+    done = {}
+    for line in lines[1:]:
+        try:
+            point = json.loads(line)
+        except ValueError:  # the line being written when the sweep stopped
+            continue
+        done[point["key"]] = point
+    return done
+
+
+_FORKED: Sweep | None = None  # the sweep a forked worker inherited
+
+
+def _run_forked(keys: list[str]) -> list[dict[str, Any]]:
+    assert _FORKED is not None
+    points = {p.key: p for p in _FORKED.points}
+    return [_FORKED.run(points[k]) for k in keys]
+
+
+def run_sweep(spec: SweepSpec, out_dir: Path, progress: Progress | None = None) -> dict[str, Any]:
+    """Run every probe point not already in ``out_dir``; write sweep.json and the
+    reports. Raises :class:`SweepInterrupted` (after saving) when stopped early."""
+    check_out_dir(out_dir)
+    sweep = Sweep(spec)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / POINTS_FILE
+    fingerprint = spec.fingerprint()
+    done = _load_done(path, fingerprint)
+    if not path.exists():
+        path.write_text(json.dumps({"sweep": fingerprint}) + "\n", encoding="utf-8")
+    todo = [p for p in sweep.points if p.key not in done]
+    total = len(sweep.points)
+    if progress:
+        progress(len(done), total)
+    try:
+        with path.open("a", encoding="utf-8") as sink:
+
+            def keep(record: dict[str, Any]) -> None:
+                done[record["key"]] = record
+                sink.write(json.dumps(record) + "\n")
+                sink.flush()
+                if progress:
+                    progress(len(done), total)
+
+            _run_points(sweep, todo, keep)
+    except (KeyboardInterrupt, OSError, RuntimeError) as exc:
+        missing = [p for p in sweep.points if p.key not in done]
+        raise SweepInterrupted(_missing(sweep, missing, path, exc)) from None
+    results = {
+        "schema_version": 1,
+        "provenance": provenance(spec.bench.model_dump(mode="json")),
+        "sweep": spec.model_dump(mode="json", exclude={"bench"}),
+        "workload": {
+            "name": sweep.bench.base.name,
+            "requests_per_replicate": len(sweep.streams[0]),
+            "trace_rate_rps": sweep.base_rate,
+        },
+        "engine": sweep.bench.engine_info,
+        "slo": {"ttft_ms": spec.bench.slo_ttft_ms, "tpot_ms": spec.bench.slo_tpot_ms},
+        "arm_settings": {a.label: a.overrides for a in sweep.bench.arms},
+        **aggregate(sweep, [done[p.key] for p in sweep.points]),
+        "points": [done[p.key] for p in sweep.points],
+    }
+    from schedkit.bench.sweep_report import write_sweep_report
+
+    (out_dir / "sweep.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
+    write_sweep_report(out_dir, results)
+    return results
+
+
+def _run_points(sweep: Sweep, todo: list[Point], keep: Callable[[dict[str, Any]], None]) -> None:
+    jobs = min(len(todo), sweep.spec.bench.jobs or len(os.sched_getaffinity(0)))
+    if jobs < 2 or "fork" not in mp.get_all_start_methods():
+        for point in todo:
+            keep(sweep.run(point))
+        return
+    global _FORKED
+    _FORKED = sweep
+    # Chunks of a few points: one task per replay would cost more in pickling than a
+    # small replay takes; several chunks per process keep the processes busy to the end.
+    size = max(1, min(16, len(todo) // (jobs * 8)))
+    chunks = [[p.key for p in todo[i : i + size]] for i in range(0, len(todo), size)]
+    try:
+        with ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork")) as pool:
+            pending: set[Future[list[dict[str, Any]]]] = {
+                pool.submit(_run_forked, c) for c in chunks
+            }
+            try:
+                while pending:
+                    finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                    for future in finished:
+                        for record in future.result():
+                            keep(record)
+            except BaseException:
+                for future in pending:
+                    future.cancel()
+                raise
+    finally:
+        _FORKED = None
+
+
+def _missing(sweep: Sweep, missing: list[Point], path: Path, exc: BaseException) -> str:
+    why = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"stopped ({exc})"
+    rates = sweep.spec.rates
+    listed = ", ".join(
+        f"{sweep.bench.arms[p.arm].label}@{rates[p.rate]:g}#{p.replicate}" for p in missing[:8]
+    )
+    more = f" and {len(missing) - 8:,} more" if len(missing) > 8 else ""
+    return (
+        f"the sweep was {why}: {len(sweep.points) - len(missing):,} of"
+        f" {len(sweep.points):,} probe points are kept in {path}; missing: {listed}{more}"
+        " (arm@rate#replicate). Run the same command again to run only the missing ones"
+    )
