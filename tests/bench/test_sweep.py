@@ -1,0 +1,197 @@
+"""Load sweeps: probe points, curves, knees, goodput, resuming, and the command."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from schedkit.bench.arms import parse_arm
+from schedkit.bench.runner import BenchSpec
+from schedkit.bench.sweep import Sweep, SweepSpec, crossing, goodput, knee
+from schedkit.bench.sweep_run import POINTS_FILE, SweepInterrupted, run_sweep
+from schedkit.errors import SchedkitError
+from tests.bench.test_bench_cli import schedkit
+
+# 120 requests of 600 + 60 tokens; a few hundred blocks so that load shows.
+WORKLOAD = "poisson:rate=10,n=120,prompt=600,output=60"
+
+
+def spec(**changes: Any) -> SweepSpec:
+    bench = BenchSpec(
+        **{
+            "workload": WORKLOAD,
+            "policies": ["fcfs"],
+            "arms": [parse_arm("name=seqs2,max_num_seqs=2")],
+            "slo_ttft_ms": 1000.0,
+            "jobs": 1,
+            **changes.pop("bench", {}),
+        }
+    )
+    options: dict[str, Any] = {"rate_scales": [0.5, 2.0, 8.0], "replicates": 3, **changes}
+    return SweepSpec(bench=bench, **options)
+
+
+def test_crossing_interpolates_between_the_probes_around_it() -> None:
+    assert crossing([1, 2, 4], [10, 30, 50], 20, above=True) == pytest.approx(1.5)
+    assert crossing([1, 2, 4], [10, 15, 18], 20, above=True) is None
+    assert crossing([1, 2, 4], [1.0, 0.95, 0.5], 0.9, above=False) == pytest.approx(
+        2 + 2 * 0.05 / 0.45
+    )
+    # the knee: 2x the level at the lowest rate
+    assert knee([1, 2, 4, 8], [100, 120, 300, 900], 2.0) == pytest.approx(2 + 2 * 80 / 180)
+    assert knee([1, 2], [100, None], 2.0) is None
+    # goodput: which side of the range when it is not inside it
+    assert goodput([1, 2], [0.5, 0.2], 0.9) == {"value": None, "censored": "below", "bound": 1}
+    assert goodput([1, 2], [1.0, 0.95], 0.9) == {"value": None, "censored": "above", "bound": 2}
+
+
+def test_a_sweep_keeps_every_probe_point_and_finds_each_arms_knee(tmp_path: Path) -> None:
+    results = run_sweep(spec(), tmp_path)
+    assert len(results["points"]) == 2 * 3 * 3  # arms x rates x replicates
+    written = json.loads((tmp_path / "sweep.json").read_text())
+    assert written["points"] == results["points"]
+    fcfs, seqs2 = results["arms"]
+    assert [a["arm"] for a in results["arms"]] == ["fcfs", "seqs2"]
+    # offered load rises; so does p90 TTFT, and two sequences at a time break first
+    p90 = [c["mean"] for c in seqs2["curves"]["ttft_p90_ms"]]
+    assert p90[-1] > 2 * p90[0]
+    assert seqs2["knee_rps"] is not None
+    assert fcfs["knee_rps"] is None or fcfs["knee_rps"] > seqs2["knee_rps"]
+    for arm in (fcfs, seqs2):
+        for stat in arm["curves"]["ttft_p90_ms"]:
+            assert stat["n"] == 3 and stat["ci"][0] <= stat["mean"] <= stat["ci"][1]
+        assert len(arm["goodput_by_replicate"]) == 3
+    assert seqs2["goodput_by_replicate"] != fcfs["goodput_by_replicate"]
+    html = (tmp_path / "sweep.html").read_text()
+    assert html.count("<svg") == 5 and "seqs2" in html and "fcfs" in html
+    md = (tmp_path / "sweep.md").read_text()
+    assert "## seqs2" in md and "Knee:" in md and "Goodput:" in md
+
+
+def test_replicates_are_different_streams_and_reproducible() -> None:
+    for arrivals in ("trace", "poisson"):
+        sweep = Sweep(spec(arrivals=arrivals, bench={"max_requests": 40}))
+        first = [sweep.requests(p) for p in sweep.points if p.arm == 0 and p.rate == 0]
+        assert len({tuple(r.arrival_s for r in reqs) for reqs in first}) == 3
+        # every arm replays the identical stream at one (rate, replicate): paired
+        fcfs, seqs2 = (sweep.requests(p) for p in sweep.points[:2])
+        assert sweep.points[0].arm != sweep.points[1].arm and fcfs == seqs2
+        again = Sweep(spec(arrivals=arrivals, bench={"max_requests": 40}))
+        assert [again.requests(p) for p in again.points] == [
+            sweep.requests(p) for p in sweep.points
+        ]
+    trace = Sweep(spec(arrivals="trace", bench={"max_requests": 40}))
+    ids = [{r.request_id for r in trace.streams[i]} for i in range(3)]
+    assert not ids[0] & ids[1] and not ids[1] & ids[2]  # disjoint windows of the trace
+    with pytest.raises(SchedkitError, match=r"--replicates 3 needs 3 windows of 50 requests"):
+        Sweep(spec(arrivals="trace", bench={"max_requests": 50}))
+
+
+def test_offered_rate_is_what_was_asked(tmp_path: Path) -> None:
+    long = {"workload": "poisson:rate=10,n=900,prompt=600,output=60"}  # rate within ~3.3%
+    sweep = Sweep(spec(rate_scales=[], request_rates=[3.0, 6.0], arrivals="poisson", bench=long))
+    for point in sweep.points:
+        reqs = sweep.requests(point)
+        observed = len(reqs) / (reqs[-1].arrival_s - reqs[0].arrival_s)
+        assert observed == pytest.approx(sweep.spec.rates[point.rate], rel=0.15)
+    trace = Sweep(spec(rate_scales=[], request_rates=[3.0], bench={"max_requests": 40}))
+    reqs = trace.requests(trace.points[0])
+    assert len(reqs) / (reqs[-1].arrival_s - reqs[0].arrival_s) == pytest.approx(3.0)
+
+
+def test_a_resumed_sweep_runs_only_the_missing_points(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    full = run_sweep(spec(), tmp_path / "full")
+    lines = (tmp_path / "full" / POINTS_FILE).read_text().splitlines()
+    part = tmp_path / "part"
+    part.mkdir()
+    (part / POINTS_FILE).write_text("\n".join(lines[:8]) + '\n{"key": "trunc')  # cut mid-line
+    ran: list[str] = []
+    original = Sweep.run
+
+    def counted(self: Sweep, point: Any) -> dict[str, Any]:
+        ran.append(point.key)
+        return original(self, point)
+
+    monkeypatch.setattr(Sweep, "run", counted)
+    resumed = run_sweep(spec(), part)
+    assert len(ran) == 18 - 7  # the header line and 7 points were kept
+    assert resumed["points"] == full["points"]
+    assert resumed["arms"] == full["arms"]
+    with pytest.raises(SchedkitError, match="holds the probe points of another sweep"):
+        run_sweep(spec(knee_factor=3.0), part)
+
+
+def test_bad_sweeps_are_refused() -> None:
+    with pytest.raises(ValueError, match="not both"):
+        spec(request_rates=[1.0])
+    with pytest.raises(ValueError, match="given twice"):
+        spec(rate_scales=[1.0, 1.0])
+    with pytest.raises(ValueError, match="runs on --engine sim"):
+        spec(bench={"engine": "vllm"})
+
+
+def test_the_command_sweeps_and_an_interrupted_sweep_resumes(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    args = [
+        "bench", "--workload", "poisson:rate=10,n=400,prompt=600,output=60", "--policy", "fcfs",
+        "--rate-scale", "0.5,1,2,4,8,16", "--replicates", "4", "--jobs", "1", "--out", str(out),
+    ]  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "schedkit", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+    points = out / POINTS_FILE
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and (
+        not points.exists() or len(points.read_text().splitlines()) < 4
+    ):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    kept = len(points.read_text().splitlines()) - 1
+    assert proc.returncode == SweepInterrupted.exit_code, stderr
+    assert f"{kept} of 24 probe points are kept" in " ".join(stderr.split())
+    assert "Run the same command again" in stderr and "Traceback" not in stderr
+    again = schedkit(*args)
+    assert again.returncode == 0, again.stderr
+    assert "knee" in again.stdout
+    results = json.loads((out / "sweep.json").read_text())
+    assert len(results["points"]) == 24
+
+
+def test_bad_rates_on_the_command_line(tmp_path: Path) -> None:
+    for flags, message in (
+        (["--rate-scale", "0,1"], "--rate-scale '0,1' is not a list of positive numbers"),
+        (["--rate-scale", "1,2", "--request-rate", "3"], "not both"),
+        (
+            ["--rate-scale", "1,2", "--arrivals", "uniform"],
+            "--arrivals: Input should be 'trace' or 'poisson'",
+        ),
+    ):
+        proc = schedkit(
+            "bench", "--workload", WORKLOAD, "--policy", "fcfs", *flags, "--out", str(tmp_path)
+        )
+        assert proc.returncode == 2, proc.stderr
+        assert message in " ".join(proc.stderr.split()), proc.stderr
+
+
+def test_one_request_rate_is_one_bench_at_that_rate(tmp_path: Path) -> None:
+    proc = schedkit(
+        "bench", "--workload", WORKLOAD, "--policy", "fcfs", "--request-rate", "5",
+        "--out", str(tmp_path),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["workload"]["rate_scale"] == pytest.approx(5 / 10, rel=0.2)
+    assert results["workload"]["rate_rps"] == pytest.approx(5.0)
