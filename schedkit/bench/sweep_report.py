@@ -28,20 +28,31 @@ def _num(value: float | None, digits: int = 1) -> str:
     return f"{value:,.{digits}f}"
 
 
-def _cell(stat: Mapping[str, Any]) -> str:
-    mean, ci = stat.get("mean"), stat.get("ci")
+def _cell(stat: Mapping[str, Any], digits: int = 1) -> str:
+    """``mean (low .. high)`` with the 95% interval, ``mean [min .. max]`` with the
+    replicates' range where no interval was checked, else the mean."""
+    mean, ci, spread = stat.get("mean"), stat.get("ci"), stat.get("range")
     if mean is None:
         return "-"
-    return _num(mean) + (f" ({_num(ci[0])} .. {_num(ci[1])})" if ci else "")
+    if ci:
+        return f"{_num(mean, digits)} ({_num(ci[0], digits)} .. {_num(ci[1], digits)})"
+    if spread:
+        return f"{_num(mean, digits)} [{_num(spread[0], digits)} .. {_num(spread[1], digits)}]"
+    return _num(mean, digits)
+
+
+LEGEND = (
+    "(a .. b): 95% interval over replicates; [a .. b]: the replicates' range, where no"
+    " interval's coverage was checked (SLO attainment, trace windows)"
+)
 
 
 def _knee(arm: Mapping[str, Any], rates: Sequence[float]) -> str:
     if arm["knee_rps"] is None:
         return f"none up to {_num(rates[-1], 2)} req/s"
     text = f"{_num(arm['knee_rps'], 2)} req/s"
-    if arm.get("knee") and arm["knee"].get("ci"):
-        lo, hi = arm["knee"]["ci"]
-        text += f" (95% CI over replicates {_num(lo, 2)} .. {_num(hi, 2)})"
+    if arm.get("knee") and (arm["knee"].get("ci") or arm["knee"].get("range")):
+        text += " (replicates: " + _cell(arm["knee"], 2) + ")"
     return text
 
 
@@ -50,7 +61,7 @@ def _goodput(arm: Mapping[str, Any]) -> str | None:
         return None
     stat = arm.get("goodput_rps")
     if stat is not None:
-        return _cell(stat) + " req/s"
+        return _cell(stat, 2) + " req/s"
     sides = {g["censored"] for g in arm["goodput_by_replicate"] if g["censored"]}
     bounds = [g["bound"] for g in arm["goodput_by_replicate"] if g["censored"]]
     if sides == {"above"}:
@@ -70,7 +81,7 @@ def render_sweep_markdown(results: Mapping[str, Any]) -> str:
         "",
         f"- Knee: {rule['knee']}.",
         f"- Goodput: {rule['goodput']}.",
-        f"- Intervals: {rule['interval']}.",
+        f"- Intervals: {rule['interval']}. {LEGEND}.",
         "",
     ]
     for arm in results["arms"]:
@@ -138,7 +149,7 @@ def render_sweep_html(results: Mapping[str, Any]) -> str:
         f" on {escape(results['engine']['model'])}/{escape(results['engine']['gpu'])}</p></header>"
         f'<section class="summary"><h2>Knees and goodput</h2><ul>{summary}</ul>'
         f'<p class="method">Knee: {escape(rule["knee"])}. Goodput: {escape(rule["goodput"])}.'
-        f" Intervals: {escape(rule['interval'])}.</p></section>"
+        f" Intervals: {escape(rule['interval'])}. {escape(LEGEND)}.</p></section>"
         f'<section id="plots"><h2>Latency and throughput vs load</h2><div class="grid">{figures}'
         "</div></section>\n</body></html>\n"
     )

@@ -65,15 +65,26 @@ def test_a_sweep_keeps_every_probe_point_and_finds_each_arms_knee(tmp_path: Path
     assert p90[-1] > 2 * p90[0]
     assert seqs2["knee_rps"] is not None
     assert fcfs["knee_rps"] is None or fcfs["knee_rps"] > seqs2["knee_rps"]
-    for arm in (fcfs, seqs2):
+    for arm in (fcfs, seqs2):  # trace windows: the range, never an unchecked interval
         for stat in arm["curves"]["ttft_p90_ms"]:
-            assert stat["n"] == 3 and stat["ci"][0] <= stat["mean"] <= stat["ci"][1]
+            assert stat["n"] == 3 and stat["ci"] is None
+            assert stat["range"][0] <= stat["mean"] <= stat["range"][1]
         assert len(arm["goodput_by_replicate"]) == 3
     assert seqs2["goodput_by_replicate"] != fcfs["goodput_by_replicate"]
     html = (tmp_path / "sweep.html").read_text()
     assert html.count("<svg") == 5 and "seqs2" in html and "fcfs" in html
     md = (tmp_path / "sweep.md").read_text()
     assert "## seqs2" in md and "Knee:" in md and "Goodput:" in md
+
+
+def test_seeded_arrivals_get_the_checked_interval_and_attainment_its_range(tmp_path: Path) -> None:
+    results = run_sweep(spec(arrivals="poisson"), tmp_path)
+    for arm in results["arms"]:
+        for stat in arm["curves"]["ttft_p90_ms"] + arm["curves"]["throughput_tok_s"]:
+            assert stat["ci"][0] <= stat["mean"] <= stat["ci"][1] and "range" not in stat
+        for stat in arm["curves"]["slo_attainment"]:
+            assert stat["ci"] is None and stat["range"][1] <= 1.0
+    assert "95% interval over replicates" in (tmp_path / "sweep.md").read_text()
 
 
 def test_replicates_are_different_streams_and_reproducible() -> None:
