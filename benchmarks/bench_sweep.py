@@ -68,7 +68,9 @@ def main() -> None:
     print(f"wall {wall:.1f} s, {points / wall:.2f} points/s, target <= {LIMIT_S:.0f} s:"
           f" {'met' if wall <= LIMIT_S else 'NOT met'}")  # fmt: skip
     knees = {a["arm"]: a["knee_rps"] for a in results["arms"]}
-    print("knees (req/s):", ", ".join(f"{k}={v:.1f}" if v else f"{k}=none" for k, v in knees.items()))
+    print(
+        "knees (req/s):", ", ".join(f"{k}={v:.1f}" if v else f"{k}=none" for k, v in knees.items())
+    )
     print(f"results in {out}")
 
 

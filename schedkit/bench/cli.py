@@ -81,6 +81,13 @@ def bench(
     attainment: Annotated[
         float, typer.Option(help="Sweep: the SLO attainment goodput is measured at.")
     ] = 0.9,
+    ray: Annotated[
+        str | None,
+        typer.Option(
+            help="Sweep: run the probe points on Ray: 'local' (a Ray instance on this"
+            " machine), 'auto' (the cluster it belongs to) or the head's address."
+        ),
+    ] = None,
     max_requests: Annotated[
         int | None, typer.Option(help="Replay only the first N requests.")
     ] = None,
@@ -185,11 +192,13 @@ def bench(
 
         spec = spec.model_copy(update={"rate_scale": rates[0] / _rate(Bench(spec).base)})
         rates = []
+    if ray is not None and not (len(scales) > 1 or len(rates) > 0 or replicates > 1):
+        raise SchedkitError("--ray runs a sweep's probe points: give several rates or --replicates")
     if len(scales) > 1 or len(rates) > 0 or replicates > 1:
         _sweep(
             spec, out, scales=scales if len(scales) > 1 or not rates else [], rates=rates,
             replicates=replicates, arrivals=arrivals, burstiness=burstiness,
-            knee_factor=knee_factor, attainment=attainment,
+            knee_factor=knee_factor, attainment=attainment, ray=ray,
         )  # fmt: skip
         return
     console = Console(stderr=True)

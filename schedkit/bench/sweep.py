@@ -83,6 +83,7 @@ class SweepSpec(BaseModel):
     burstiness: float = Field(default=1.0, gt=0, le=100)  # gamma shape; 1 = Poisson
     knee_factor: float = Field(default=2.0, gt=1, le=1000)
     attainment: float = Field(default=0.9, gt=0, le=1)
+    ray: str | None = None  # run the probe points on Ray: "local", "auto" or an address
 
     @model_validator(mode="after")
     def _rates(self) -> SweepSpec:
@@ -109,6 +110,7 @@ class SweepSpec(BaseModel):
         """What the probe points depend on (not ``jobs``): resuming needs the same."""
         data = self.model_dump(mode="json")
         data["bench"].pop("jobs", None)
+        data.pop("ray", None)
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 

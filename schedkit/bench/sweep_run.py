@@ -19,16 +19,22 @@ from schedkit.bench.output import check_out_dir, provenance
 from schedkit.bench.sweep import Point, Sweep, SweepSpec, aggregate
 from schedkit.errors import SchedkitError, quote
 
-__all__ = ["SweepInterrupted", "run_sweep"]
+__all__ = ["INTERRUPTED_EXIT", "STOPPED_EXIT", "SweepInterrupted", "run_sweep"]
 
 POINTS_FILE = "points.jsonl"
+INTERRUPTED_EXIT = 130
+STOPPED_EXIT = 5
 Progress = Callable[[int, int], None]  # (points done, total)
 
 
 class SweepInterrupted(SchedkitError):
-    """The sweep stopped before every probe point ran; the finished ones are kept."""
+    """The sweep stopped before every probe point ran; the finished ones are kept.
+    ``exit_code``: 130 when interrupted (as a shell reports Ctrl-C), 5 when a worker
+    was lost."""
 
-    exit_code = 130  # as a shell reports an interrupted command
+    def __init__(self, message: str, *, interrupted: bool) -> None:
+        super().__init__(message)
+        self.exit_code = INTERRUPTED_EXIT if interrupted else STOPPED_EXIT
 
 
 def _load_done(path: Path, fingerprint: str) -> dict[str, dict[str, Any]]:
@@ -91,7 +97,9 @@ def run_sweep(spec: SweepSpec, out_dir: Path, progress: Progress | None = None) 
             _run_points(sweep, todo, keep)
     except (KeyboardInterrupt, OSError, RuntimeError) as exc:
         missing = [p for p in sweep.points if p.key not in done]
-        raise SweepInterrupted(_missing(sweep, missing, path, exc)) from None
+        raise SweepInterrupted(
+            _missing(sweep, missing, path, exc), interrupted=isinstance(exc, KeyboardInterrupt)
+        ) from None
     results = {
         "schema_version": 1,
         "provenance": provenance(spec.bench.model_dump(mode="json")),
@@ -114,7 +122,18 @@ def run_sweep(spec: SweepSpec, out_dir: Path, progress: Progress | None = None) 
     return results
 
 
+def _chunks(todo: list[Point], jobs: int) -> list[list[str]]:
+    """A few points per task: one task per replay would cost more in pickling than a
+    small replay takes; several tasks per process keep the processes busy to the end."""
+    size = max(1, min(16, len(todo) // (jobs * 8)))
+    return [[p.key for p in todo[i : i + size]] for i in range(0, len(todo), size)]
+
+
 def _run_points(sweep: Sweep, todo: list[Point], keep: Callable[[dict[str, Any]], None]) -> None:
+    if sweep.spec.ray is not None:
+        if todo:
+            _run_on_ray(sweep, todo, keep)
+        return
     jobs = min(len(todo), sweep.spec.bench.jobs or len(os.sched_getaffinity(0)))
     if jobs < 2 or "fork" not in mp.get_all_start_methods():
         for point in todo:
@@ -122,10 +141,7 @@ def _run_points(sweep: Sweep, todo: list[Point], keep: Callable[[dict[str, Any]]
         return
     global _FORKED
     _FORKED = sweep
-    # Chunks of a few points: one task per replay would cost more in pickling than a
-    # small replay takes; several chunks per process keep the processes busy to the end.
-    size = max(1, min(16, len(todo) // (jobs * 8)))
-    chunks = [[p.key for p in todo[i : i + size]] for i in range(0, len(todo), size)]
+    chunks = _chunks(todo, jobs)
     try:
         with ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork")) as pool:
             pending: set[Future[list[dict[str, Any]]]] = {
@@ -143,6 +159,60 @@ def _run_points(sweep: Sweep, todo: list[Point], keep: Callable[[dict[str, Any]]
                 raise
     finally:
         _FORKED = None
+
+
+def _run_on_ray(sweep: Sweep, todo: list[Point], keep: Callable[[dict[str, Any]], None]) -> None:
+    """The probe points as Ray tasks: on a local Ray instance (``"local"``, one CPU per
+    core or ``--jobs``), or on the cluster at ``address`` (``"auto"``: the one this
+    machine belongs to). The replays are the same code as in the process pool, so the
+    records are identical."""
+    try:
+        import ray
+    except ImportError:
+        raise SchedkitError(
+            "--ray needs Ray: pip install 'schedkit[ray]' (or pip install ray)"
+        ) from None
+    address = sweep.spec.ray
+    started = not ray.is_initialized()
+    if started:
+        if address == "local":
+            cpus = sweep.spec.bench.jobs or len(os.sched_getaffinity(0))
+            ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False)
+        else:
+            try:
+                ray.init(address=address, log_to_driver=False)
+            except (ConnectionError, ValueError, RuntimeError) as exc:
+                raise SchedkitError(
+                    f"--ray {quote(address)}: cannot connect ({exc}); pass 'local' to start"
+                    " Ray on this machine, 'auto' for the cluster it belongs to, or the"
+                    " head's address (ray://HOST:10001)"
+                ) from None
+    try:
+        shared = ray.put(sweep)
+        task = ray.remote(_run_chunk)
+        cpus = int(ray.cluster_resources().get("CPU", 1))  # type: ignore[no-untyped-call]
+        pending = [task.remote(shared, chunk) for chunk in _chunks(todo, cpus)]
+        try:
+            while pending:
+                finished, pending = ray.wait(pending, num_returns=1)
+                for record in ray.get(finished[0]):
+                    keep(record)
+        except KeyboardInterrupt:
+            for ref in pending:
+                ray.cancel(ref, force=True)
+            raise
+        except Exception as exc:  # a task lost for good (after Ray's retries)
+            for ref in pending:
+                ray.cancel(ref, force=True)
+            raise RuntimeError(f"a Ray task failed: {type(exc).__name__}") from exc
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _run_chunk(sweep: Sweep, keys: list[str]) -> list[dict[str, Any]]:
+    points = {p.key: p for p in sweep.points}
+    return [sweep.run(points[k]) for k in keys]
 
 
 def _missing(sweep: Sweep, missing: list[Point], path: Path, exc: BaseException) -> str:

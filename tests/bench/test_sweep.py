@@ -16,9 +16,9 @@ import pytest
 from schedkit.bench.arms import parse_arm
 from schedkit.bench.runner import BenchSpec
 from schedkit.bench.sweep import Sweep, SweepSpec, crossing, goodput, knee
-from schedkit.bench.sweep_run import POINTS_FILE, SweepInterrupted, run_sweep
+from schedkit.bench.sweep_run import INTERRUPTED_EXIT, POINTS_FILE, STOPPED_EXIT, run_sweep
 from schedkit.errors import SchedkitError
-from tests.bench.test_bench_cli import schedkit
+from tests.bench.test_bench_cli import install_fake_plugin, schedkit
 
 # 120 requests of 600 + 60 tokens; a few hundred blocks so that load shows.
 WORKLOAD = "poisson:rate=10,n=120,prompt=600,output=60"
@@ -171,7 +171,7 @@ def test_the_command_sweeps_and_an_interrupted_sweep_resumes(tmp_path: Path) -> 
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=120)
     kept = len(points.read_text().splitlines()) - 1
-    assert proc.returncode == SweepInterrupted.exit_code, stderr
+    assert proc.returncode == INTERRUPTED_EXIT, stderr
     assert f"{kept} of 24 probe points are kept" in " ".join(stderr.split())
     assert "Run the same command again" in stderr and "Traceback" not in stderr
     again = schedkit(*args)
@@ -206,3 +206,47 @@ def test_one_request_rate_is_one_bench_at_that_rate(tmp_path: Path) -> None:
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["workload"]["rate_scale"] == pytest.approx(5 / 10, rel=0.2)
     assert results["workload"]["rate_rps"] == pytest.approx(5.0)
+
+
+def test_a_sweep_on_ray_gives_the_local_pools_points(tmp_path: Path) -> None:
+    """On a real local Ray instance (two CPUs): the same probe points, record for record."""
+    import ray  # in schedkit's test extra: a missing one fails here, loudly
+
+    assert not ray.is_initialized()
+    local = run_sweep(spec(arrivals="poisson"), tmp_path / "local")
+    on_ray = run_sweep(spec(arrivals="poisson", ray="local"), tmp_path / "ray")
+    assert on_ray["points"] == local["points"]
+    assert on_ray["arms"] == local["arms"]
+
+
+CRASHY = """
+import os
+from schedkit import Policy, hookimpl
+
+class Plugin(Policy):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.early = 0
+
+    @hookimpl
+    def on_request_arrived(self, request, engine):
+        self.early += request.arrival_time < 1.0
+        if self.early > 30:  # only at the highest rate: the worker process dies
+            os._exit(3)
+"""
+
+
+def test_a_lost_worker_stops_the_sweep_and_keeps_the_finished_points(tmp_path: Path) -> None:
+    env = install_fake_plugin(tmp_path / "site", "crashy", "crashy_policy", CRASHY)
+    out = tmp_path / "out"
+    proc = schedkit(
+        "bench", "--workload", WORKLOAD, "--policy", "crashy", "--rate-scale", "0.5,1,8",
+        "--replicates", "2", "--jobs", "2", "--out", str(out), env=env,
+    )  # fmt: skip
+    assert proc.returncode == STOPPED_EXIT, proc.stderr
+    text = " ".join(proc.stderr.split())
+    assert "the sweep was stopped (" in text and "of 6 probe points are kept" in text
+    assert "crashy@8#" in text and "Traceback" not in text
+    kept = [json.loads(line) for line in (out / POINTS_FILE).read_text().splitlines()[1:]]
+    assert all(p["rate"] < 8 for p in kept)
+    assert not (out / "sweep.json").exists()
