@@ -15,6 +15,8 @@ from schedkit.views import (
     BlockView,
     EngineState,
     EngineView,
+    ReplicaState,
+    ReplicaView,
     RequestState,
     RequestView,
 )
@@ -33,6 +35,8 @@ __all__ = [
     "PolicyFacade",
     "PolicyOptions",
     "PolicyRegistry",
+    "ReplicaState",
+    "ReplicaView",
     "RequestState",
     "RequestView",
     "SchedkitConfig",

@@ -119,6 +119,25 @@ def _plain_list(result: Any, expected: str) -> list[Any]:
 _CODE = re.compile(r"[a-z0-9_]{1,40}")  # Admission.code: a metric label, or nothing
 
 
+def replica_index(result: Any, count: int) -> int:
+    """A ``route_request`` answer: the index of one of ``count`` replicas (an int, or an
+    exact integer such as numpy's; not a bool)."""
+    kind = type(result)
+    try:
+        if issubclass(kind, bool):
+            raise TypeError
+        value = int.__index__(result) if issubclass(kind, int) else operator.index(result)
+    except TypeError:
+        raise Invalid(
+            f"returned {type_name(result)}; return a replica's index (an int) or None"
+        ) from None
+    if not 0 <= value < count:
+        raise Invalid(
+            f"returned replica {value}, but the cluster has {count} (indices 0..{count - 1})"
+        )
+    return value
+
+
 def admission(result: Any) -> Admission:
     if not issubclass(type(result), Admission):
         raise Invalid(f"returned {type_name(result)}, expected Admission or None")

@@ -109,6 +109,15 @@ MATRIX: dict[str, dict[str, Capability]] = {
             "as select_evictions: radix-tree leaves; needs --radix-cache-backend schedkit",
         ),
     },
+    "route_request": {
+        "sim": Capability("full", "with --replicas N: a simulated cluster of N engines"),
+        "vllm": Capability(
+            "none", "one engine has no replicas to route to; a router runs in front of them"
+        ),
+        "sglang": Capability(
+            "none", "one engine has no replicas to route to; a router runs in front of them"
+        ),
+    },
     "on_step_finished": {
         "sim": Capability("full", "a run of identical decode steps may come as one report"),
         "vllm": Capability(

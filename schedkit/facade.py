@@ -32,6 +32,7 @@ from schedkit.answers import (
     budget,
     canonical_key,
     describe_exception,
+    replica_index,
     show,
     type_name,
 )
@@ -41,7 +42,7 @@ from schedkit.errors import PluginLoadError, PolicyConfigError, PolicyDecisionEr
 from schedkit.keyed import WaitingOrder
 from schedkit.plugins import PolicyRegistry
 from schedkit.policy import Policy
-from schedkit.views import BLOCK_FIELDS, BlockView, EngineView, RequestView
+from schedkit.views import BLOCK_FIELDS, BlockView, EngineView, ReplicaView, RequestView
 
 __all__ = ["MAX_SHOWN", "PROPAGATED", "PolicyFacade", "by_hook"]
 
@@ -89,6 +90,7 @@ class PolicyFacade:
         self.implemented = frozenset(n for n, impls in self._impls.items() if impls)
         self.has_admit = "admit_request" in self.implemented
         self.has_plan = "plan_batch" in self.implemented
+        self.has_route = "route_request" in self.implemented
         self.has_waiting_key = "waiting_key" in self.implemented
         self.has_victim_key = "victim_key" in self.implemented
         self.has_eviction_key = "eviction_key" in self.implemented
@@ -345,6 +347,15 @@ class PolicyFacade:
                 return answer
         keys = [self._key("eviction_key", (b, engine)) for b in candidates]
         return [candidates[i] for i in sorted(range(len(candidates)), key=keys.__getitem__)]
+
+    def route(self, request: RequestView, replicas: Sequence[ReplicaView]) -> int | None:
+        """The replica ``request`` goes to, or None for the cluster's default."""
+        if not self.has_route or not replicas:
+            return None
+        count = len(replicas)
+        return self._decide(
+            "route_request", (request, replicas), lambda result: replica_index(result, count)
+        )
 
     # -- keys -----------------------------------------------------------------------
 

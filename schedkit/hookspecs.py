@@ -18,7 +18,7 @@ from typing import TypeAlias
 import pluggy
 
 from schedkit.decisions import Admission, BatchBudget, StepReport
-from schedkit.views import BlockView, EngineView, RequestView
+from schedkit.views import BlockView, EngineView, ReplicaView, RequestView
 
 Key: TypeAlias = int | float | str | bytes | tuple["Key", ...]
 """What a key hook returns: a number (not NaN), a string, bytes, or a tuple of keys."""
@@ -174,6 +174,34 @@ def select_evictions(
 
 
 # -------------------------------------------------------------------------
+# Routing: a cluster of replicas
+# -------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def route_request(request: RequestView, replicas: Sequence[ReplicaView]) -> int | None:
+    """Choose the replica a newly arrived request goes to.
+
+    Stops at first non-None result.
+
+    Called once per request a cluster receives, before any replica sees it (so before
+    that replica's ``on_request_arrived`` and ``admit_request``). Only a cluster calls
+    it: the simulator's with ``replicas > 1`` (``schedkit bench --replicas N``). A single
+    vLLM or SGLang engine has nothing to route (capability matrix).
+
+    :param request: the new request, as its replica will see it.
+    :param replicas: every replica, in index order, each with its engine's state as of
+        its last finished step and what its prefix cache holds of ``request``.
+
+    Return the index of a replica (``0 <= i < len(replicas)``), or ``None`` for the
+    cluster's default, round-robin. Anything else counts as a policy error and the
+    default routes the request.
+
+    .. versionadded:: 0.3
+    """
+
+
+# -------------------------------------------------------------------------
 # Keys: the engine keeps the order
 # -------------------------------------------------------------------------
 #
@@ -299,6 +327,7 @@ DECISION_HOOKS = (
     "plan_batch",
     "select_victims",
     "select_evictions",
+    "route_request",
 )
 KEY_HOOKS = ("waiting_key", "victim_key", "eviction_key")
 OBSERVATION_HOOKS = ("on_request_arrived", "on_step_finished", "on_request_finished")

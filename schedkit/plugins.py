@@ -22,6 +22,8 @@ BUILTIN_DISTRIBUTION = "schedkit"
 BUILTINS = {
     "fcfs": "schedkit.policies.builtin:FCFS",
     "priority": "schedkit.policies.builtin:PriorityPolicy",
+    "round-robin": "schedkit.policies.builtin:RoundRobin",
+    "least-loaded": "schedkit.policies.builtin:LeastLoaded",
 }
 
 

@@ -70,3 +70,4 @@ class RunResult:
     timeline: list[TimelinePoint] = field(default_factory=list)
     kv_usage_mean: float = 0.0  # time-weighted over the run
     wall_s: float = 0.0  # host seconds the run took
+    routed: list[int] = field(default_factory=list)  # a cluster's: requests per replica

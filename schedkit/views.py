@@ -114,6 +114,26 @@ class BlockView(Protocol):
         ...
 
 
+class ReplicaView(Protocol):
+    """One replica of a cluster, as a router sees it (``route_request``)."""
+
+    @property
+    def index(self) -> int:
+        """Its place in the cluster, what ``route_request`` returns to choose it."""
+        ...
+
+    @property
+    def engine(self) -> EngineView:
+        """Its engine's state as of its last finished step: running and waiting
+        requests, free KV blocks."""
+        ...
+
+    def cached_tokens(self, request: RequestView) -> int:
+        """Prompt tokens of ``request`` its prefix cache holds now (what a hit there
+        would skip; at most ``prompt_tokens - 1``, as vLLM recomputes the last)."""
+        ...
+
+
 BLOCK_FIELDS = frozenset({"block_hash", "depth", "last_access", "num_hits"})
 """The fields of a ``BlockView`` (what ``Policy.eviction_key_reads`` may name)."""
 
@@ -192,6 +212,26 @@ class EngineState:
 
     def __repr__(self) -> str:
         return _repr(self)
+
+
+class ReplicaState:
+    """A ``ReplicaView`` with settable fields, for tests: ``cached`` maps a request id to
+    the prompt tokens its prefix cache holds (0 for any other)."""
+
+    __slots__ = ("cached", "engine", "index")
+
+    def __init__(
+        self, index: int, engine: EngineView, cached: dict[str, int] | None = None
+    ) -> None:
+        self.index = index
+        self.engine = engine
+        self.cached = cached if cached is not None else {}
+
+    def cached_tokens(self, request: RequestView) -> int:
+        return self.cached.get(request.request_id, 0)
+
+    def __repr__(self) -> str:
+        return f"ReplicaState({self.index}, {self.engine!r}, cached={self.cached!r})"
 
 
 class BlockState:

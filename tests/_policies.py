@@ -67,6 +67,10 @@ def _select_evictions(self: Scripted, candidates: Any, num_blocks: Any, engine: 
     return self.reply("select_evictions", candidates, num_blocks, engine)
 
 
+def _route_request(self: Scripted, request: Any, replicas: Any) -> Any:
+    return self.reply("route_request", request, replicas)
+
+
 def _waiting_key(self: Scripted, request: Any, engine: Any) -> Any:
     return self.reply("waiting_key", request, engine)
 
@@ -99,6 +103,7 @@ _IMPLS: dict[str, Callable[..., Any]] = {
         _plan_batch,
         _select_victims,
         _select_evictions,
+        _route_request,
         _waiting_key,
         _victim_key,
         _eviction_key,

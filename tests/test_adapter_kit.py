@@ -88,7 +88,9 @@ def test_priority_absent_means_zero(raw: object, expected: int) -> None:
 
 
 def test_version_check_names_installed_supported_and_install_command() -> None:
-    check_engine_version("vLLM", "0.33.0", (0, 32), (0, 34), "pip install vllm==0.33.0", adapter="x")
+    check_engine_version(
+        "vLLM", "0.33.0", (0, 32), (0, 34), "pip install vllm==0.33.0", adapter="x"
+    )
     check_engine_version("vLLM", "0.32.1.dev3+cpu", (0, 32), (0, 34), "i", adapter="x")
     with pytest.raises(UnsupportedEngineError) as info:
         check_engine_version(
@@ -106,7 +108,9 @@ def test_version_check_names_installed_supported_and_install_command() -> None:
 def test_runtime_counts_rejections_and_reports_each_step_once() -> None:
     seen: list[StepReport] = []
     policy = scripted(
-        admit_request=lambda r, e: Admission.reject("too long") if r.num_prompt_tokens > 100 else None,
+        admit_request=lambda r, e: (
+            Admission.reject("too long") if r.num_prompt_tokens > 100 else None
+        ),
         on_step_finished=lambda report, e: seen.append(report),
         on_request_finished=None,
     )

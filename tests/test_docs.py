@@ -18,6 +18,7 @@ from schedkit import (
     EngineView,
     Policy,
     PolicyFacade,
+    ReplicaView,
     RequestView,
     StepReport,
     hookspecs,
@@ -115,7 +116,9 @@ def test_hook_section_has_an_example(hook: str) -> None:
     )
 
 
-@pytest.mark.parametrize("view", [RequestView, EngineView, BlockView], ids=lambda v: v.__name__)
+@pytest.mark.parametrize(
+    "view", [RequestView, EngineView, BlockView, ReplicaView], ids=lambda v: v.__name__
+)
 def test_every_view_field_is_documented(view: type) -> None:
     text = HOOKS_MD.read_text().split("### What policies see", 1)[1].split("\n### ", 1)[0]
     fields = [name for name, value in vars(view).items() if isinstance(value, property)]

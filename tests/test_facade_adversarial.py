@@ -29,6 +29,7 @@ from schedkit import (
     EngineState,
     Policy,
     PolicyFacade,
+    ReplicaState,
     RequestState,
     RequestView,
     StepReport,
@@ -88,6 +89,8 @@ def call(facade: PolicyFacade, hook: str, w: World) -> Any:
         return facade.select_victims(list(w.running), w.running[0], w.engine)
     if hook == "select_evictions":
         return facade.select_evictions(list(w.blocks), NUM_BLOCKS, w.engine)
+    if hook == "route_request":
+        return facade.route(w.waiting[0], [ReplicaState(i, w.engine) for i in range(3)])
     if hook == "on_step_finished":
         return facade.step_finished(StepReport(1, 0.01, 0, 1), w.engine)
     return facade.request_finished(w.waiting[0], "stop", w.engine)

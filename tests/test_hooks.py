@@ -3,10 +3,12 @@ drives that hook as hookspecs.py documents (tests/test_docs.py checks the names)
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from _policies import make_blocks, make_requests, raising, scripted
 
-from schedkit import Admission, BatchBudget, EngineState, PolicyFacade, StepReport
+from schedkit import Admission, BatchBudget, EngineState, PolicyFacade, ReplicaState, StepReport
 from schedkit.decisions import ADMIT
 
 DEFAULT = BatchBudget(token_budget=2048, max_running=16, prefill_chunk=512)
@@ -168,6 +170,37 @@ def test_hook_select_evictions_too_few_blocks_is_refused(engine: EngineState) ->
     facade = PolicyFacade([("e", scripted(select_evictions=candidates[:1]))])
     assert facade.select_evictions(candidates, 2, engine) is None
     assert facade.errors == {("e", "select_evictions"): 1}
+
+
+# -- route_request ----------------------------------------------------------------------
+
+
+def test_hook_route_request_first_answer_picks_the_replica(engine: EngineState) -> None:
+    request = make_requests(1)[0]
+    replicas = [ReplicaState(i, engine) for i in range(3)]
+    silent, picker = scripted(route_request=None), scripted(route_request=2)
+    facade = PolicyFacade([("silent", silent), ("picker", picker)])
+    assert facade.route(request, replicas) == 2
+    assert picker.calls_to("route_request") == [(request, replicas)]
+    assert facade.route(request, []) is None  # no cluster, nothing to route
+
+
+@pytest.mark.parametrize("answer", [3, -1, True, 1.0, "1"])
+def test_hook_route_request_no_replica_index_is_a_fault(engine: EngineState, answer: Any) -> None:
+    replicas = [ReplicaState(i, engine) for i in range(3)]
+    facade = PolicyFacade([("r", scripted(route_request=answer))])
+    assert facade.route(make_requests(1)[0], replicas) is None  # the cluster's default
+    assert facade.errors == {("r", "route_request"): 1}
+
+
+def test_hook_route_request_builtins(engine: EngineState) -> None:
+    request = make_requests(1)[0]
+    busy, idle = EngineState(100, 16), EngineState(100, 16)
+    busy.num_waiting = 3
+    replicas = [ReplicaState(0, busy), ReplicaState(1, idle), ReplicaState(2, idle)]
+    rr = PolicyFacade.from_config("round-robin")
+    assert [rr.route(request, replicas) for _ in range(4)] == [0, 1, 2, 0]
+    assert PolicyFacade.from_config("least-loaded").route(request, replicas) == 1
 
 
 # -- waiting_key ------------------------------------------------------------------------

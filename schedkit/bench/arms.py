@@ -30,6 +30,7 @@ class EngineSettings(BaseModel):
     model: str | None = None
     gpu: str | None = None
     tp: int | None = Field(default=None, ge=1)
+    replicas: int | None = Field(default=None, ge=1, le=1024)
     profile: str | None = None
     max_num_seqs: int | None = Field(default=None, gt=0)
     max_num_batched_tokens: int | None = Field(default=None, gt=0)

@@ -42,6 +42,12 @@ def bench(
     model: Annotated[str, typer.Option(help="Model profile.")] = "Llama-3-8B",
     gpu: Annotated[str, typer.Option(help="GPU profile.")] = "H100-SXM",
     tp: Annotated[int, typer.Option(help="Tensor-parallel degree.")] = 1,
+    replicas: Annotated[
+        int,
+        typer.Option(
+            help="Simulated engines behind a router (route_request; round-robin by default)."
+        ),
+    ] = 1,
     profile: Annotated[
         str | None,
         typer.Option(help="GPU/model profile file, or a cost profile from `schedkit calibrate`."),
@@ -173,7 +179,7 @@ def bench(
     try:
         spec = BenchSpec(
             workload=workload, policies=policy or [], arms=[parse_arm(a) for a in arm or []],
-            engine=engine, model=model, gpu=gpu, tp=tp,
+            engine=engine, model=model, gpu=gpu, tp=tp, replicas=replicas,
             profile=profile, rate_scale=scales[0] if len(scales) == 1 else 1.0, max_requests=max_requests, seed=seed,
             slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, goodput=goodput,
             max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,

@@ -26,18 +26,20 @@ _OWN_EVICTION = "the adapter's eviction hook keeps its own window of 4,096 block
 IGNORED_SETTINGS: dict[str, dict[str, str]] = {
     "vllm": {
         "tp": _ONE_ENGINE,
+        "replicas": _ONE_ENGINE,
         "gpu": _WALL_CLOCK,
         "profile": _WALL_CLOCK,
         "eviction_window": _OWN_EVICTION,
     },
     "sglang": {
         "tp": _ONE_ENGINE,
+        "replicas": _ONE_ENGINE,
         "gpu": _WALL_CLOCK,
         "profile": _WALL_CLOCK,
         "gpu_memory_utilization": "SGLang sizes its pools with its own mem_fraction_static",
         "eviction_window": "SGLang's radix cache evicts by its own rules",
     },
-    "vllm-twin": {"eviction_window": _OWN_EVICTION},
+    "vllm-twin": {"eviction_window": _OWN_EVICTION, "replicas": _ONE_ENGINE},
 }
 
 

@@ -336,6 +336,8 @@ def compute_metrics(
         "steps": run.steps,
         "wall_s": run.wall_s,
     }
+    if run.routed:  # a cluster: requests per replica
+        metrics["routed"] = list(run.routed)
     tenants: dict[str, list[RequestRecord]] = {}
     priorities: dict[int, list[RequestRecord]] = {}
     for r in records:

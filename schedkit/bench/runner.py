@@ -20,12 +20,14 @@ from schedkit.bench.flags import run_flags
 from schedkit.bench.metrics import compute_metrics
 from schedkit.bench.output import check_out_dir, provenance, write_outputs
 from schedkit.capabilities import matrix_engine, warn_unsupported
+from schedkit.config import SchedkitConfig
 from schedkit.errors import SchedkitError
 from schedkit.facade import PolicyFacade
 from schedkit.records import RunResult
+from schedkit.sim.cluster import Cluster
 from schedkit.sim.config import DEFAULT_EVICTION_WINDOW, SimConfig
 from schedkit.sim.costmodel import LinearCostModel, RooflineCostModel, make_cost_model
-from schedkit.sim.engine import SimEngine, no_cyclic_gc
+from schedkit.sim.engine import SimEngine, StepCost, no_cyclic_gc
 from schedkit.sim.profiles import register_model_dir
 from schedkit.sim.workloads import TraceRequest, Workload, load_workload
 from schedkit.trust import TrustConfig
@@ -54,10 +56,29 @@ def run_on_sim(bench: Bench, index: int, rate_scale: float) -> RunResult:
     config = bench.configs[index]
     facade = PolicyFacade.from_config(config)
     requests = trusted_requests(bench.workload(rate_scale).requests, config.trust)
-    _, cost, sim_config = bench.arm_engines[index]
-    with no_cyclic_gc():
-        engine = SimEngine(requests, cost, sim_config, facade)
-        return engine.run()
+    info, cost, sim_config = bench.arm_engines[index]
+    return replay(requests, cost, sim_config, config, info["replicas"], facade)
+
+
+def replay(
+    requests: Sequence[TraceRequest],
+    cost: StepCost,
+    sim_config: SimConfig,
+    config: SchedkitConfig,
+    replicas: int,
+    facade: PolicyFacade | None = None,
+) -> RunResult:
+    """One replay on the simulator: one engine, or ``replicas`` behind the policies'
+    router (``route_request``; round-robin by default), each with its own policies."""
+    if replicas == 1:
+        with no_cyclic_gc():
+            engine = SimEngine(
+                requests, cost, sim_config, facade or PolicyFacade.from_config(config)
+            )
+            return engine.run()
+    facades = [PolicyFacade.from_config(config) for _ in range(replicas)]
+    router = PolicyFacade.from_config(config)
+    return Cluster(requests, cost, sim_config, facades, router).run()
 
 
 def _check_overrides(spec: BenchSpec, arms: Sequence[ResolvedArm]) -> None:
@@ -144,6 +165,7 @@ class BenchSpec(BaseModel):
     model: str = "Llama-3-8B"
     gpu: str = "H100-SXM"
     tp: int = Field(default=1, ge=1)
+    replicas: int = Field(default=1, ge=1, le=1024)  # simulated engines behind a router
     profile: str | None = None
     rate_scale: float = Field(default=1.0, gt=0)
     max_requests: int | None = Field(default=None, gt=0)
@@ -272,6 +294,7 @@ class Bench:
             "model": model.name,
             "gpu": gpu.name,
             "tp": s["tp"],
+            "replicas": s["replicas"],
             "cost_model": cost.describe(),
             **sim_config.model_dump(exclude={"timeline_interval_s"}),
         }

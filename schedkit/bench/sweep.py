@@ -30,11 +30,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from schedkit.bench.flags import overload
 from schedkit.bench.metrics import compute_metrics
-from schedkit.bench.runner import Bench, BenchSpec, trusted_requests
+from schedkit.bench.runner import Bench, BenchSpec, replay, trusted_requests
 from schedkit.bench.sectioning import t_quantile
 from schedkit.errors import SchedkitError
-from schedkit.facade import PolicyFacade
-from schedkit.sim.engine import SimEngine, no_cyclic_gc
 from schedkit.sim.workloads import TraceRequest
 
 __all__ = ["Sweep", "SweepSpec", "aggregate", "crossing", "knee"]
@@ -189,11 +187,9 @@ class Sweep:
         """Replay one probe point; the JSON record of it."""
         bench = self.bench
         arm = bench.arms[point.arm]
-        _, cost, sim_config = bench.arm_engines[point.arm]
+        info, cost, sim_config = bench.arm_engines[point.arm]
         requests = trusted_requests(self.requests(point), arm.config.trust)
-        with no_cyclic_gc():
-            engine = SimEngine(requests, cost, sim_config, PolicyFacade.from_config(arm.config))
-            run = engine.run()
+        run = replay(requests, cost, sim_config, arm.config, info["replicas"])
         run.policy = arm.label
         spec = self.spec.bench
         metrics = compute_metrics(run, slo_ttft_ms=spec.slo_ttft_ms, slo_tpot_ms=spec.slo_tpot_ms)

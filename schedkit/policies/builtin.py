@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from schedkit._markers import hookimpl
-from schedkit.policy import Policy
-from schedkit.views import EngineView, RequestView
+from schedkit.policy import Policy, PolicyOptions
+from schedkit.views import EngineView, ReplicaView, RequestView
 
 
 class FCFS(Policy):
@@ -31,3 +34,33 @@ class PriorityPolicy(Policy):
         # last admitted, as FCFS would: the request that needs blocks must not preempt an
         # older equal, or two equals can take turns preempting each other forever.
         return (-request.priority, -request.arrival_time)
+
+
+class RoundRobin(Policy):
+    """Route requests to the replicas in turn (a cluster's default; ``route_request``)."""
+
+    def __init__(self, options: PolicyOptions | None = None, **kwargs: Any) -> None:
+        super().__init__(options, **kwargs)
+        self._next = 0
+
+    @hookimpl
+    def route_request(self, request: RequestView, replicas: Sequence[ReplicaView]) -> int:
+        index = self._next % len(replicas)
+        self._next = index + 1
+        return index
+
+
+def load(replica: ReplicaView) -> tuple[int, int, int]:
+    """Lower is less loaded: running plus waiting requests, then fewer free KV blocks
+    (negated), then the index."""
+    engine = replica.engine
+    return (engine.num_running + engine.num_waiting, -engine.kv_blocks_free, replica.index)
+
+
+class LeastLoaded(Policy):
+    """Route each request to the replica with the fewest running plus waiting requests,
+    then the most free KV blocks, then the lowest index."""
+
+    @hookimpl
+    def route_request(self, request: RequestView, replicas: Sequence[ReplicaView]) -> int:
+        return min(replicas, key=load).index

@@ -19,6 +19,7 @@ The policies' decisions are asked for in one method each: ``_order_waiting``,
 from __future__ import annotations
 
 import gc
+import math
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -81,6 +82,7 @@ class SimEngine(DecodeStretches):
             for i, r in enumerate(requests)
         ]
         self.pending.sort(key=lambda r: r.record.arrival_s)  # stable: trace order breaks ties
+        self.arrived = 0  # index of the first pending request not yet arrived
         self.default_budget = BatchBudget(
             config.max_num_batched_tokens, config.max_num_seqs, config.long_prefill_token_threshold
         )
@@ -97,22 +99,43 @@ class SimEngine(DecodeStretches):
 
     def _run(self) -> RunResult:
         started = time.perf_counter()
-        pending, nxt = self.pending, 0
+        self.advance(math.inf)
+        return self.finish(started)
+
+    def advance(self, until: float) -> None:
+        """Run the requests delivered so far, step by step, while a step would start
+        before ``until``: nothing is known of arrivals after it (a cluster's router
+        delivers them as they arrive, ``deliver_request``; ``run`` knows them all)."""
+        pending, nxt = self.pending, self.arrived
         while nxt < len(pending) or self.running or self.waiting:
             if not self.running and not self.waiting and self.clock < pending[nxt].record.arrival_s:
                 self.clock = pending[nxt].record.arrival_s
+            if self.clock + TIME_EPS >= until:  # an arrival not yet delivered may join first
+                break
             while nxt < len(pending) and pending[nxt].record.arrival_s <= self.clock + TIME_EPS:
                 self.clock = max(self.clock, pending[nxt].record.arrival_s)  # never before arrival
                 self._arrive(pending[nxt])
                 nxt += 1
             if not self.running and not self.waiting:
                 continue
-            next_arrival = pending[nxt].record.arrival_s if nxt < len(pending) else float("inf")
+            next_arrival = pending[nxt].record.arrival_s if nxt < len(pending) else until
             budget = self._budget()
             if not (self.stretch and self._advance_decode_stretch(next_arrival, budget)):
                 self._step(budget)
             if self.check_invariants:
                 self.check()
+        self.arrived = nxt
+
+    def deliver_request(self, req: SimRequest) -> None:
+        """A request routed here as it arrives, no earlier than those delivered before
+        (a cluster's; its index names it uniquely there)."""
+        if self.pending and req.record.arrival_s < self.pending[-1].record.arrival_s:
+            raise ValueError("requests must be delivered in arrival order")
+        self.pending.append(req)
+        self.result.records.append(req.record)
+
+    def finish(self, started: float) -> RunResult:
+        """The run's result once every delivered request is done (``advance(inf)``)."""
         return self.recorder.finish(self.clock, self.step_index, self.facade, started)
 
     def _arrive(self, req: SimRequest) -> None:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from schedkit.decisions import FINISH_REASONS, BatchBudget, StepReport
 from schedkit.testing._subject import ConformanceError, _Subject
-from schedkit.views import BlockState, EngineState, RequestState
+from schedkit.views import BlockState, EngineState, ReplicaState, RequestState
 
 if TYPE_CHECKING:
     from hypothesis.strategies import DrawFn
@@ -278,6 +278,23 @@ def _finished_args(draw: DrawFn) -> tuple[Any, ...]:
     return (request, reason, _draw_engine(draw, clock, running, draw(st.integers(0, 16))))
 
 
+def _route_args(draw: DrawFn) -> tuple[Any, ...]:
+    """A new request and 1-8 replicas, each with its own engine and a share of the
+    prompt cached (whole blocks, at most ``prompt - 1`` tokens)."""
+    from hypothesis import strategies as st
+
+    request, _ = _admit_args(draw)
+    replicas = []
+    for i in range(draw(st.integers(1, 8))):
+        clock = request.arrival_time
+        running = _draw_requests(draw, f"r{i}-", clock, "running", 0, 4)
+        engine = _draw_engine(draw, clock, running, draw(st.integers(0, 32)))
+        cached = draw(st.integers(0, max(0, request.num_prompt_tokens - 1)))
+        cached -= cached % engine.block_size
+        replicas.append(ReplicaState(i, engine, {request.request_id: cached}))
+    return (request, replicas)
+
+
 _ARGS: dict[str, Callable[[DrawFn], tuple[Any, ...]]] = {
     "on_request_arrived": _admit_args,
     "admit_request": _admit_args,
@@ -285,6 +302,7 @@ _ARGS: dict[str, Callable[[DrawFn], tuple[Any, ...]]] = {
     "plan_batch": _plan_args,
     "select_victims": _victims_args,
     "select_evictions": _evictions_args,
+    "route_request": _route_args,
     "waiting_key": _waiting_key_args,
     "victim_key": _victim_key_args,
     "eviction_key": _eviction_key_args,

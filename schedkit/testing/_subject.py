@@ -15,7 +15,7 @@ from schedkit.errors import PluginLoadError, PolicyConfigError, PolicyDecisionEr
 from schedkit.facade import PolicyFacade
 from schedkit.plugins import PolicyRegistry
 from schedkit.policy import Policy, PolicyOptions
-from schedkit.views import BlockState, EngineState, RequestState, _short
+from schedkit.views import BlockState, EngineState, ReplicaState, RequestState, _short
 
 # hook -> (PolicyFacade method, argument names as in hookspecs)
 _CALLS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -25,6 +25,7 @@ _CALLS: dict[str, tuple[str, tuple[str, ...]]] = {
     "plan_batch": ("plan_batch", ("engine", "default")),
     "select_victims": ("select_victims", ("running", "needing", "engine")),
     "select_evictions": ("select_evictions", ("candidates", "num_blocks", "engine")),
+    "route_request": ("route", ("request", "replicas")),
     "waiting_key": ("waiting_key", ("request", "engine")),
     "victim_key": ("victim_key", ("request", "engine")),
     "eviction_key": ("eviction_key", ("block", "engine")),
@@ -138,6 +139,8 @@ def _snapshot(value: object) -> object:
         return (type(value).__name__, tuple(_snapshot(item) for item in value))
     if isinstance(value, RequestState | EngineState | BlockState):
         return (type(value).__name__, tuple(getattr(value, s) for s in value.__slots__))
+    if isinstance(value, ReplicaState):
+        return ("ReplicaState", value.index, _snapshot(value.engine), dict(value.cached))
     if isinstance(value, StepReport):
         return tuple(_snapshot(getattr(value, f.name)) for f in dataclasses.fields(value))
     return value
@@ -165,6 +168,8 @@ def _describe(names: Sequence[str], args: Sequence[object]) -> str:
 def _format(value: object) -> str:
     if isinstance(value, list | tuple):
         return "[" + "".join(f"\n      {_format(item)}," for item in value) + "\n    ]"
+    if isinstance(value, ReplicaState):
+        return f"ReplicaState({value.index}, {_format(value.engine)}, cached={value.cached})"
     if isinstance(value, RequestState | EngineState | BlockState):
         names = sorted(value.__slots__, key=lambda s: s != "request_id")  # the id first
         fields = ", ".join(f"{s}={_short(getattr(value, s))}" for s in names)

@@ -1,0 +1,192 @@
+"""A cluster of simulated replicas behind a router (``route_request``).
+
+Each replica is a :class:`SimEngine` with its own KV cache, clock and instance of the
+policies. Requests are routed one by one in arrival order: first every replica runs the
+steps that start before the arrival (``SimEngine.advance``), then the router sees each
+replica as of its last finished step and chooses one, and that replica receives the
+request (``SimEngine.deliver``). With one replica the run is the single engine's, step
+for step (``tests/sim/test_cluster.py``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+from schedkit.facade import PolicyFacade, by_hook
+from schedkit.records import RequestRecord, RunResult, TimelinePoint
+from schedkit.sim.config import SimConfig, StepCost
+from schedkit.sim.engine import SimEngine, no_cyclic_gc
+from schedkit.sim.request import SimRequest, TraceLike
+from schedkit.sim.view import SimEngineView
+from schedkit.views import EngineView, RequestView
+
+__all__ = ["Cluster", "SimReplicaView"]
+
+
+class SimReplicaView:
+    """What the router sees of one replica (``schedkit.views.ReplicaView``): read-only."""
+
+    __slots__ = ("_engine", "_index")
+
+    def __init__(self, index: int, engine: SimEngine) -> None:
+        self._index = index
+        self._engine = engine
+
+    @property
+    def index(self) -> int:
+        return self._index
+
+    @property
+    def engine(self) -> EngineView:
+        return RoutedView(self._engine)
+
+    def cached_tokens(self, request: RequestView) -> int:
+        if not isinstance(request, SimRequest):
+            return 0
+        engine = self._engine
+        shared, own, _ = engine.kv.lookup(request.blocks, request.record.prompt_tokens)
+        return (shared + own) * engine.cfg.block_size
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in self.__slots__ and not hasattr(self, name):
+            object.__setattr__(self, name, value)
+            return
+        raise AttributeError(f"ReplicaView is read-only; {name!r} cannot be set")
+
+    def __repr__(self) -> str:
+        e = self._engine
+        return f"ReplicaView({self._index}, running={len(e.running)}, waiting={len(e.waiting)})"
+
+
+class RoutedView(SimEngineView):
+    """A replica's engine as its router sees it: ``num_waiting`` also counts requests
+    routed to it that it has not admitted yet (it is mid-step), as a router counts what
+    it sent; otherwise a burst would all go to the replica that looked idle."""
+
+    __slots__ = ()
+
+    @property
+    def num_waiting(self) -> int:
+        engine = self._engine
+        return len(engine.waiting) + len(engine.pending) - engine.arrived
+
+
+class Cluster:
+    """``replicas`` copies of the simulated engine behind ``router``'s ``route_request``
+    (round-robin where it has no answer); ``facades`` holds one policy instance per
+    replica."""
+
+    def __init__(
+        self,
+        requests: Iterable[TraceLike],
+        cost: StepCost,
+        config: SimConfig,
+        facades: Sequence[PolicyFacade],
+        router: PolicyFacade,
+        *,
+        stretch: bool = True,
+    ) -> None:
+        self.cfg = config
+        self.requests = sorted(requests, key=lambda r: r.arrival_s)  # stable: trace order
+        self.replicas = [SimEngine([], cost, config, f, stretch=stretch) for f in facades]
+        self.views = [SimReplicaView(i, e) for i, e in enumerate(self.replicas)]
+        self.router = router
+        self.routed = [0] * len(self.replicas)
+        self._turn = 0
+
+    def run(self) -> RunResult:
+        started = time.perf_counter()
+        with no_cyclic_gc():
+            return self._run(started)
+
+    def _run(self, started: float) -> RunResult:
+        cfg, replicas, views = self.cfg, self.replicas, self.views
+        records: list[RequestRecord] = []
+        for index, trace in enumerate(self.requests):
+            for engine in replicas:
+                engine.advance(trace.arrival_s)
+            request = SimRequest.from_trace(index, trace, cfg.block_size, cfg.hash_block_tokens)
+            chosen = self.router.route(request, views)
+            if chosen is None:
+                chosen = self._turn
+                self._turn = (chosen + 1) % len(replicas)
+            self.routed[chosen] += 1
+            replicas[chosen].deliver_request(request)
+            records.append(request.record)
+        for engine in replicas:
+            engine.advance(math.inf)
+        return merge(
+            [e.finish(started) for e in replicas], records, self.router, self.routed, cfg, started
+        )
+
+
+def merge(
+    results: Sequence[RunResult],
+    records: list[RequestRecord],
+    router: PolicyFacade,
+    routed: list[int],
+    cfg: SimConfig,
+    started: float,
+) -> RunResult:
+    """The replicas' results as one run: every request in arrival order, counters summed,
+    the timeline summed per sampling interval, the router's faults counted too."""
+    errors: Counter[str] = Counter(by_hook(router.errors))
+    slow: Counter[str] = Counter(by_hook(router.slow_calls))
+    rejections: Counter[str] = Counter()
+    gaps: Counter[float] = Counter()
+    for r in results:
+        errors.update(r.policy_errors_by_hook)
+        slow.update(r.slow_hook_calls)
+        rejections.update(r.rejections)
+        gaps.update(dict(r.itl))
+    duration = max(r.duration_s for r in results)
+    return RunResult(
+        policy=results[0].policy,
+        records=records,
+        duration_s=duration,
+        steps=sum(r.steps for r in results),
+        preemptions=sum(r.preemptions for r in results),
+        recomputed_tokens=sum(r.recomputed_tokens for r in results),
+        prefix_query_tokens=sum(r.prefix_query_tokens for r in results),
+        prefix_hit_tokens=sum(r.prefix_hit_tokens for r in results),
+        policy_errors=sum(r.policy_errors for r in results) + router.error_count,
+        policy_errors_by_hook=dict(errors),
+        slow_hook_calls=dict(slow),
+        rejections=dict(rejections),
+        itl=sorted(gaps.items()),
+        timeline=_timeline(results, cfg.timeline_interval_s),
+        kv_usage_mean=(
+            sum(r.kv_usage_mean * r.duration_s for r in results) / (duration * len(results))
+            if duration > 0
+            else 0.0
+        ),
+        wall_s=time.perf_counter() - started,
+        routed=list(routed),
+    )
+
+
+def _timeline(results: Sequence[RunResult], interval: float) -> list[TimelinePoint]:
+    """Per sampling interval, each replica's last sample: waiting and running summed,
+    KV usage averaged over the replicas (an idle one counts as it last was)."""
+    last: list[TimelinePoint | None] = [None] * len(results)
+    buckets: dict[int, dict[int, TimelinePoint]] = {}
+    for i, r in enumerate(results):
+        for point in r.timeline:
+            buckets.setdefault(int(point.t // interval), {})[i] = point
+    out = []
+    for bucket in sorted(buckets):
+        for i, point in buckets[bucket].items():
+            last[i] = point
+        seen = [p for p in last if p is not None]
+        out.append(
+            TimelinePoint(
+                bucket * interval,
+                sum(p.waiting for p in seen),
+                sum(p.running for p in seen),
+                sum(p.kv_usage for p in seen) / len(results),
+            )
+        )
+    return out
