@@ -178,7 +178,8 @@ def warn_unsupported(facade: object, engine: str) -> list[str]:
     label = getattr(facade, "label", "?")
     implemented: frozenset[str] = getattr(facade, "implemented", frozenset())
     messages = [
-        f"schedkit: policy {label!r} uses {hook}, which {engine} supports only in part:"
+        f"schedkit: policy {label!r} uses {hook}, which {engine}"
+        f" {'does not support' if cap.level == 'none' else 'supports only in part'}:"
         f" {cap.note} (docs/hooks.md, capability matrix)"
         for hook, cap in differences(implemented, engine)
     ]

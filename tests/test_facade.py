@@ -21,6 +21,7 @@ from schedkit import (
     EngineState,
     Policy,
     PolicyFacade,
+    ReplicaState,
     RequestState,
     StepReport,
     hookimpl,
@@ -43,13 +44,15 @@ class World:
     blocks: list[BlockState]
     num_blocks: int = 2
     report: StepReport = field(default_factory=lambda: StepReport(1, 0.01, 0, 1))
+    replicas: list[ReplicaState] = field(default_factory=list)
 
 
 @pytest.fixture
 def world(engine: EngineState) -> World:
     return World(
-        engine=engine, waiting=make_requests(4), running=make_requests(4), blocks=make_blocks(6)
-    )
+        engine=engine, waiting=make_requests(4), running=make_requests(4), blocks=make_blocks(6),
+        replicas=[ReplicaState(i, engine) for i in range(4)],
+    )  # fmt: skip
 
 
 def call(facade: PolicyFacade, hook: str, w: World) -> Any:
@@ -64,6 +67,8 @@ def call(facade: PolicyFacade, hook: str, w: World) -> Any:
         return facade.select_victims(w.running, w.running[0], w.engine)
     if hook == "select_evictions":
         return facade.select_evictions(w.blocks, w.num_blocks, w.engine)
+    if hook == "route_request":
+        return facade.route(w.waiting[0], w.replicas)
     if hook in KEY_HOOKS:  # a key of nothing but UNKEYED: the engine's order stands
         item = w.blocks[0] if hook == "eviction_key" else w.waiting[0]
         key = getattr(facade, hook)(item, w.engine)
@@ -82,6 +87,7 @@ ENGINE_DEFAULT: dict[str, Any] = {
     "plan_batch": DEFAULT,
     "select_victims": None,
     "select_evictions": None,
+    "route_request": None,
 }
 
 # Two different valid answers per decision hook, to tell which policy decided.
@@ -91,6 +97,7 @@ FIRST: dict[str, Callable[..., Any]] = {
     "plan_batch": lambda e, d: BatchBudget(100, 1, 1),
     "select_victims": lambda r, n, e: [r[1]],
     "select_evictions": lambda c, n, e: list(c[:n]),
+    "route_request": lambda r, replicas: 1,
 }
 SECOND: dict[str, Callable[..., Any]] = {
     "admit_request": lambda r, e: Admission.reject("second"),
@@ -98,6 +105,7 @@ SECOND: dict[str, Callable[..., Any]] = {
     "plan_batch": lambda e, d: BatchBudget(200, 2, 2),
     "select_victims": lambda r, n, e: [r[2], r[3]],
     "select_evictions": lambda c, n, e: list(c[-n:]),
+    "route_request": lambda r, replicas: 2,
 }
 INVALID: dict[str, Callable[..., Any]] = {
     "admit_request": lambda r, e: "admit",
@@ -105,6 +113,7 @@ INVALID: dict[str, Callable[..., Any]] = {
     "plan_batch": lambda e, d: BatchBudget(d.token_budget + 1, 1),
     "select_victims": lambda r, n, e: [r[0], r[0]],
     "select_evictions": lambda c, n, e: list(c[: n - 1]),
+    "route_request": lambda r, replicas: len(replicas),
 }
 
 
@@ -435,8 +444,27 @@ def test_the_engine_gets_the_facades_copy_never_the_policys_object(hook: str, wo
 
     answer = answered(policy, hook)
     assert result == answer
-    assert result is not answer
     assert type(result) is type(answer)
+    if hook != "route_request":  # a replica index is an int: nothing to copy
+        assert result is not answer
+
+
+class Index(int):
+    """An int subclass that lies about its value where a plain int is asked for."""
+
+    def __index__(self) -> int:
+        return 0
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    __hash__ = int.__hash__
+
+
+def test_a_route_answer_is_read_as_the_int_it_stores(world: World) -> None:
+    facade = PolicyFacade([("p", scripted(route_request=Index(2)))], strict=True)
+    result = facade.route(world.waiting[0], world.replicas)
+    assert type(result) is int and int.__repr__(result) == "2"  # its stored value, not 0
 
 
 def test_a_list_subclass_is_read_as_the_list_it_stores(world: World) -> None:
@@ -714,6 +742,11 @@ class SubsetPolicy(Policy):
         return list(candidates[:num_blocks])
 
     @hookimpl
+    def route_request(self, replicas: Sequence[Any]) -> Any:
+        self.seen["route_request"] = (replicas,)
+        return len(replicas) - 1
+
+    @hookimpl
     def on_request_arrived(self, engine: Any) -> None:
         self.seen["on_request_arrived"] = (engine,)
 
@@ -737,6 +770,7 @@ def test_impls_taking_a_subset_of_arguments_receive_the_right_ones(world: World)
     assert facade.plan_batch(w.engine, DEFAULT) == BatchBudget(1024, 16, 512)
     assert facade.select_victims(w.running, w.running[2], w.engine) == [w.running[2]]
     assert facade.select_evictions(w.blocks, 3, w.engine) == w.blocks[:3]
+    assert facade.route(w.waiting[0], w.replicas) == 3
     facade.step_finished(w.report, w.engine)
     facade.request_finished(w.waiting[1], "length", w.engine)
 
@@ -747,6 +781,7 @@ def test_impls_taking_a_subset_of_arguments_receive_the_right_ones(world: World)
         "plan_batch": (DEFAULT,),
         "select_victims": (w.running[2],),
         "select_evictions": (3, w.blocks),
+        "route_request": (w.replicas,),
         "on_step_finished": (w.engine, w.report),
         "on_request_finished": ("length", w.waiting[1]),
     }

@@ -403,3 +403,6 @@ def check_repeated(args: list[str]) -> None:
 def register(app: typer.Typer) -> None:
     app.command("bench")(bench)
     app.command("calibrate")(calibrate)
+    from schedkit.bench.plan_cli import plan
+
+    app.command("plan")(plan)

@@ -241,9 +241,15 @@ class Bench:
         # Fail on unknown policies or bad options before running, and warn (the capability
         # matrix's words) where the engine honours a hook a policy uses only in part.
         self.warnings: list[str] = []
-        for cfg in self.configs:
+        for cfg, (info, _, _) in zip(self.configs, self.arm_engines, strict=True):
             facade = PolicyFacade.from_config(cfg)
-            for message in warn_unsupported(facade, matrix_engine(spec.engine)):
+            found = warn_unsupported(facade, matrix_engine(spec.engine))
+            if facade.has_route and info["replicas"] == 1 and spec.engine == "sim":
+                found.append(
+                    f"schedkit: policy {cfg.label!r} routes requests (route_request), but the"
+                    " arm runs one engine; give --replicas N (or replicas=N in --arm)"
+                )
+            for message in found:
                 if message not in self.warnings:
                     self.warnings.append(message)
 

@@ -193,8 +193,8 @@ def test_real_engine_refuses_settings_it_does_not_pass(tmp_path: Path) -> None:
     assert bench_error(tmp_path, *args) == (
         "--engine vllm does not pass these settings to the engine, so results.json would"
         " record settings the run did not use: --tp 2 (it runs one in-process engine on one"
-        " device). Drop them (the engine ignores --tp, --gpu, --profile, --eviction-window),"
-        " or use --engine sim, which honours every setting"
+        " device). Drop them (the engine ignores --tp, --replicas, --gpu, --profile,"
+        " --eviction-window), or use --engine sim, which honours every setting"
     )
 
 
@@ -445,9 +445,9 @@ def test_engine_settings(monkeypatch: pytest.MonkeyPatch) -> None:
         "--engine sglang does not pass these settings to the engine, so results.json would"
         " record settings the run did not use: --gpu H200 (it is timed by the wall clock on"
         " this machine, not by a GPU profile); --gpu-memory-utilization 0.5 (SGLang sizes its"
-        " pools with its own mem_fraction_static). Drop them (the engine ignores --tp, --gpu,"
-        " --profile, --gpu-memory-utilization, --eviction-window), or use --engine sim,"
-        " which honours every setting"
+        " pools with its own mem_fraction_static). Drop them (the engine ignores --tp,"
+        " --replicas, --gpu, --profile, --gpu-memory-utilization, --eviction-window), or use"
+        " --engine sim, which honours every setting"
     )
     with pytest.raises(SchedkitError, match=r"^--engine vllm-twin .*--eviction-window 0 \("):
         check_engine_settings(spec(engine="vllm-twin", eviction_window=0))

@@ -671,7 +671,10 @@ def test_a_failing_policy_is_isolated(rate: float, stretch: bool) -> None:
     rng = random.Random(7)
     result, faulty = faulty_run(lambda: rng.random() < rate, stretch)
     assert faulty is not None
-    assert set(faulty.calls) == set(HOOK_NAMES)  # the workload exercises every hook
+    assert set(faulty.calls) == set(HOOK_NAMES) - {
+        "route_request"
+    }  # the workload exercises every hook
+    # (one engine routes nothing; a cluster's router: tests/sim/test_cluster.py)
     raised = sum(faulty.raised.values())
     assert raised > 0 and result.policy_errors == raised
     assert result.policy_errors_by_hook == {f"faulty.{h}": n for h, n in faulty.raised.items()}
