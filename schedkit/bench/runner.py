@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import multiprocessing as mp
 import os
@@ -44,8 +45,8 @@ class ArmRunner(Protocol):
 
     Called once per arm (and per rate during a goodput search) with the prepared bench:
     ``bench.workload(rate_scale)``, ``bench.configs[index]``, ``bench.cost``,
-    ``bench.sim_config`` and ``bench.spec`` hold everything an engine needs (arms with
-    engine settings of their own, ``bench.arm_engines``, run on the simulator only). The workload's
+    ``bench.sim_config`` and ``bench.spec`` hold everything an engine needs, with the
+    arm's own engine settings applied (``Bench.for_arm``). The workload's
     requests already carry the bench's ``--slo-*`` targets where they had none of their own.
     """
 
@@ -82,18 +83,14 @@ def replay(
 
 
 def _check_overrides(spec: BenchSpec, arms: Sequence[ResolvedArm]) -> None:
-    """Per-arm engine settings run on the simulator; the real engines' runners start one
-    engine configuration per bench (``bench.sim_config``), so refuse them there."""
-    if spec.engine == "sim":
-        return
+    """Each arm's own engine settings, checked as the bench's are: an engine refuses
+    those it would not pass on (``engine_settings.IGNORED_SETTINGS``)."""
     for arm in arms:
         if arm.overrides:
-            keys = ", ".join(arm.overrides)
-            raise SchedkitError(
-                f"arm {arm.label} sets {keys}: per-arm engine settings run on --engine sim;"
-                f" --engine {spec.engine} starts every arm with the bench's settings. Give"
-                " them to the whole bench (e.g. --max-num-seqs 64), one bench per setting"
-            )
+            try:
+                check_engine_settings(spec.model_copy(update=arm.overrides))
+            except SchedkitError as exc:
+                raise SchedkitError(f"arm {arm.label}: {exc}") from None
 
 
 def trusted_requests(
@@ -310,7 +307,19 @@ class Bench:
         return self.base.scaled(rate_scale) if rate_scale != 1.0 else self.base
 
     def run_arm(self, index: int, rate_scale: float) -> RunResult:
-        return self.runner(self, index, rate_scale)
+        return self.runner(self.for_arm(index), index, rate_scale)
+
+    def for_arm(self, index: int) -> Bench:
+        """The bench as arm ``index`` runs it: ``spec``, ``sim_config``, ``cost`` and
+        ``engine_info`` with the arm's own engine settings (itself for an arm with none),
+        so an engine's runner needs to know nothing of arms."""
+        overrides = self.arms[index].overrides
+        if not overrides:
+            return self
+        arm = copy.copy(self)
+        arm.spec = self.spec.model_copy(update=overrides)
+        arm.engine_info, arm.cost, arm.sim_config = self.arm_engines[index]
+        return arm
 
     def metrics(self, run: RunResult) -> dict[str, Any]:
         return compute_metrics(
@@ -444,6 +453,12 @@ def run_bench(spec: BenchSpec, out_dir: Path, progress: Progress | None = None) 
     ):
         raise SchedkitError("--goodput needs SLOs: pass --slo-ttft-ms and/or --slo-tpot-ms")
     runs, arm_metrics = run_arms(bench, progress)
+    if spec.engine != "sim" and all(a.overrides for a in bench.arms):
+        # No arm ran with the bench's own settings: its entry is timed as the arms were.
+        first = bench.arm_engines[0][0]
+        bench.engine_info.update({k: first[k] for k in ("gpu", "real") if k in first})
+        if "cost_model" not in first:
+            bench.engine_info.pop("cost_model", None)
     arms = [
         {
             "policy": arm.label,

@@ -110,10 +110,11 @@ def test_an_arm_the_engine_cannot_take_is_refused_before_anything_runs(tmp_path:
         match=r"--arm tiny: kv_blocks=10 give a KV cache of 10 blocks .* below the longest",
     ):
         Bench(BenchSpec(workload=LOADED, arms=[parse_arm("name=tiny,kv_blocks=10")]))
+    # a real engine takes per-arm settings it passes on, and refuses the others per arm
     spec = BenchSpec(workload=LOADED, engine="vllm", arms=[parse_arm("name=a,max_num_seqs=8")])
-    with pytest.raises(
-        SchedkitError, match=r"arm a sets max_num_seqs: per-arm engine settings run on --engine sim"
-    ):
+    _check_overrides(spec, resolve_arms([], spec.arms))
+    spec = BenchSpec(workload=LOADED, engine="vllm", arms=[parse_arm("name=b,tp=2")])
+    with pytest.raises(SchedkitError, match=r"arm b: --engine vllm does not pass .* --tp 2"):
         _check_overrides(spec, resolve_arms([], spec.arms))
     with pytest.raises(ValueError, match="no arm to run"):
         BenchSpec(workload=LOADED)
@@ -139,3 +140,20 @@ def test_arms_from_the_command_line(tmp_path: Path) -> None:
     assert "seqs2 vs seqs256" in proc.stdout
     results = json.loads((tmp_path / "results.json").read_text())
     assert [a["engine"]["max_num_seqs"] for a in results["arms"]] == [256, 2]
+
+
+def test_an_engine_runner_sees_the_arms_own_settings() -> None:
+    """Runners read ``bench.spec``, ``bench.sim_config`` and ``bench.cost``: for an arm
+    with settings of its own, those are the arm's (``Bench.for_arm``)."""
+    bench = Bench(
+        BenchSpec(
+            workload=LOADED, policies=["fcfs"], kv_blocks=4000,
+            arms=[parse_arm("name=small,max_num_seqs=2,kv_blocks=3000")],
+        )
+    )  # fmt: skip
+    assert bench.for_arm(0) is bench
+    arm = bench.for_arm(1)
+    assert arm.spec.max_num_seqs == 2 and arm.spec.kv_blocks == 3000
+    assert arm.sim_config.max_num_seqs == 2 and arm.sim_config.num_blocks == 3000
+    assert arm.engine_info is bench.arm_engines[1][0]  # what an engine records lands there
+    assert bench.spec.max_num_seqs == 256 and bench.sim_config.num_blocks == 4000

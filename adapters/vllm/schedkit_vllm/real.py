@@ -68,7 +68,11 @@ class RealEngine(ReplayArm):
             self.facade = runtime.facade
         pool = self.scheduler.kv_cache_manager.block_pool
         self.capacity_blocks = int(pool.num_gpu_blocks) - 1  # one is vLLM's null block
-        self.real_info.update(kv_blocks=self.capacity_blocks, block_size=self.block_size)
+        self.real_info.update(
+            kv_blocks=self.capacity_blocks,
+            block_size=self.block_size,
+            max_num_seqs=int(self.scheduler.max_num_running_reqs),  # what vLLM runs with
+        )
         self._by_id: dict[str, int] = {}  # vLLM's internal id and the trace's id -> index
         self._steps = 0
 

@@ -53,6 +53,28 @@ def test_bench_two_arms_on_real_engine(tiny_model: Path, tmp_path: Path) -> None
     assert (out / "report.md").is_file() and (out / "report.html").is_file()
 
 
+def test_arms_with_their_own_engine_settings_on_real_engines(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    """Each arm builds its vLLM engine with its own settings (``--arm``)."""
+    out = tmp_path / "arms"
+    proc = _schedkit(
+        "bench", "--engine", "vllm", "--model", str(tiny_model),
+        "--workload", "poisson:rate=40,n=24,prompt=32,output=16",
+        "--arm", "name=seqs8,max_num_seqs=8", "--arm", "name=seqs1,max_num_seqs=1",
+        "--out", str(out),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    results = json.loads((out / "results.json").read_text())
+    eight, one = results["arms"]
+    assert eight["engine"]["real"]["max_num_seqs"] == 8  # vLLM's own scheduler
+    assert one["engine"]["real"]["max_num_seqs"] == 1
+    assert results["engine"]["gpu"] == "this machine (wall clock)"  # no arm used a profile
+    assert all(arm["metrics"]["completed"] == 24 for arm in results["arms"])
+    # one sequence at a time: the others wait
+    assert one["metrics"]["queue_ms"]["p90"] > eight["metrics"]["queue_ms"]["p90"]
+
+
 class BlockTenant(Policy):
     """Reject every request of tenant ``blocked``."""
 
