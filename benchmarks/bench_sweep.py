@@ -57,7 +57,7 @@ def main() -> None:
     out = args.out or Path(tempfile.mkdtemp(prefix="bench-sweep-"))
     done = [0]
 
-    def progress(n: int, total: int) -> None:
+    def progress(n: int, total: int, arms_done: int, arms: int) -> None:
         done[0] = n
 
     started = time.perf_counter()

@@ -270,14 +270,15 @@ def _sweep(
         raise SchedkitError(f"bad sweep arguments: {problems}") from None
     console = Console(stderr=True)
     with Progress(
-        TextColumn("sweep"), BarColumn(), TextColumn("{task.completed}/{task.total} probe points"),
+        TextColumn("sweep"), BarColumn(), TextColumn("{task.completed}/{task.total} probe points,"),
+        TextColumn("{task.fields[arms]} arms done,"),
         TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console,
         transient=True,
     ) as bar:  # fmt: skip
-        task = bar.add_task("sweep", total=None)
+        task = bar.add_task("sweep", total=None, arms="0/?")
 
-        def progress(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
+        def progress(done: int, total: int, arms_done: int, arms: int) -> None:
+            bar.update(task, completed=done, total=total, arms=f"{arms_done}/{arms}")
 
         results = run_sweep(sweep, out, progress)
     table = Table(title=Text(f"sweep: {results['workload']['name']}"))

@@ -24,7 +24,7 @@ __all__ = ["INTERRUPTED_EXIT", "STOPPED_EXIT", "SweepInterrupted", "run_sweep"]
 POINTS_FILE = "points.jsonl"
 INTERRUPTED_EXIT = 130
 STOPPED_EXIT = 5
-Progress = Callable[[int, int], None]  # (points done, total)
+Progress = Callable[[int, int, int, int], None]  # points done, points, arms done, arms
 
 
 class SweepInterrupted(SchedkitError):
@@ -82,17 +82,27 @@ def run_sweep(spec: SweepSpec, out_dir: Path, progress: Progress | None = None) 
         path.write_text(json.dumps({"sweep": fingerprint}) + "\n", encoding="utf-8")
     todo = [p for p in sweep.points if p.key not in done]
     total = len(sweep.points)
-    if progress:
-        progress(len(done), total)
+    per_arm = total // len(sweep.bench.arms)
+    left = {a: per_arm for a in range(len(sweep.bench.arms))}  # points each arm still runs
+    for key in done:
+        left[int(key.split("/", 1)[0])] -= 1
+
+    def report() -> None:
+        if progress:
+            arms_done = sum(n == 0 for n in left.values())
+            progress(len(done), total, arms_done, len(left))
+
+    report()
     try:
         with path.open("a", encoding="utf-8") as sink:
 
             def keep(record: dict[str, Any]) -> None:
+                if record["key"] not in done:
+                    left[int(record["key"].split("/", 1)[0])] -= 1
                 done[record["key"]] = record
                 sink.write(json.dumps(record) + "\n")
                 sink.flush()
-                if progress:
-                    progress(len(done), total)
+                report()
 
             _run_points(sweep, todo, keep)
     except (KeyboardInterrupt, OSError, RuntimeError) as exc:

@@ -126,6 +126,7 @@ def test_a_resumed_sweep_runs_only_the_missing_points(
     part = tmp_path / "part"
     part.mkdir()
     (part / POINTS_FILE).write_text("\n".join(lines[:8]) + '\n{"key": "trunc')  # cut mid-line
+    seen: list[tuple[int, int, int, int]] = []
     ran: list[str] = []
     original = Sweep.run
 
@@ -134,8 +135,9 @@ def test_a_resumed_sweep_runs_only_the_missing_points(
         return original(self, point)
 
     monkeypatch.setattr(Sweep, "run", counted)
-    resumed = run_sweep(spec(), part)
+    resumed = run_sweep(spec(), part, lambda *args: seen.append(args))
     assert len(ran) == 18 - 7  # the header line and 7 points were kept
+    assert seen[0] == (7, 18, 0, 2) and seen[-1] == (18, 18, 2, 2)  # points, then arms
     assert resumed["points"] == full["points"]
     assert resumed["arms"] == full["arms"]
     with pytest.raises(SchedkitError, match="holds the probe points of another sweep"):
