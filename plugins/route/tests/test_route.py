@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from schedkit import EngineState, PolicyFacade, ReplicaState, RequestState
 from schedkit.testing import conformance_test
+
 from schedkit_route import PrefixAffinity, scores
 
 test_conformance = conformance_test("prefix-affinity", max_examples=150)
