@@ -366,19 +366,49 @@ def _fmt(value: Any) -> str:
 
 
 def calibrate(
-    timings: Annotated[
-        Path, typer.Argument(help="CSV: prefill_tokens,decode_tokens,kv_tokens,seconds")
+    steps: Annotated[
+        Path,
+        typer.Argument(
+            help="Steps CSV (--record-steps writes one): prefill_tokens,decode_tokens,"
+            "kv_tokens,seconds at least."
+        ),
     ],
     out: Annotated[Path, typer.Option(help="Where to write the cost profile (JSON).")],
+    model: Annotated[
+        str | None,
+        typer.Option(
+            help="Model the roofline reference is for (default: the file's, else Llama-3-8B)."
+        ),
+    ] = None,
+    gpu: Annotated[str | None, typer.Option(help="GPU of the roofline reference.")] = None,
+    tp: Annotated[int | None, typer.Option(help="TP of the roofline reference.")] = None,
 ) -> None:
-    """Fit step-time coefficients from measured step timings; `bench --profile` accepts the result."""
-    from schedkit.sim.calibration import fit_linear, read_timings_csv, save_cost_profile
+    """Fit step-time coefficients (NNLS) on the earlier 70% of measured steps and print
+    the error on the later 30%; `bench --profile` accepts the result."""
+    from schedkit.sim.calibration import read_steps, save_cost_profile
+    from schedkit.sim.costmodel import RooflineCostModel
+    from schedkit.sim.fit import fit_steps
+    from schedkit.sim.profiles import get_gpu, get_model
 
-    rows = read_timings_csv(timings)
-    model, mape = fit_linear(rows)
-    save_cost_profile(model, out, mape, source=timings.name)
-    typer.echo(f"fitted {len(rows)} steps from {timings.name}: MAPE {mape:.2%}")
-    typer.echo(f"coefficients: {model.describe()}")
+    rows, meta = read_steps(steps)
+    name = model or meta.get("model_profile") or "Llama-3-8B"
+    gpu_name = (
+        gpu or (meta.get("gpu") if meta.get("gpu") not in (None, "cpu") else None) or "H100-SXM"
+    )
+    reference = RooflineCostModel(get_model(name), get_gpu(gpu_name), tp or int(meta.get("tp", 1)))
+    fit = fit_steps(rows, reference)
+    for warning in fit.warnings:
+        typer.echo(f"warning: {warning}", err=True)
+    save_cost_profile(fit, out, source=steps.name, recorded_for=meta)
+    typer.echo(
+        f"fitted {fit.train_steps} steps of {steps.name}, tested on the next {fit.test_steps}:"
+    )
+    for kind, e in fit.holdout.items():
+        typer.echo(
+            f"  held-out {kind:<7} {e['n']:>6} steps  MAPE {e['mape']:6.2%}  p90 APE {e['p90_ape']:6.2%}"
+        )
+    typer.echo(f"  (on the fitted steps: MAPE {fit.train_mape:.2%})")
+    typer.echo(f"coefficients: {fit.model.describe()}")
     typer.echo(f"wrote {out}; use it with: schedkit bench --profile {out} ...")
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import logging
 import multiprocessing as mp
 import os
 from collections.abc import Callable, Sequence
@@ -25,6 +26,7 @@ from schedkit.config import SchedkitConfig
 from schedkit.errors import SchedkitError
 from schedkit.facade import PolicyFacade
 from schedkit.records import RunResult
+from schedkit.sim.calibration import profile_mismatch
 from schedkit.sim.cluster import Cluster
 from schedkit.sim.config import DEFAULT_EVICTION_WINDOW, SimConfig
 from schedkit.sim.costmodel import LinearCostModel, RooflineCostModel, make_cost_model
@@ -33,6 +35,7 @@ from schedkit.sim.profiles import register_model_dir
 from schedkit.sim.workloads import TraceRequest, Workload, load_workload
 from schedkit.trust import TrustConfig
 
+log = logging.getLogger("schedkit")
 ENGINE_GROUP = "schedkit.engines"  # entry points: engine name -> ArmRunner
 # An arm's engine: what results.json records of it, its cost model, the simulator config.
 ArmEngine = tuple[dict[str, Any], "RooflineCostModel | LinearCostModel", SimConfig]
@@ -227,6 +230,7 @@ class Bench:
         self.labels = [arm.label for arm in self.arms]
         _check_overrides(spec, self.arms)
         longest = max(r.prompt_tokens + r.output_tokens for r in base.requests)
+        self._profile_warnings: list[str] = []
         self.engine_info, self.cost, self.sim_config = self._engine({}, longest, None)
         built: dict[tuple[tuple[str, Any], ...], ArmEngine] = {}
         self.arm_engines: list[ArmEngine] = []
@@ -238,6 +242,9 @@ class Bench:
         # Fail on unknown policies or bad options before running, and warn (the capability
         # matrix's words) where the engine honours a hook a policy uses only in part.
         self.warnings: list[str] = []
+        for mismatch in self._profile_warnings:
+            if mismatch not in self.warnings:
+                self.warnings.append(mismatch)
         for cfg, (info, _, _) in zip(self.configs, self.arm_engines, strict=True):
             facade = PolicyFacade.from_config(cfg)
             found = warn_unsupported(facade, matrix_engine(spec.engine))
@@ -266,6 +273,11 @@ class Bench:
         blocks = s["kv_blocks"] or RooflineCostModel(model, gpu, s["tp"]).kv_capacity_blocks(
             s["block_size"], s["gpu_memory_utilization"]
         )
+        if s["profile"] is not None and isinstance(cost, LinearCostModel):
+            found = profile_mismatch(s["profile"], model.name, gpu.name, s["tp"])
+            if found:
+                log.warning("%s", found)
+                self._profile_warnings.append(found)
         if blocks < 1:
             raise SchedkitError(
                 f"{where}--block-size {s['block_size']} is larger than the whole KV cache of"

@@ -1,140 +1,128 @@
-"""Calibrating the linear cost model: fit step timings measured on an engine, save the fit.
+"""Calibrating the linear cost model: read measured engine steps, fit, save the profile.
 
-The timings file is a CSV with the header ``prefill_tokens,decode_tokens,kv_tokens,seconds``,
-one measured step a row; ``fit_linear`` turns the rows into a :class:`LinearCostModel` and its
-mean absolute percentage error, and the cost profile (JSON) stores both for
-``schedkit bench --profile``.
+A steps file is a CSV, one measured step a row, with at least the columns
+``prefill_tokens,decode_tokens,kv_tokens,seconds`` (any order; ``attn_pairs``,
+``start_s``, ``end_s``, ``batch_size``, ``num_running`` and ``num_waiting`` are read
+when present, as ``--record-steps`` writes them). An optional first line
+``# schedkit-steps {"engine": ..., "model": ..., "gpu": ..., "tp": ...}`` says what was
+recorded. ``schedkit.sim.fit.fit_steps`` fits it (NNLS, error on held-out steps); the
+cost profile (JSON) stores the coefficients, the errors and what they were recorded
+for, for ``schedkit bench --profile``.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import logging
 import math
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from schedkit.errors import SchedkitError, quote
 from schedkit.inputs import decode_text, parse_document, read_document, read_lines
 from schedkit.sim.costmodel import LinearCostModel
+from schedkit.sim.fit import Calibration, StepRow
 
 __all__ = [
-    "TIMINGS_HEADER",
-    "TimingRow",
-    "fit_linear",
+    "REQUIRED_COLUMNS",
+    "STEP_COLUMNS",
     "load_cost_profile",
-    "read_timings_csv",
+    "profile_mismatch",
+    "read_steps",
     "save_cost_profile",
 ]
 
-TimingRow = tuple[int, int, int, float]
-TIMINGS_HEADER = ("prefill_tokens", "decode_tokens", "kv_tokens", "seconds")
-_HEADER = ",".join(TIMINGS_HEADER)
+log = logging.getLogger("schedkit")
+
+REQUIRED_COLUMNS = ("prefill_tokens", "decode_tokens", "kv_tokens", "seconds")
+STEP_COLUMNS = (
+    "start_s", "end_s", "prefill_tokens", "decode_tokens", "kv_tokens", "attn_pairs",
+    "batch_size", "num_running", "num_waiting", "seconds",
+)  # fmt: skip
+_INTEGERS = frozenset(STEP_COLUMNS) - {"start_s", "end_s", "seconds"}
+META_PREFIX = "# schedkit-steps "
 
 
-def fit_linear(rows: Sequence[TimingRow]) -> tuple[LinearCostModel, float]:
-    """Least-squares fit of c0, c_prefill, c_decode, c_kv (all >= 0); returns (model, MAPE)."""
-    if len(rows) < 4:
-        raise SchedkitError(
-            f"fit_linear needs at least 4 timing rows (one per coefficient), got {len(rows)}"
-        )
-    for i, (prefill, decode, kv, seconds) in enumerate(rows):
-        if min(prefill, decode, kv) < 0 or prefill + decode == 0:
-            raise SchedkitError(f"timing row {i} needs token counts >= 0 and at least one token")
-        if not (math.isfinite(seconds) and seconds > 0):
-            raise SchedkitError(f"timing row {i} needs seconds > 0, got {seconds}")
-    features = [[1.0, float(p), float(d), float(kv)] for p, d, kv, _ in rows]
-    targets = [seconds for *_, seconds in rows]
-    # Scale columns to max 1 so the normal equations stay well conditioned.
-    scale = [max(abs(x[c]) for x in features) for c in range(4)]
-    free = [c for c in range(4) if scale[c] > 0]
-    scaled = [[x[c] / scale[c] if scale[c] else 0.0 for c in range(4)] for x in features]
-    coef = [0.0] * 4
-    while free:
-        solution = _least_squares([[x[c] for c in free] for x in scaled], targets)
-        coef = [0.0] * 4
-        for c, value in zip(free, solution, strict=True):
-            coef[c] = value
-        worst = min(free, key=lambda c: coef[c])
-        if coef[worst] >= 0:
-            break
-        free.remove(worst)  # clamp the most negative coefficient to 0 and refit the rest
-    c0, c_prefill, c_decode, c_kv = (
-        max(coef[c], 0.0) / scale[c] if scale[c] else 0.0 for c in range(4)
-    )
-    model = LinearCostModel(c0, c_prefill, c_decode, c_kv)
-    mape = sum(abs(model.step_time(p, d, kv, 0) - s) / s for p, d, kv, s in rows) / len(rows)
-    return model, mape
-
-
-def _least_squares(x: list[list[float]], y: list[float]) -> list[float]:
-    """Solve the normal equations (with a tiny ridge) by Gaussian elimination."""
-    k = len(x[0])
-    a = [[sum(r[i] * r[j] for r in x) for j in range(k)] for i in range(k)]
-    b = [sum(r[i] * t for r, t in zip(x, y, strict=True)) for i in range(k)]
-    ridge = 1e-12 * max(a[i][i] for i in range(k))  # keeps collinear columns solvable
-    for i in range(k):
-        a[i][i] += ridge
-    for col in range(k):
-        pivot = max(range(col, k), key=lambda r: abs(a[r][col]))
-        a[col], a[pivot], b[col], b[pivot] = a[pivot], a[col], b[pivot], b[col]
-        for r in range(col + 1, k):
-            factor = a[r][col] / a[col][col]
-            for c in range(col, k):
-                a[r][c] -= factor * a[col][c]
-            b[r] -= factor * b[col]
-    solution = [0.0] * k
-    for i in reversed(range(k)):
-        rest = sum(a[i][c] * solution[c] for c in range(i + 1, k))
-        solution[i] = (b[i] - rest) / a[i][i]
-    return solution
-
-
-def read_timings_csv(path: str | Path) -> list[TimingRow]:
-    """Rows of a ``prefill_tokens,decode_tokens,kv_tokens,seconds`` CSV; blank lines skipped."""
+def read_steps(path: str | Path) -> tuple[list[StepRow], dict[str, Any]]:
+    """The steps of a steps file, and what it says was recorded (``{}`` when nothing)."""
     path = Path(path)
     try:
         with path.open("rb") as f:
-            data = read_lines(f, f"timings file {path}")
+            data = read_lines(f, f"steps file {path}")
     except OSError as exc:
-        raise SchedkitError(f"cannot read timings file {path}: {exc.strerror}") from exc
-    text = decode_text(data, f"timings file {path}", f"a CSV with the header {_HEADER}")
-    reader = csv.reader(text.splitlines())
-    rows: list[TimingRow] = []
-    header_seen = False
+        raise SchedkitError(f"cannot read steps file {path}: {exc.strerror}") from exc
+    header_text = ",".join(REQUIRED_COLUMNS)
+    text = decode_text(data, f"steps file {path}", f"a CSV with at least the columns {header_text}")
+    lines = text.splitlines()
+    meta: dict[str, Any] = {}
+    if lines and lines[0].startswith(META_PREFIX):
+        try:
+            loaded = json.loads(lines[0][len(META_PREFIX) :])
+        except ValueError:
+            loaded = None
+        if not isinstance(loaded, dict):
+            raise SchedkitError(
+                f"{path}, line 1: {META_PREFIX.strip()} must be followed by a JSON object"
+            )
+        meta = loaded
+        lines = ["", *lines[1:]]  # keep line numbers
+    reader = csv.reader(lines)
+    columns: list[str] | None = None
+    rows: list[StepRow] = []
     for fields in reader:
         cells = [cell.strip() for cell in fields]
         if not any(cells):
             continue
         where = f"{path}, line {reader.line_num}"
-        if not header_seen:
-            if tuple(cells) != TIMINGS_HEADER:
-                raise SchedkitError(f"{where}: header must be {_HEADER}")
-            header_seen = True
-        else:
-            rows.append(_parse_timing_row(cells, where))
-    if not header_seen:
-        raise SchedkitError(f"timings file {path} is empty; expected a header and rows")
-    return rows
+        if columns is None:
+            missing = [c for c in REQUIRED_COLUMNS if c not in cells]
+            if missing:
+                raise SchedkitError(
+                    f"{where}: the header lacks the column {quote(missing[0])}; a steps file"
+                    f" needs {header_text} (and may have {', '.join(STEP_COLUMNS)})"
+                )
+            columns = cells
+            continue
+        if len(cells) != len(columns):
+            raise SchedkitError(f"{where}: expected {len(columns)} fields, got {len(cells)}")
+        rows.append(_parse_step(dict(zip(columns, cells, strict=True)), where))
+    if columns is None:
+        raise SchedkitError(f"steps file {path} is empty; expected a header and rows")
+    return rows, meta
 
 
-def _parse_timing_row(cells: list[str], where: str) -> TimingRow:
-    if len(cells) != 4:
-        raise SchedkitError(f"{where}: expected 4 fields, got {len(cells)}")
-    counts = [int(c) if c.isdigit() and len(c) <= 18 else -1 for c in cells[:3]]
-    for label, cell, count in zip(TIMINGS_HEADER, cells, counts, strict=False):
-        if count < 0:
-            raise SchedkitError(f"{where}: {label} must be an integer >= 0, got {quote(cell)}")
-    try:
-        seconds = float(cells[3])
-    except ValueError:
-        seconds = math.nan
-    if not (math.isfinite(seconds) and seconds > 0):
-        raise SchedkitError(f"{where}: seconds must be a number > 0, got {quote(cells[3])}")
-    return counts[0], counts[1], counts[2], seconds
+def _parse_step(cells: dict[str, str], where: str) -> StepRow:
+    values: dict[str, Any] = {}
+    for name in STEP_COLUMNS:
+        cell = cells.get(name)
+        if cell is None or cell == "":
+            continue
+        if name in _INTEGERS:
+            if not (cell.isdigit() and len(cell) <= 18):
+                raise SchedkitError(f"{where}: {name} must be an integer >= 0, got {quote(cell)}")
+            values[name] = int(cell)
+            continue
+        try:
+            number = float(cell)
+        except ValueError:
+            number = math.nan
+        if not math.isfinite(number) or number < 0 or (name == "seconds" and number == 0):
+            need = "> 0" if name == "seconds" else ">= 0"
+            raise SchedkitError(f"{where}: {name} must be a number {need}, got {quote(cell)}")
+        values[name] = number
+    if "seconds" not in values:
+        raise SchedkitError(f"{where}: seconds is empty; every step needs its measured time")
+    return StepRow(
+        prefill_tokens=values.get("prefill_tokens", 0),
+        decode_tokens=values.get("decode_tokens", 0),
+        kv_tokens=values.get("kv_tokens", 0),
+        seconds=values["seconds"],
+        attn_pairs=values.get("attn_pairs", 0),
+        start_s=values.get("start_s"),
+    )
 
 
 class _LinearProfile(BaseModel):
@@ -146,13 +134,51 @@ class _LinearProfile(BaseModel):
     c_decode: float = Field(ge=0, allow_inf_nan=False)
     c_kv: float = Field(ge=0, allow_inf_nan=False)
     c_attn: float = Field(default=0.0, ge=0, allow_inf_nan=False)
-    mape: float | None = Field(default=None, ge=0)
+    mape: float | None = Field(default=None, ge=0)  # held out (the training error before 0.3)
     source: str = ""
+    recorded_for: dict[str, Any] = Field(default_factory=dict)  # engine, model, gpu, tp
+    fit: dict[str, Any] = Field(default_factory=dict)  # Calibration.describe()
 
 
-def save_cost_profile(model: LinearCostModel, path: str | Path, mape: float, source: str) -> None:
-    """Write a fitted model as JSON: ``{"kind": "linear", "c0": ..., "mape": ..., ...}``."""
-    Path(path).write_text(json.dumps({**model.describe(), "mape": mape, "source": source}) + "\n")
+def save_cost_profile(
+    calibration: Calibration, path: str | Path, source: str, recorded_for: dict[str, Any]
+) -> None:
+    """Write a fit as JSON: the coefficients, the held-out error, what it was recorded for."""
+    held_out = calibration.holdout.get("all", {}).get("mape")
+    document = {
+        **calibration.model.describe(),
+        "mape": held_out,
+        "source": source,
+        "recorded_for": recorded_for,
+        "fit": calibration.describe(),
+    }
+    Path(path).write_text(json.dumps(document, indent=2) + "\n")
+
+
+def _recorded_for(path: str | Path) -> dict[str, Any]:
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+    value = data.get("recorded_for") if isinstance(data, dict) else None
+    return value if isinstance(value, dict) else {}
+
+
+def profile_mismatch(path: str | Path, model: str, gpu: str, tp: int) -> str | None:
+    """A warning when the profile at ``path`` was recorded for another model, GPU or TP
+    than the bench uses; None when they agree or the profile does not say."""
+    recorded = _recorded_for(path)
+    differ = [
+        f"{name} {recorded[name]!r} (the bench: {ours!r})"
+        for name, ours in (("model", model), ("gpu", gpu), ("tp", tp))
+        if name in recorded and str(recorded[name]) != str(ours)
+    ]
+    if not differ:
+        return None
+    return (
+        f"cost profile {path} was recorded with {', '.join(differ)}: its step times may not"
+        " hold here; record and fit one for this deployment (docs/calibration.md)"
+    )
 
 
 def load_cost_profile(path: str | Path) -> LinearCostModel:

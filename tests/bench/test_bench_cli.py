@@ -189,9 +189,13 @@ def test_calibrate_fits_and_bench_accepts_the_profile(tmp_path: Path) -> None:
     (tmp_path / "steps.csv").write_text("\n".join(rows) + "\n")
     proc = schedkit("calibrate", str(tmp_path / "steps.csv"), "--out", str(tmp_path / "cost.json"))
     assert proc.returncode == 0, proc.stderr
-    assert "MAPE 0.00%" in proc.stdout
+    assert "fitted 28 steps of steps.csv, tested on the next 12" in proc.stdout
+    assert "held-out all" in proc.stdout and "MAPE  0.00%" in proc.stdout
+    # no attn_pairs column: c_attn is not fitted, and the warning says so
+    assert "attn_pairs never varies" in proc.stderr
     profile = json.loads((tmp_path / "cost.json").read_text())
     assert profile["kind"] == "linear" and profile["c_prefill"] == pytest.approx(2e-5, rel=1e-3)
+    assert profile["fit"]["holdout"]["all"]["n"] == 12
     results = bench(
         tmp_path / "out", "--workload", SMALL, "--policy", "fcfs",
         "--profile", str(tmp_path / "cost.json"),

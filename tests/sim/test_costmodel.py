@@ -10,12 +10,13 @@ from hypothesis import strategies as st
 
 from schedkit.errors import SchedkitError
 from schedkit.sim.calibration import (
-    fit_linear,
     load_cost_profile,
-    read_timings_csv,
+    profile_mismatch,
+    read_steps,
     save_cost_profile,
 )
 from schedkit.sim.costmodel import CostModel, LinearCostModel, RooflineCostModel, make_cost_model
+from schedkit.sim.fit import MIN_STEPS, StepRow, fit_steps, roofline_linear
 from schedkit.sim.profiles import GPUProfile, get_gpu, get_model, tp_degrees
 
 LLAMA_8B = get_model("Llama-3-8B")
@@ -167,56 +168,97 @@ def test_kv_capacity_and_70b_error() -> None:
         big.kv_capacity_tokens(0.9)
 
 
+TRUTH = (0.004, 6e-5, 2e-5, 4e-8, 2e-11)
+
+
 def synthetic_rows(
-    coef: tuple[float, float, float, float], count: int, noise: float, seed: int
-) -> list[tuple[int, int, int, float]]:
+    coef: tuple[float, ...], count: int, noise: float, seed: int, attn: bool = True
+) -> list[StepRow]:
     rng = random.Random(seed)
     rows = []
-    for _ in range(count):
+    for i in range(count):
         prefill = rng.choice([0, rng.randint(1, 8192)])
         decode = rng.randint(0 if prefill else 1, 256)
         kv = rng.randint(0, 400_000)
+        pairs = rng.randint(0, 10**8) if attn else 0
         seconds = coef[0] + coef[1] * prefill + coef[2] * decode + coef[3] * kv
-        rows.append((prefill, decode, kv, seconds * (1 + rng.gauss(0, noise))))
+        seconds += coef[4] * pairs if len(coef) > 4 else 0.0
+        rows.append(
+            StepRow(prefill, decode, kv, seconds * (1 + rng.gauss(0, noise)), pairs, i * 0.01)
+        )
     return rows
 
 
-def test_fit_linear_recovers_noiseless_coefficients() -> None:
-    truth = (0.004, 6e-5, 2e-5, 4e-8)
-    model, mape = fit_linear(synthetic_rows(truth, 200, 0.0, seed=1))
-    assert mape < 1e-6
-    fitted = (model.c0, model.c_prefill, model.c_decode, model.c_kv)
-    assert fitted == pytest.approx(truth, rel=1e-6)
+ROOFLINE = RooflineCostModel(get_model("Llama-3-8B"), get_gpu("H100-SXM"))
 
 
-def test_fit_linear_with_noise_reports_its_error() -> None:
-    model, mape = fit_linear(synthetic_rows((0.004, 6e-5, 2e-5, 4e-8), 500, 0.05, seed=2))
-    assert 0.02 < mape < 0.08
-    assert model.c_prefill == pytest.approx(6e-5, rel=0.1)
+def test_nnls_recovers_noiseless_coefficients_and_reports_the_held_out_error() -> None:
+    fit = fit_steps(synthetic_rows(TRUTH, 200, 0.0, seed=1), ROOFLINE)
+    assert fit.holdout["all"]["mape"] < 1e-6 and fit.train_steps == 140 and fit.test_steps == 60
+    fitted = tuple(getattr(fit.model, c) for c in ("c0", "c_prefill", "c_decode", "c_kv", "c_attn"))
+    assert fitted == pytest.approx(TRUTH, rel=1e-5)
+    assert not fit.warnings and not fit.fixed
 
 
-def test_fit_linear_clamps_negative_coefficients() -> None:
+def test_noise_shows_in_the_held_out_error_per_step_kind() -> None:
+    fit = fit_steps(synthetic_rows(TRUTH, 600, 0.05, seed=2), ROOFLINE)
+    assert 0.02 < fit.holdout["all"]["mape"] < 0.08
+    assert fit.holdout["all"]["p90_ape"] > fit.holdout["all"]["mape"]
+    assert set(fit.holdout) == {"all", "prefill", "decode", "mixed"}
+    assert sum(fit.holdout[k]["n"] for k in ("prefill", "decode", "mixed")) == fit.test_steps
+    assert fit.model.c_prefill == pytest.approx(6e-5, rel=0.1)
+
+
+def test_the_error_is_measured_on_later_steps_than_the_fit() -> None:
+    """The machine slows down halfway: a fit on the first 70% cannot know, and says so."""
+    rows = synthetic_rows(TRUTH, 300, 0.0, seed=4)
+    slow = [StepRow(r.prefill_tokens, r.decode_tokens, r.kv_tokens, r.seconds * (2 if i >= 210 else 1), r.attn_pairs, r.start_s) for i, r in enumerate(rows)]  # fmt: skip
+    fit = fit_steps(list(reversed(slow)), ROOFLINE)  # file order does not matter: start_s does
+    assert fit.train_mape < 1e-6 and fit.holdout["all"]["mape"] == pytest.approx(0.5, rel=1e-3)
+
+
+def test_coefficients_stay_non_negative() -> None:
     # Time falls slightly with kv_tokens, which a cost model cannot express: c_kv -> 0.
-    rows = [(p, d, kv, 0.01 + 1e-5 * p + 1e-4 * d - 1e-9 * kv) for p, d, kv, _ in
-            synthetic_rows((1, 1, 1, 1), 50, 0.0, seed=3)]  # fmt: skip
-    model, _ = fit_linear(rows)
-    assert model.c_kv == 0.0
-    assert min(model.c0, model.c_prefill, model.c_decode) > 0
+    rows = [StepRow(r.prefill_tokens, r.decode_tokens, r.kv_tokens, 0.01 + 1e-5 * r.prefill_tokens + 1e-4 * r.decode_tokens - 1e-9 * r.kv_tokens, 0, r.start_s) for r in synthetic_rows(TRUTH, 80, 0.0, seed=3)]  # fmt: skip
+    fit = fit_steps(rows, ROOFLINE)
+    assert fit.model.c_kv == 0.0
+    assert min(fit.model.c0, fit.model.c_prefill, fit.model.c_decode) > 0
 
 
-def test_fit_linear_needs_four_good_rows() -> None:
-    with pytest.raises(SchedkitError, match="at least 4"):
-        fit_linear([(1, 0, 1, 0.1)] * 3)
-    with pytest.raises(SchedkitError, match="row 2 needs seconds > 0"):
-        fit_linear([(1, 0, 1, 0.1), (1, 0, 1, 0.1), (1, 1, 1, 0.0), (1, 0, 1, 0.1)])
+def test_a_feature_that_never_varies_keeps_the_roofline_value() -> None:
+    fit = fit_steps(synthetic_rows(TRUTH[:4], 100, 0.0, seed=5, attn=False), ROOFLINE)
+    reference = roofline_linear(ROOFLINE)["c_attn"]
+    assert fit.fixed == {"c_attn": reference} and fit.model.c_attn == reference
+    [warning] = fit.warnings
+    assert "attn_pairs never varies in the 70 fitted steps (always 0)" in warning
+    assert "stays at the roofline's value" in warning
 
 
-def test_read_timings_csv(tmp_path: Path) -> None:
-    path = tmp_path / "t.csv"
+def test_too_few_steps_and_bad_steps_are_refused() -> None:
+    with pytest.raises(SchedkitError, match=rf"at least {MIN_STEPS} steps .* got 19"):
+        fit_steps(synthetic_rows(TRUTH, 19, 0.0, seed=1), ROOFLINE)
+    rows = synthetic_rows(TRUTH, 30, 0.0, seed=1)
+    rows[3] = StepRow(1, 0, 1, 0.0)
+    with pytest.raises(SchedkitError, match="step 3: seconds must be > 0"):
+        fit_steps(rows, ROOFLINE)
+
+
+STEPS_HEADER = "start_s,end_s,prefill_tokens,decode_tokens,kv_tokens,attn_pairs,batch_size,num_running,num_waiting,seconds\n"
+
+
+def test_read_steps_with_its_metadata_and_any_column_order(tmp_path: Path) -> None:
+    path = tmp_path / "steps.csv"
     path.write_text(
-        "prefill_tokens,decode_tokens,kv_tokens,seconds\n512,0,512,0.03\n\n0,8,9000,0.01\n"
+        '# schedkit-steps {"engine": "vllm", "model": "tiny", "gpu": "cpu", "tp": 1}\n'
+        + STEPS_HEADER
+        + "0.0,0.03,512,0,512,131328,1,1,0,0.03\n\n0.03,0.04,0,8,9000,9000,8,8,2,0.01\n"
     )
-    assert read_timings_csv(path) == [(512, 0, 512, 0.03), (0, 8, 9000, 0.01)]
+    rows, meta = read_steps(path)
+    assert meta == {"engine": "vllm", "model": "tiny", "gpu": "cpu", "tp": 1}
+    assert rows == [StepRow(512, 0, 512, 0.03, 131328, 0.0), StepRow(0, 8, 9000, 0.01, 9000, 0.03)]
+    old = tmp_path / "old.csv"  # the four columns of schedkit 0.2
+    old.write_text("seconds,kv_tokens,decode_tokens,prefill_tokens\n0.1,3,2,1\n")
+    assert read_steps(old) == ([StepRow(1, 2, 3, 0.1)], {})
 
 
 @pytest.mark.parametrize(
@@ -225,31 +267,39 @@ def test_read_timings_csv(tmp_path: Path) -> None:
         ("1,2,3,0.1\n1,2,x,0.1\n", r"line 3: kv_tokens must be an integer >= 0, got 'x'"),
         ("1,2,3\n", r"line 2: expected 4 fields, got 3"),
         ("1,2,3,-0.5\n", r"line 2: seconds must be a number > 0"),
+        ("1,2,3,0\n", r"line 2: seconds must be a number > 0"),
         ("-1,2,3,0.1\n", r"line 2: prefill_tokens must be"),
     ],
 )
-def test_bad_timings_csv_names_file_and_line(tmp_path: Path, body: str, problem: str) -> None:
+def test_bad_steps_name_file_and_line(tmp_path: Path, body: str, problem: str) -> None:
     path = tmp_path / "bad.csv"
     path.write_text("prefill_tokens,decode_tokens,kv_tokens,seconds\n" + body)
     with pytest.raises(SchedkitError, match=problem) as info:
-        read_timings_csv(path)
+        read_steps(path)
     assert str(path) in str(info.value)
 
 
-def test_timings_csv_header_is_checked(tmp_path: Path) -> None:
+def test_a_missing_column_is_named(tmp_path: Path) -> None:
     path = tmp_path / "h.csv"
-    path.write_text("prefill,decode,kv,s\n1,2,3,0.1\n")
-    with pytest.raises(SchedkitError, match="line 1: header must be"):
-        read_timings_csv(path)
+    path.write_text("prefill_tokens,decode_tokens,seconds\n1,2,0.1\n")
+    with pytest.raises(SchedkitError, match="line 1: the header lacks the column 'kv_tokens'"):
+        read_steps(path)
 
 
-def test_cost_profile_round_trip(tmp_path: Path) -> None:
+def test_cost_profile_round_trip_and_mismatch_warning(tmp_path: Path) -> None:
     path = tmp_path / "cost.json"
-    model = LinearCostModel(0.004, 6e-5, 2e-5, 4e-8, 1e-12)
-    save_cost_profile(model, path, mape=0.03, source="h100.csv")
+    fit = fit_steps(synthetic_rows(TRUTH, 100, 0.01, seed=6), ROOFLINE)
+    recorded = {"engine": "vllm", "model": "Llama-3-8B", "gpu": "H100-SXM", "tp": 1}
+    save_cost_profile(fit, path, source="h100.csv", recorded_for=recorded)
     data = json.loads(path.read_text())
-    assert data["kind"] == "linear" and data["mape"] == 0.03 and data["source"] == "h100.csv"
-    assert load_cost_profile(path).describe() == model.describe()
+    assert data["kind"] == "linear" and data["source"] == "h100.csv"
+    assert data["mape"] == fit.holdout["all"]["mape"] and data["recorded_for"] == recorded
+    assert data["fit"]["test_steps"] == 30
+    assert load_cost_profile(path).describe() == fit.model.describe()
+    assert profile_mismatch(path, "Llama-3-8B", "H100-SXM", 1) is None
+    warning = profile_mismatch(path, "Llama-3-8B", "A100-80GB", 2)
+    assert warning is not None and "gpu 'H100-SXM' (the bench: 'A100-80GB')" in warning
+    assert "tp 1 (the bench: 2)" in warning
 
 
 def test_bad_cost_profile_names_the_file(tmp_path: Path) -> None:
@@ -268,6 +318,6 @@ def test_make_cost_model(tmp_path: Path) -> None:
     assert isinstance(cost, RooflineCostModel)
     assert cost.describe()["tp"] == 2 and model is LLAMA_8B and gpu is H100
     path = tmp_path / "cost.json"
-    save_cost_profile(LinearCostModel(0.01, 0, 0, 0), path, 0.0, "test")
+    path.write_text(json.dumps(LinearCostModel(0.01, 0, 0, 0).describe()))  # a 0.2 profile
     cost, model, _ = make_cost_model("Llama-3-8B", "H100", 1, str(path))
     assert isinstance(cost, LinearCostModel) and cost.step_time(0, 1, 1, 1) == 0.01

@@ -1,0 +1,182 @@
+"""Fitting step times: a non-negative least-squares fit with its held-out error.
+
+The model is the linear cost model (``LinearCostModel``): a per-step constant plus
+seconds per prefill token (compute), per decode token, per KV token read (memory
+traffic) and per query-key pair (attention). Those are the roofline's terms, made
+linear. The fit is ``scipy.optimize.nnls`` on relative errors: each row is divided by
+its measured time, so a 2 ms decode step weighs as much as a 2 s prefill. The steps are
+split by time: the first ``1 - test_share`` are fitted, and the error is measured on
+the rest. A feature that never varies in the fitted steps (no attention column, batch
+size always 1) cannot be told apart from the constant. Its coefficient stays at the
+roofline's value, with a warning naming it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from schedkit.errors import SchedkitError
+from schedkit.sim.costmodel import LINEAR_COEFFICIENTS, LinearCostModel, RooflineCostModel
+
+__all__ = ["MIN_STEPS", "Calibration", "StepRow", "fit_steps", "roofline_linear", "step_kind"]
+
+TEST_SHARE = 0.3
+MIN_STEPS = 20  # 14 fitted (about 3 per coefficient) and 6 held out, at the least
+FEATURES = ("constant", "prefill_tokens", "decode_tokens", "kv_tokens", "attn_pairs")
+
+
+@dataclass(frozen=True, slots=True)
+class StepRow:
+    """One measured engine step."""
+
+    prefill_tokens: int
+    decode_tokens: int
+    kv_tokens: int
+    seconds: float
+    attn_pairs: int = 0
+    start_s: float | None = None  # on the engine's clock; None: the file's order
+
+
+def step_kind(row: StepRow) -> str:
+    """``prefill`` (no decode), ``decode`` (no prefill) or ``mixed``."""
+    if row.decode_tokens == 0:
+        return "prefill"
+    return "decode" if row.prefill_tokens == 0 else "mixed"
+
+
+@dataclass
+class Calibration:
+    model: LinearCostModel
+    train_steps: int
+    test_steps: int
+    train_mape: float
+    holdout: dict[str, dict[str, float]]  # kind ("all" too) -> n, mape, p90_ape
+    fixed: dict[str, float] = field(default_factory=dict)  # coefficient -> roofline value
+    warnings: list[str] = field(default_factory=list)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "train_steps": self.train_steps,
+            "test_steps": self.test_steps,
+            "train_mape": self.train_mape,
+            "holdout": self.holdout,
+            "fixed_at_roofline": self.fixed,
+        }
+
+
+def roofline_linear(roofline: RooflineCostModel) -> dict[str, float]:
+    """The roofline's terms as linear coefficients: the overhead plus reading the weights
+    once per step, FLOPs per token (prefill and decode alike), KV bytes per token read,
+    FLOPs per query-key pair. A step's time is the max of compute and memory; the sum
+    is the linear upper bound."""
+    flops, bandwidth = roofline._flops_per_s, roofline._bytes_per_s
+    return {
+        "c0": roofline.step_overhead_s + roofline._weight_bytes / bandwidth,
+        "c_prefill": roofline._flops_per_token / flops,
+        "c_decode": roofline._flops_per_token / flops,
+        "c_kv": roofline._kv_bytes / bandwidth,
+        "c_attn": roofline._flops_per_pair / flops,
+    }
+
+
+def _check(rows: Sequence[StepRow]) -> None:
+    if len(rows) < MIN_STEPS:
+        raise SchedkitError(
+            f"calibration needs at least {MIN_STEPS} steps ({MIN_STEPS - 6} to fit"
+            f" {len(FEATURES)} coefficients, 6 held out to measure the error), got"
+            f" {len(rows)}; record a longer run"
+        )
+    for i, r in enumerate(rows):
+        if min(r.prefill_tokens, r.decode_tokens, r.kv_tokens, r.attn_pairs) < 0:
+            raise SchedkitError(f"step {i}: token counts must be >= 0")
+        if r.prefill_tokens + r.decode_tokens == 0:
+            raise SchedkitError(f"step {i} scheduled no tokens; drop empty steps")
+        if not (math.isfinite(r.seconds) and r.seconds > 0):
+            raise SchedkitError(f"step {i}: seconds must be > 0, got {r.seconds}")
+
+
+def _features(rows: Sequence[StepRow]) -> np.ndarray:
+    return np.array(
+        [[1.0, r.prefill_tokens, r.decode_tokens, r.kv_tokens, r.attn_pairs] for r in rows],
+        dtype=np.float64,
+    )
+
+
+def _errors(model: LinearCostModel, rows: Sequence[StepRow]) -> np.ndarray:
+    predicted = np.array(
+        [
+            model.step_time(r.prefill_tokens, r.decode_tokens, r.kv_tokens, r.attn_pairs)
+            for r in rows
+        ]
+    )
+    measured = np.array([r.seconds for r in rows])
+    return np.asarray(np.abs(predicted - measured) / measured)
+
+
+def fit_steps(
+    rows: Sequence[StepRow], roofline: RooflineCostModel, *, test_share: float = TEST_SHARE
+) -> Calibration:
+    """Fit the first ``1 - test_share`` of ``rows`` (by start time) and measure the
+    error on the rest (module docstring)."""
+    from scipy.optimize import nnls
+
+    _check(rows)
+    timed = all(r.start_s is not None for r in rows)
+    ordered = sorted(rows, key=lambda r: r.start_s or 0.0) if timed else list(rows)
+    cut = len(ordered) - max(6, math.ceil(test_share * len(ordered)))
+    train, test = ordered[:cut], ordered[cut:]
+    x = _features(train)
+    y = np.array([r.seconds for r in train])
+    reference = roofline_linear(roofline)
+    fixed: dict[str, float] = {}
+    warnings: list[str] = []
+    for j in range(1, len(FEATURES)):
+        column = x[:, j]
+        if column.max() == column.min():
+            name = LINEAR_COEFFICIENTS[j]
+            fixed[name] = reference[name]
+            warnings.append(
+                f"{FEATURES[j]} never varies in the {len(train)} fitted steps (always"
+                f" {column[0]:g}): {name} cannot be told apart from the per-step constant,"
+                f" so it stays at the roofline's value, {reference[name]:.3g}"
+            )
+    free = [j for j in range(len(FEATURES)) if LINEAR_COEFFICIENTS[j] not in fixed]
+    offset = np.zeros(len(train))  # what the fixed coefficients already explain
+    for j, name in enumerate(LINEAR_COEFFICIENTS):
+        if name in fixed:
+            offset += x[:, j] * fixed[name]
+    target = y - offset
+    a = x[:, free] / y[:, None]  # relative errors: each row divided by its time
+    scale = np.abs(a).max(axis=0)
+    scale[scale == 0] = 1.0
+    solution, _ = nnls(a / scale, target / y)
+    coef = dict(fixed)
+    for j, value in zip(free, solution / scale, strict=True):
+        coef[LINEAR_COEFFICIENTS[j]] = float(max(value, 0.0))
+    model = LinearCostModel(*(coef[name] for name in LINEAR_COEFFICIENTS))
+    holdout: dict[str, dict[str, float]] = {}
+    test_errors = _errors(model, test)
+    kinds = np.array([step_kind(r) for r in test])
+    for kind in ("all", "prefill", "decode", "mixed"):
+        mask = np.ones(len(test), bool) if kind == "all" else kinds == kind
+        if mask.any():
+            e = test_errors[mask]
+            holdout[kind] = {
+                "n": int(mask.sum()),
+                "mape": float(e.mean()),
+                "p90_ape": float(np.percentile(e, 90)),
+            }
+    return Calibration(
+        model=model,
+        train_steps=len(train),
+        test_steps=len(test),
+        train_mape=float(_errors(model, train).mean()),
+        holdout=holdout,
+        fixed=fixed,
+        warnings=warnings,
+    )
