@@ -87,6 +87,10 @@ def serve(
     options: Annotated[
         str | None, typer.Option(help='Options as JSON: {"policy-name": {...}}.')
     ] = None,
+    record_steps: Annotated[
+        str | None,
+        typer.Option(help="Write one CSV row per engine step to FILE, for schedkit calibrate."),
+    ] = None,
 ) -> None:
     """Launch an engine's server with a policy: schedkit serve vllm|sglang --policy X -- <engine args>."""
     from importlib import metadata
@@ -102,6 +106,8 @@ def serve(
                 "trust": config.trust.model_dump(),  # a config file's trust section stays
             }
         )
+    if record_steps is not None:
+        config = config.model_copy(update={"record_steps": record_steps})
     found = {ep.name: ep for ep in metadata.entry_points(group=SERVE_GROUP)}
     if engine not in found:
         known = ", ".join(sorted(found)) or "none installed"

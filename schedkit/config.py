@@ -27,6 +27,12 @@ class SchedkitConfig(BaseModel):
     policy: list[str] = Field(default_factory=lambda: [DEFAULT_POLICY], min_length=1)
     options: dict[str, dict[str, Any]] = Field(default_factory=dict)
     trust: TrustConfig = Field(default_factory=TrustConfig)  # docs/trust.md
+    record_steps: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=4096,
+        description="Write one CSV row per engine step to this file (schedkit calibrate).",
+    )
     hook_budget_ms: float | None = Field(
         default=None,
         gt=0,

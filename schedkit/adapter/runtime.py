@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from schedkit.adapter.recording import StepRecorder
 from schedkit.adapter.steps import StepLedger
 from schedkit.decisions import ADMIT, StepReport
 from schedkit.facade import PolicyFacade
@@ -34,8 +35,11 @@ OTHER_REASONS = "(other reasons)"
 class AdapterRuntime:
     """Facade, engine view, counters and step ledger of one engine scheduler."""
 
-    def __init__(self, facade: PolicyFacade, engine: EngineView) -> None:
+    def __init__(
+        self, facade: PolicyFacade, engine: EngineView, recorder: StepRecorder | None = None
+    ) -> None:
         self.facade = facade
+        self.recorder = recorder  # record_steps: one CSV row per step
         self.engine = engine
         self.rejections: Counter[str] = Counter()  # by reason, MAX_KEPT_REASONS at most
         self.finished: Counter[str] = Counter()  # by schedkit finish reason
@@ -78,18 +82,34 @@ class AdapterRuntime:
 
     # -- steps ----------------------------------------------------------------------
 
+    @property
+    def tracks_steps(self) -> bool:
+        """Whether steps are reported: to observing policies, or to the recorder."""
+        return self.facade.has_step_observer or self.recorder is not None
+
     def open_step(self, key: Any, report: StepReport, started: float | None = None) -> None:
         """Step ``key`` (the engine's object for it) was scheduled as ``report`` says."""
         self.steps.open(key, report, started)
+        if self.recorder is not None:
+            self.recorder.opened(key, report)
 
     def close_step(self, key: Any) -> None:
         """The engine processed the results of step ``key``: report it to the policies."""
         report = self.steps.close(key)
         if report is None:
             return
+        if self.recorder is not None:
+            self.recorder.closed(key, report, self.engine)
+        if not self.facade.has_step_observer:
+            return
         started = time.perf_counter()
         self.facade.step_finished(report, self.engine)
         self.timed("on_step_finished", started, False)
+
+    def close(self) -> None:
+        """The engine shuts down: finish the step file."""
+        if self.recorder is not None:
+            self.recorder.close()
 
     # -- preemption and eviction ------------------------------------------------------
 

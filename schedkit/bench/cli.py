@@ -155,6 +155,13 @@ def bench(
     strict: Annotated[
         bool, typer.Option(help="Exit with status 3 when a policy faulted in any arm.")
     ] = False,
+    record_steps: Annotated[
+        Path | None,
+        typer.Option(
+            help="Real engines: write each arm's engine steps to DIR/<arm>.csv, for"
+            " schedkit calibrate."
+        ),
+    ] = None,
 ) -> None:
     """A/B benchmark: replay one workload through several policies, side by side.
 
@@ -187,6 +194,7 @@ def bench(
             long_prefill_token_threshold=long_prefill_token_threshold, prefix_caching=not no_prefix_caching, kv_blocks=kv_blocks,
             eviction_window=eviction_window, window=_window(window),
             min_effect=min_effect, verdict_metrics=verdict_metrics, jobs=jobs,
+            record_steps=None if record_steps is None else str(record_steps),
         )  # fmt: skip
     except ValidationError as exc:
         fields = "; ".join(

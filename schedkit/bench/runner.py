@@ -7,6 +7,7 @@ import dataclasses
 import logging
 import multiprocessing as mp
 import os
+import re
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from importlib import metadata
@@ -23,7 +24,7 @@ from schedkit.bench.metrics import compute_metrics
 from schedkit.bench.output import check_out_dir, provenance, write_outputs
 from schedkit.capabilities import matrix_engine, warn_unsupported
 from schedkit.config import SchedkitConfig
-from schedkit.errors import SchedkitError
+from schedkit.errors import SchedkitError, quote
 from schedkit.facade import PolicyFacade
 from schedkit.records import RunResult
 from schedkit.sim.calibration import profile_mismatch
@@ -94,6 +95,29 @@ def _check_overrides(spec: BenchSpec, arms: Sequence[ResolvedArm]) -> None:
                 check_engine_settings(spec.model_copy(update=arm.overrides))
             except SchedkitError as exc:
                 raise SchedkitError(f"arm {arm.label}: {exc}") from None
+
+
+def _recording(
+    spec: BenchSpec, labels: Sequence[str], configs: Sequence[SchedkitConfig]
+) -> list[SchedkitConfig]:
+    """Each arm's config with its steps file, ``<record_steps>/<label>.csv``."""
+    if spec.engine == "sim":
+        raise SchedkitError(
+            "--record-steps records a real engine's steps for schedkit calibrate; the"
+            " simulator's come from its cost model. Use --engine vllm or --engine sglang"
+        )
+    directory = Path(spec.record_steps or ".")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SchedkitError(
+            f"--record-steps {quote(str(directory))}: cannot create it ({exc.strerror or exc})"
+        ) from None
+    safe = [re.sub(r"[^A-Za-z0-9._+-]", "_", label) for label in labels]
+    return [
+        config.model_copy(update={"record_steps": str(directory / f"{name}.csv")})
+        for name, config in zip(safe, configs, strict=True)
+    ]
 
 
 def trusted_requests(
@@ -185,6 +209,7 @@ class BenchSpec(BaseModel):
     min_effect: float = Field(default=DEFAULT_MIN_EFFECT, ge=0, lt=1)
     verdict_metrics: list[str] | None = None  # None: every one of METRIC_KEYS
     jobs: int | None = Field(default=None, gt=0)  # simulator arms run at once; None: cores
+    record_steps: str | None = None  # real engines: a directory for one steps CSV per arm
 
     @model_validator(mode="after")
     def _some_arm(self) -> BenchSpec:
@@ -226,8 +251,10 @@ class Bench:
         # engine passes them to policies as RequestView.slo_ttft_ms / slo_tpot_ms.
         self.base = base.with_default_slos(spec.slo_ttft_ms, spec.slo_tpot_ms)
         self.arms = resolve_arms(spec.policies, spec.arms)
-        self.configs = [arm.config for arm in self.arms]
         self.labels = [arm.label for arm in self.arms]
+        self.configs = [arm.config for arm in self.arms]
+        if spec.record_steps is not None:
+            self.configs = _recording(spec, self.labels, self.configs)
         _check_overrides(spec, self.arms)
         longest = max(r.prompt_tokens + r.output_tokens for r in base.requests)
         self._profile_warnings: list[str] = []

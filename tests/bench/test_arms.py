@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_bench_cli import schedkit
 
 from schedkit.bench.arms import parse_arm, resolve_arms
 from schedkit.bench.runner import Bench, BenchSpec, _check_overrides, run_bench
 from schedkit.config import load_config
 from schedkit.errors import PolicyConfigError, SchedkitError
-from tests.bench.test_bench_cli import schedkit
 
 # Enough load that max_num_seqs matters: 60 requests of 600 + 60 tokens in ~1.5 s.
 LOADED = "poisson:rate=40,n=60,prompt=600,output=60"

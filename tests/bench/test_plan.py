@@ -7,12 +7,12 @@ import json
 from pathlib import Path
 
 import pytest
+from test_bench_cli import schedkit
 
 from schedkit.bench.arms import EngineSettings
 from schedkit.bench.plan import PlanSpec, rule_of_thumb, run_plan
 from schedkit.bench.runner import Bench, BenchSpec
 from schedkit.sim.profiles import get_gpu, get_model
-from tests.bench.test_bench_cli import schedkit
 
 # 300 requests at 40 req/s: more than one A100 serves within a 300 ms TTFT
 WORKLOAD = "poisson:rate=40,n=300,prompt=1024,output=64"

@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_bench_cli import install_fake_plugin, schedkit
 
 from schedkit.bench.arms import parse_arm
 from schedkit.bench.runner import BenchSpec
 from schedkit.bench.sweep import Sweep, SweepSpec, crossing, goodput, knee
 from schedkit.bench.sweep_run import INTERRUPTED_EXIT, POINTS_FILE, STOPPED_EXIT, run_sweep
 from schedkit.errors import SchedkitError
-from tests.bench.test_bench_cli import install_fake_plugin, schedkit
 
 # 120 requests of 600 + 60 tokens; a few hundred blocks so that load shows.
 WORKLOAD = "poisson:rate=10,n=120,prompt=600,output=60"

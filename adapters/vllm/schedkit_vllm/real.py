@@ -81,6 +81,9 @@ class RealEngine(ReplayArm):
         llm = getattr(self, "llm", None)
         if llm is None:
             return
+        runtime = getattr(self.scheduler, "schedkit", None)
+        if runtime is not None:
+            runtime.close()  # the step file, before the next arm's engine starts
         del self.llm, self.engine, self.scheduler
         try:
             llm.llm_engine.engine_core.shutdown()

@@ -14,13 +14,34 @@ from typing import Any, cast
 
 from schedkit import BatchBudget, PolicyFacade, RequestView
 from schedkit.adapter import REJECTED, AdapterRuntime
+from schedkit.adapter.recording import StepRecorder
 from schedkit.adapter.runtime import report_of
 from schedkit.trust import DEFAULT_TRUST, TrustConfig
 
 from schedkit_vllm.eviction import EvictionHook
 from schedkit_vllm.views import VllmEngineView, VllmRequestView
 
-__all__ = ["REJECTED", "SchedkitRuntime"]
+__all__ = ["REJECTED", "SchedkitRuntime", "recording_meta"]
+
+
+def recording_meta(scheduler: Any) -> dict[str, Any]:
+    """What a step file says it recorded: vLLM, the model as vLLM names it, the device
+    (a CUDA device's name, else ``cpu``) and TP."""
+    config = scheduler.vllm_config
+    device = "cpu"
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            device = torch.cuda.get_device_name(0)
+    except Exception:  # pragma: no cover - no torch, or no driver
+        pass
+    return {
+        "engine": "vllm",
+        "model": str(config.model_config.model),
+        "gpu": device,
+        "tp": int(config.parallel_config.tensor_parallel_size),
+    }
 
 
 class SchedkitRuntime(AdapterRuntime):
@@ -34,8 +55,12 @@ class SchedkitRuntime(AdapterRuntime):
         facade: PolicyFacade,
         engine: VllmEngineView | None = None,
         trust: TrustConfig | None = None,
+        record_steps: str | None = None,
     ) -> None:
-        super().__init__(facade, engine or VllmEngineView(scheduler))
+        recorder = None
+        if record_steps is not None:  # vLLM counts a step's tokens as computed at schedule
+            recorder = StepRecorder(record_steps, recording_meta(scheduler))
+        super().__init__(facade, engine or VllmEngineView(scheduler), recorder)
         self.scheduler = scheduler
         self.trust = trust or DEFAULT_TRUST  # the scheduler-side bounds (schedkit.trust)
         self.views: dict[str, VllmRequestView] = {}
@@ -111,7 +136,7 @@ class SchedkitRuntime(AdapterRuntime):
             request = requests.get(new.req_id)
             if request is not None:
                 self.view(request).admitted(int(new.num_computed_tokens))
-        if not self.facade.has_step_observer:
+        if not self.tracks_steps:
             return
         scheduled: list[RequestView] = []
         counts: list[int] = []

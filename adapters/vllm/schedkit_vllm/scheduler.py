@@ -137,10 +137,16 @@ class SchedkitSchedulerMixin(_Base):  # type: ignore[misc]
         super().__init__(*args, **kwargs)
         config = resolve_config(self.vllm_config.additional_config)
         if config is not None:
-            self.install_schedkit(PolicyFacade.from_config(config), config.trust)
+            self.install_schedkit(
+                PolicyFacade.from_config(config), config.trust, record_steps=config.record_steps
+            )
 
     def install_schedkit(
-        self, facade: PolicyFacade, trust: TrustConfig | None = None
+        self,
+        facade: PolicyFacade,
+        trust: TrustConfig | None = None,
+        *,
+        record_steps: str | None = None,
     ) -> SchedkitRuntime:
         """Put ``facade``'s policies in charge of this (so far stock) scheduler, before
         any request arrives. ``__init__`` does this from the config; drivers that build
@@ -148,7 +154,7 @@ class SchedkitSchedulerMixin(_Base):  # type: ignore[misc]
         if self.schedkit is not None or self.requests:
             raise RuntimeError("install_schedkit: the scheduler already has policies or requests")
         warn_unsupported(facade, "vllm")
-        runtime = SchedkitRuntime(self, facade, trust=trust)
+        runtime = SchedkitRuntime(self, facade, trust=trust, record_steps=record_steps)
         if facade.has_order:
             queue = OrderedRequestQueue()
             queue.replace(self.waiting)
@@ -158,7 +164,7 @@ class SchedkitSchedulerMixin(_Base):  # type: ignore[misc]
         self.schedkit = runtime
         # A policy set with no hooks (the default fcfs) leaves every override on the
         # stock path: nothing would read what the runtime records.
-        self._live = runtime if facade.implemented else None
+        self._live = runtime if facade.implemented or runtime.recorder else None
         log.info(
             "schedkit: policies %s (hooks: %s)",
             facade.label,
@@ -296,6 +302,13 @@ class SchedkitSchedulerMixin(_Base):  # type: ignore[misc]
                 bundle.outputs.append(final)
         runtime.after_update(scheduler_output)
         return outputs
+
+    def shutdown(self) -> None:
+        try:
+            super().shutdown()
+        finally:
+            if self.schedkit is not None:
+                self.schedkit.close()  # the step file, when recording
 
     def _free_request(self, request: Any, *args: Any, **kwargs: Any) -> Any:
         result = super()._free_request(request, *args, **kwargs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import subprocess
@@ -73,6 +74,36 @@ def test_arms_with_their_own_engine_settings_on_real_engines(
     assert all(arm["metrics"]["completed"] == 24 for arm in results["arms"])
     # one sequence at a time: the others wait
     assert one["metrics"]["queue_ms"]["p90"] > eight["metrics"]["queue_ms"]["p90"]
+
+
+def test_record_steps_on_the_real_engine_then_calibrate(tiny_model: Path, tmp_path: Path) -> None:
+    """--record-steps writes one row per vLLM step; every scheduled token is in a row."""
+    from schedkit.sim.calibration import read_steps
+
+    out, steps = tmp_path / "rec", tmp_path / "steps"
+    proc = _schedkit(
+        "bench", "--engine", "vllm", "--model", str(tiny_model),
+        "--workload", "poisson:rate=40,n=40,prompt=48,output=12",
+        "--policy", "fcfs", "--record-steps", str(steps), "--out", str(out),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    rows, meta = read_steps(steps / "fcfs.csv")
+    assert meta == {"engine": "vllm", "model": str(tiny_model), "gpu": "cpu", "tp": 1}
+    results = json.loads((out / "results.json").read_text())
+    records = json.loads((out / "results.json").read_text())["arms"][0]["metrics"]
+    assert records["completed"] == 40 and len(rows) >= 12
+    # every prompt token is prefilled once (no prefix hits here), every later token decoded
+    with (out / "requests.csv").open() as f:  # this environment has no pyarrow
+        table = list(csv.DictReader(f))
+    assert sum(r.prefill_tokens for r in rows) == sum(int(t["prompt_tokens"]) for t in table)
+    assert sum(r.decode_tokens for r in rows) == sum(int(t["output_tokens"]) - 1 for t in table)
+    starts = [r.start_s for r in rows]
+    assert starts == sorted(starts) and all(r.seconds > 0 for r in rows)
+    assert all(r.kv_tokens >= r.prefill_tokens + r.decode_tokens for r in rows)
+    assert results["engine"]["engine"] == "vllm"
+    fitted = _schedkit("calibrate", str(steps / "fcfs.csv"), "--out", str(tmp_path / "cpu.json"))
+    assert fitted.returncode == 0, fitted.stderr
+    assert "held-out all" in fitted.stdout
 
 
 class BlockTenant(Policy):
