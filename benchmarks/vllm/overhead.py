@@ -7,6 +7,7 @@ requests run. Four arms, each its own scheduler fed the identical seeded workloa
 - ``stock``: ``vllm.v1.core.sched.scheduler.Scheduler``
 - ``no-config``: ``schedkit_vllm.Scheduler`` with no schedkit config (stock path)
 - ``fcfs``: ``schedkit_vllm.Scheduler`` with ``{"policy": ["fcfs"]}`` (the default policy)
+- ``fcfs-record``: ``fcfs`` recording every step (``record_steps``, for calibration)
 - ``priority``: ``{"policy": ["priority"]}`` (an ordering plus victim policy)
 - ``stock-priority``: vLLM's scheduler in ``--scheduling-policy priority`` mode, the
   baseline of ``priority``: schedkit's ``priority`` reproduces it, so both schedule the
@@ -53,11 +54,14 @@ os.environ.pop("SCHEDKIT_CONFIG", None)
 
 BLOCK_SIZE = 16
 PROMPT = 64
+RECORD_FILE = Path(tempfile.gettempdir()) / "schedkit-overhead-steps.csv"
 ARMS: dict[str, dict[str, Any] | None] = {
     "stock": None,
     "stock-priority": None,
     "no-config": None,
     "fcfs": {"policy": ["fcfs"]},
+    # fcfs writing every step to a file (record_steps, for schedkit calibrate)
+    "fcfs-record": {"policy": ["fcfs"], "record_steps": str(RECORD_FILE)},
     "priority": {"policy": ["priority"]},
     "async-stock": None,
     "async-stock-priority": None,
