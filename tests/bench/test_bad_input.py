@@ -24,7 +24,7 @@ from schedkit.config import load_config
 from schedkit.errors import PolicyConfigError, SchedkitError, quote
 from schedkit.inputs import read_lines
 from schedkit.records import RunResult
-from schedkit.sim.calibration import load_cost_profile, read_timings_csv
+from schedkit.sim.calibration import load_cost_profile, read_steps
 from schedkit.sim.costmodel import RooflineCostModel
 from schedkit.sim.limits import MAX_DURATION_VAR, MAX_REQUESTS_VAR
 from schedkit.sim.profiles import (
@@ -314,7 +314,7 @@ def test_integers_too_long_to_convert(tmp_path: Path) -> None:
     timings = tmp_path / "timings.csv"
     timings.write_text("prefill_tokens,decode_tokens,kv_tokens,seconds\n" + "9" * 5000 + ",1,1,1\n")
     with pytest.raises(SchedkitError) as exc:
-        read_timings_csv(timings)
+        read_steps(timings)
     assert str(exc.value) == (
         f"{timings}, line 2: prefill_tokens must be an integer >= 0, got '{'9' * 100}'..."
         " (5,000 characters)"
