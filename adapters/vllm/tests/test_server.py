@@ -338,7 +338,9 @@ def test_command_merges_additional_config_and_picks_the_class() -> None:
     merged = json.loads(command[-1])
     assert merged == {
         "other": 1,
-        "schedkit": {"policy": ["priority"], "options": {}, "hook_budget_ms": None},
+        "schedkit": {
+            "policy": ["priority"], "options": {}, "record_steps": None, "hook_budget_ms": None,
+        },  # fmt: skip
     }
     assert command.count("--additional-config") == 1
 
