@@ -339,8 +339,11 @@ def test_command_merges_additional_config_and_picks_the_class() -> None:
     assert merged == {
         "other": 1,
         "schedkit": {
-            "policy": ["priority"], "options": {}, "record_steps": None, "hook_budget_ms": None,
-        },  # fmt: skip
+            "policy": ["priority"],
+            "options": {},
+            "record_steps": None,
+            "hook_budget_ms": None,
+        },
     }
     assert command.count("--additional-config") == 1
 
