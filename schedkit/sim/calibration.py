@@ -122,6 +122,8 @@ def _parse_step(cells: dict[str, str], where: str) -> StepRow:
         seconds=values["seconds"],
         attn_pairs=values.get("attn_pairs", 0),
         start_s=values.get("start_s"),
+        end_s=values.get("end_s"),
+        num_running=values.get("num_running"),
     )
 
 

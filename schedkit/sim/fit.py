@@ -13,6 +13,7 @@ roofline's value, with a warning naming it.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -23,7 +24,9 @@ import numpy as np
 from schedkit.errors import SchedkitError
 from schedkit.sim.costmodel import LINEAR_COEFFICIENTS, LinearCostModel, RooflineCostModel
 
-__all__ = ["MIN_STEPS", "Calibration", "StepRow", "fit_steps", "roofline_linear", "step_kind"]
+__all__ = [
+    "MIN_STEPS", "Calibration", "StepRow", "fit_steps", "roofline_linear", "step_kind", "with_gaps",
+]  # fmt: skip
 
 TEST_SHARE = 0.3
 MIN_STEPS = 20  # 14 fitted (about 3 per coefficient) and 6 held out, at the least
@@ -40,6 +43,8 @@ class StepRow:
     seconds: float
     attn_pairs: int = 0
     start_s: float | None = None  # on the engine's clock; None: the file's order
+    end_s: float | None = None
+    num_running: int | None = None  # requests still running when the step ended
 
 
 def step_kind(row: StepRow) -> str:
@@ -58,6 +63,7 @@ class Calibration:
     holdout: dict[str, dict[str, float]]  # kind ("all" too) -> n, mape, p90_ape
     fixed: dict[str, float] = field(default_factory=dict)  # coefficient -> roofline value
     warnings: list[str] = field(default_factory=list)
+    gap_share: float = 0.0  # of the fitted time: between busy steps (``with_gaps``)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -66,6 +72,7 @@ class Calibration:
             "train_mape": self.train_mape,
             "holdout": self.holdout,
             "fixed_at_roofline": self.fixed,
+            "gap_share": self.gap_share,
         }
 
 
@@ -82,6 +89,28 @@ def roofline_linear(roofline: RooflineCostModel) -> dict[str, float]:
         "c_kv": roofline._kv_bytes / bandwidth,
         "c_attn": roofline._flops_per_pair / flops,
     }
+
+
+def with_gaps(rows: Sequence[StepRow]) -> tuple[list[StepRow], float]:
+    """``rows`` in start order, each busy step's time extended to the next step's start.
+
+    The simulator's clock advances by step times alone, but a real engine spends time
+    between steps too (processing outputs, taking in requests). After a step that left
+    requests running, the engine starts the next step as soon as it can, so the gap
+    belongs to the step. After one that left nothing running, the engine idled, and the
+    gap is not counted. Needs ``start_s``, ``end_s`` and ``num_running``. Returns the
+    rows and the share of the time the gaps added."""
+    ordered = sorted(rows, key=lambda r: r.start_s or 0.0)
+    out, added = [], 0.0
+    for row, nxt in zip(ordered, [*ordered[1:], None], strict=True):
+        gap = 0.0
+        busy = nxt is not None and row.end_s is not None and nxt.start_s is not None
+        if busy and row.num_running and nxt is not None and nxt.start_s is not None:
+            gap = max(0.0, nxt.start_s - (row.end_s or 0.0))
+        added += gap
+        out.append(dataclasses.replace(row, seconds=row.seconds + gap) if gap else row)
+    total = sum(r.seconds for r in out)
+    return out, added / total if total > 0 else 0.0
 
 
 def _check(rows: Sequence[StepRow]) -> None:
@@ -127,7 +156,11 @@ def fit_steps(
 
     _check(rows)
     timed = all(r.start_s is not None for r in rows)
-    ordered = sorted(rows, key=lambda r: r.start_s or 0.0) if timed else list(rows)
+    gap_share = 0.0
+    if timed and all(r.end_s is not None and r.num_running is not None for r in rows):
+        ordered, gap_share = with_gaps(rows)
+    else:
+        ordered = sorted(rows, key=lambda r: r.start_s or 0.0) if timed else list(rows)
     cut = len(ordered) - max(6, math.ceil(test_share * len(ordered)))
     train, test = ordered[:cut], ordered[cut:]
     x = _features(train)
@@ -179,4 +212,5 @@ def fit_steps(
         holdout=holdout,
         fixed=fixed,
         warnings=warnings,
+        gap_share=gap_share,
     )

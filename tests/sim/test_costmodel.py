@@ -16,7 +16,7 @@ from schedkit.sim.calibration import (
     save_cost_profile,
 )
 from schedkit.sim.costmodel import CostModel, LinearCostModel, RooflineCostModel, make_cost_model
-from schedkit.sim.fit import MIN_STEPS, StepRow, fit_steps, roofline_linear
+from schedkit.sim.fit import MIN_STEPS, StepRow, fit_steps, roofline_linear, with_gaps
 from schedkit.sim.profiles import GPUProfile, get_gpu, get_model, tp_degrees
 
 LLAMA_8B = get_model("Llama-3-8B")
@@ -255,7 +255,10 @@ def test_read_steps_with_its_metadata_and_any_column_order(tmp_path: Path) -> No
     )
     rows, meta = read_steps(path)
     assert meta == {"engine": "vllm", "model": "tiny", "gpu": "cpu", "tp": 1}
-    assert rows == [StepRow(512, 0, 512, 0.03, 131328, 0.0), StepRow(0, 8, 9000, 0.01, 9000, 0.03)]
+    assert rows == [
+        StepRow(512, 0, 512, 0.03, 131328, 0.0, 0.03, 1),
+        StepRow(0, 8, 9000, 0.01, 9000, 0.03, 0.04, 8),
+    ]
     old = tmp_path / "old.csv"  # the four columns of schedkit 0.2
     old.write_text("seconds,kv_tokens,decode_tokens,prefill_tokens\n0.1,3,2,1\n")
     assert read_steps(old) == ([StepRow(1, 2, 3, 0.1)], {})
@@ -321,3 +324,12 @@ def test_make_cost_model(tmp_path: Path) -> None:
     path.write_text(json.dumps(LinearCostModel(0.01, 0, 0, 0).describe()))  # a 0.2 profile
     cost, model, _ = make_cost_model("Llama-3-8B", "H100", 1, str(path))
     assert isinstance(cost, LinearCostModel) and cost.step_time(0, 1, 1, 1) == 0.01
+
+
+def test_the_gap_after_a_busy_step_belongs_to_it() -> None:
+    busy = StepRow(8, 0, 8, 0.010, 36, start_s=0.0, end_s=0.010, num_running=2)
+    idle = StepRow(0, 2, 20, 0.004, 20, start_s=0.012, end_s=0.016, num_running=0)
+    last = StepRow(0, 1, 10, 0.003, 10, start_s=0.5, end_s=0.503, num_running=1)
+    rows, share = with_gaps([last, idle, busy])  # any order: by start
+    assert [r.seconds for r in rows] == pytest.approx([0.012, 0.004, 0.003])
+    assert share == pytest.approx(0.002 / 0.019)
