@@ -74,6 +74,7 @@ def policies(
     Console().print(table)
 
 
+RECORDING_ENGINE = "vllm"  # the adapter that honours record_steps (docs/calibration.md)
 SERVE_GROUP = "schedkit.serve"  # entry points: engine name -> serve(config, engine_args) -> int
 
 
@@ -108,6 +109,12 @@ def serve(
         )
     if record_steps is not None:
         config = config.model_copy(update={"record_steps": record_steps})
+    if config.record_steps is not None and engine != RECORDING_ENGINE:
+        raise SchedkitError(
+            f"record_steps: recording engine steps is wired for {RECORDING_ENGINE} only so"
+            f" far; {engine} would ignore it. Drop --record-steps (or record_steps in the"
+            " config)"
+        )
     found = {ep.name: ep for ep in metadata.entry_points(group=SERVE_GROUP)}
     if engine not in found:
         known = ", ".join(sorted(found)) or "none installed"
@@ -135,7 +142,7 @@ def main() -> None:
     bench_cli.register(app)
     try:
         if sys.argv[1:2] == ["bench"]:
-            bench_cli.check_repeated(sys.argv[2:])
+            bench_cli.check_repeated(app, sys.argv[2:])
         app()
     except SchedkitError as exc:
         print_error(str(exc))

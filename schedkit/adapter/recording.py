@@ -1,8 +1,9 @@
 """Recording an engine's steps for calibration (``record_steps`` in the schedkit config).
 
 One CSV row per step, in the columns ``schedkit calibrate`` reads
-(``schedkit.sim.calibration.STEP_COLUMNS``; docs/calibration.md), after a first line
-``# schedkit-steps {...}`` naming the engine, model, device and TP. Times are seconds
+(``schedkit.sim.calibration.STEP_COLUMNS``, in that order; docs/calibration.md), after
+a first line ``# schedkit-steps {...}`` (``META_PREFIX``) naming the engine, model,
+device and TP. Times are seconds
 on the engine's clock, which starts when the recorder does. The cost per step is a few
 additions when the step is scheduled, and one buffered CSV row when its results are
 processed.
@@ -19,14 +20,11 @@ from typing import Any
 
 from schedkit.decisions import StepReport
 from schedkit.errors import SchedkitError, quote
+from schedkit.sim.calibration import META_PREFIX, STEP_COLUMNS
 from schedkit.views import EngineView
 
 __all__ = ["StepRecorder"]
 
-COLUMNS = (
-    "start_s", "end_s", "prefill_tokens", "decode_tokens", "kv_tokens", "attn_pairs",
-    "batch_size", "num_running", "num_waiting", "seconds",
-)  # fmt: skip
 FLUSH_EVERY = 256  # rows
 
 
@@ -51,9 +49,9 @@ class StepRecorder:
                 " file in a directory you can write to"
             ) from None
         self.path = Path(path)
-        self._file.write("# schedkit-steps " + json.dumps(meta, sort_keys=True) + "\n")
+        self._file.write(META_PREFIX + json.dumps(meta, sort_keys=True) + "\n")
         self._csv = csv.writer(self._file)
-        self._csv.writerow(COLUMNS)
+        self._csv.writerow(STEP_COLUMNS)
         self._includes = computed_includes_step
         self._open: dict[int, tuple[int, int]] = {}  # id(step key) -> (kv tokens, pairs)
         self._rows = 0

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import inspect
 from pathlib import Path
-from typing import Annotated, Any, get_args, get_origin
+from typing import Annotated, Any
 
 import typer
+import typer.main
 from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
@@ -202,9 +202,11 @@ def bench(
         )
         raise SchedkitError(f"bad bench arguments: {fields}") from exc
     if len(rates) == 1 and replicates == 1:  # one bench at an absolute rate
-        from schedkit.bench.runner import Bench, _rate
+        from schedkit.bench.runner import Bench, arrival_rate
 
-        spec = spec.model_copy(update={"rate_scale": rates[0] / _rate(Bench(spec).base)})
+        spec = spec.model_copy(
+            update={"rate_scale": rates[0] / arrival_rate(Bench(spec).base.requests)}
+        )
         rates = []
     if ray is not None and not (len(scales) > 1 or len(rates) > 0 or replicates > 1):
         raise SchedkitError("--ray runs a sweep's probe points: give several rates or --replicates")
@@ -420,16 +422,17 @@ def calibrate(
     typer.echo(f"wrote {out}; use it with: schedkit bench --profile {out} ...")
 
 
-def check_repeated(args: list[str]) -> None:
+def check_repeated(app: typer.Typer, args: list[str]) -> None:
     """Refuse a single-valued ``bench`` option given twice: the parser keeps the last
-    silently, so ``--max-num-seqs 128 --max-num-seqs 64`` would run every arm with 64."""
+    silently, so ``--max-num-seqs 128 --max-num-seqs 64`` would run every arm with 64.
+    The options are read from the command typer builds for ``bench``."""
     head = args[: args.index("--")] if "--" in args else args
-    for name, param in inspect.signature(bench).parameters.items():
-        if get_origin(param.annotation) is list or "list[" in str(param.annotation):
+    command = typer.main.get_command(app)
+    bench_command = getattr(command, "commands", {}).get("bench")
+    for param in getattr(bench_command, "params", ()):
+        if getattr(param, "multiple", False):
             continue  # --policy, --arm: one per arm
-        info = next((m for m in get_args(param.annotation)[1:] if hasattr(m, "param_decls")), None)
-        decls = [d for d in getattr(info, "param_decls", ()) or () if d.startswith("--")]
-        names = decls or ["--" + name.replace("_", "-")]
+        names = [o for o in [*param.opts, *param.secondary_opts] if o.startswith("--")]
         given = [a for a in head if a.split("=", 1)[0] in names]
         if len(given) > 1:
             raise SchedkitError(

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from schedkit.bench.arms import EngineSettings
 from schedkit.bench.metrics import compute_metrics
-from schedkit.bench.runner import Bench, BenchSpec, _rate, replay, trusted_requests
+from schedkit.bench.runner import Bench, BenchSpec, arrival_rate, replay, trusted_requests
 from schedkit.errors import SchedkitError
 from schedkit.sim.profiles import ACTIVATION_RESERVE_BYTES_PER_GPU, get_gpu, get_model
 
@@ -140,7 +140,7 @@ def search(plan: PlanSpec, gpu: str, tp: int, variant: int) -> dict[str, Any]:
     best = probes[high]
     thumb = rule_of_thumb(bench, gpu, tp, spec.gpu_memory_utilization)
     per_replica = thumb["concurrency_per_gpu"] * tp
-    rate = _rate(bench.workload(spec.rate_scale))
+    rate = arrival_rate(bench.workload(spec.rate_scale).requests)
     needed = rate * (best["e2e_mean_ms"] or 0.0) / 1000.0  # Little's law
     thumb["concurrency_needed"] = needed
     thumb["replicas"] = math.ceil(needed / per_replica) if per_replica > 0 else None

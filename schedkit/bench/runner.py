@@ -101,10 +101,11 @@ def _recording(
     spec: BenchSpec, labels: Sequence[str], configs: Sequence[SchedkitConfig]
 ) -> list[SchedkitConfig]:
     """Each arm's config with its steps file, ``<record_steps>/<label>.csv``."""
-    if spec.engine == "sim":
+    if spec.engine != "vllm":
         raise SchedkitError(
-            "--record-steps records a real engine's steps for schedkit calibrate; the"
-            " simulator's come from its cost model. Use --engine vllm or --engine sglang"
+            "--record-steps records a real engine's steps for schedkit calibrate (the"
+            " simulator's come from its cost model); it is wired for --engine vllm only so"
+            f" far, not --engine {spec.engine}"
         )
     directory = Path(spec.record_steps or ".")
     try:
@@ -255,6 +256,12 @@ class Bench:
         self.configs = [arm.config for arm in self.arms]
         if spec.record_steps is not None:
             self.configs = _recording(spec, self.labels, self.configs)
+        for label, cfg in zip(self.labels, self.configs, strict=True):
+            if cfg.record_steps is not None and spec.engine != "vllm":
+                raise SchedkitError(
+                    f"arm {label}: record_steps is honoured by --engine vllm only so far;"
+                    f" --engine {spec.engine} would ignore it (docs/calibration.md)"
+                )
         _check_overrides(spec, self.arms)
         longest = max(r.prompt_tokens + r.output_tokens for r in base.requests)
         self._profile_warnings: list[str] = []
@@ -367,7 +374,7 @@ class Bench:
 
     def goodput(self, index: int) -> dict[str, Any]:
         """Highest request rate at which >= 90% of requests meet both SLOs (bisection)."""
-        base_rate = _rate(self.base)
+        base_rate = arrival_rate(self.base.requests)
 
         def attainment(scale: float) -> float:
             value = self.metrics(self.run_arm(index, scale))["slo_attainment"]
@@ -391,10 +398,11 @@ class Bench:
         return {"goodput_rps": lo * base_rate, "goodput_rate_scale": lo}
 
 
-def _rate(workload: Workload) -> float:
-    reqs = workload.requests
-    span = reqs[-1].arrival_s - reqs[0].arrival_s
-    return len(reqs) / span if span > 0 else float(len(reqs))
+def arrival_rate(requests: Sequence[TraceRequest]) -> float:
+    """Requests per second from the first arrival to the last (their count if they all
+    arrive at once)."""
+    span = requests[-1].arrival_s - requests[0].arrival_s
+    return len(requests) / span if span > 0 else float(len(requests))
 
 
 TRUNCATION_RATE = 1.5  # the cut-off stretch is this much busier than what was kept: flag

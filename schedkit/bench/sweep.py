@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from schedkit.bench.flags import overload
 from schedkit.bench.metrics import compute_metrics
-from schedkit.bench.runner import Bench, BenchSpec, replay, trusted_requests
+from schedkit.bench.runner import Bench, BenchSpec, arrival_rate, replay, trusted_requests
 from schedkit.bench.sectioning import t_quantile
 from schedkit.errors import SchedkitError
 from schedkit.sim.workloads import TraceRequest
@@ -147,7 +147,7 @@ class Sweep:
             self.streams = [_rebased(base[i * size : (i + 1) * size]) for i in range(k)]
         else:
             self.streams = [list(base)] * k
-        self.base_rate = _rate(self.streams[0] if spec.arrivals == "poisson" else list(base))
+        self.base_rate = arrival_rate(self.streams[0] if spec.arrivals == "poisson" else list(base))
         self.points = [
             Point(a, r, i)
             for i in range(k)
@@ -167,7 +167,7 @@ class Sweep:
             return rate
         if self.spec.arrivals == "poisson":
             return rate * self.base_rate
-        return rate * _rate(self.streams[point.replicate])
+        return rate * arrival_rate(self.streams[point.replicate])
 
     def nominal(self, rate_index: int) -> float:
         """The offered rate the curves plot at: absolute, or the scale x the trace's rate."""
@@ -180,7 +180,7 @@ class Sweep:
         if self.spec.arrivals == "poisson":
             seed = [self.spec.bench.seed, point.replicate]
             return _gamma_arrivals(stream, offered, self.spec.burstiness, seed)
-        factor = _rate(stream) / offered
+        factor = arrival_rate(stream) / offered
         return [dataclasses.replace(r, arrival_s=r.arrival_s * factor) for r in stream]
 
     def run(self, point: Point) -> dict[str, Any]:
@@ -208,11 +208,6 @@ class Sweep:
 def _rebased(requests: Sequence[TraceRequest]) -> list[TraceRequest]:
     t0 = requests[0].arrival_s
     return [dataclasses.replace(r, arrival_s=r.arrival_s - t0) for r in requests]
-
-
-def _rate(requests: Sequence[TraceRequest]) -> float:
-    span = requests[-1].arrival_s - requests[0].arrival_s
-    return len(requests) / span if span > 0 else float(len(requests))
 
 
 def _gamma_arrivals(

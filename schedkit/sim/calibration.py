@@ -27,6 +27,7 @@ from schedkit.sim.costmodel import LinearCostModel
 from schedkit.sim.fit import Calibration, StepRow
 
 __all__ = [
+    "META_PREFIX",
     "REQUIRED_COLUMNS",
     "STEP_COLUMNS",
     "load_cost_profile",

@@ -118,6 +118,20 @@ class RooflineCostModel:
     def decode_steps_before(self, n: int, kv0: int, budget_s: float, k_max: int) -> int:
         return _steps_before(lambda j: self.decode_run_time(n, kv0, j), budget_s, k_max)
 
+    def linear_coefficients(self) -> dict[str, float]:
+        """Its terms as ``LinearCostModel`` coefficients: the overhead plus reading the
+        weights once per step, FLOPs per token (prefill and decode alike), KV bytes per
+        token read, FLOPs per query-key pair. The step time is the max of compute and
+        memory; their sum is the linear upper bound."""
+        flops, bandwidth = self._flops_per_s, self._bytes_per_s
+        return {
+            "c0": self.step_overhead_s + self._weight_bytes / bandwidth,
+            "c_prefill": self._flops_per_token / flops,
+            "c_decode": self._flops_per_token / flops,
+            "c_kv": self._kv_bytes / bandwidth,
+            "c_attn": self._flops_per_pair / flops,
+        }
+
     def kv_capacity_tokens(self, gpu_memory_utilization: float = 0.9) -> int:
         """KV-cache tokens left once weights and a 1 GB/GPU activation reserve are placed."""
         return kv_capacity_tokens(self.model, self.gpu, self.tp, gpu_memory_utilization)

@@ -49,13 +49,14 @@ def keyed_evictions(kv: KVCache) -> KeyedEvictions:
 class KeyedEvictions:
     """The evictable spans of one KV cache in ``eviction_key`` order."""
 
+    span_keys = False  # keys of whole spans, by (num_hits, last_access)
+
     def __init__(self, kv: KVCache) -> None:
         self.kv = kv
         # Items go stale when their span's ``serial`` moves on (re-ranked, referenced
         # again, dropped) and are skipped when they reach the top.
         self.heap: list[Item] = []
         self.serial = 0
-        self.span_keys = False  # keys of whole spans, by (num_hits, last_access)
         self.memo: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 
     # -- keys ---------------------------------------------------------------------------
@@ -108,7 +109,7 @@ class KeyedEvictions:
         key = None if fresh else span.ukey
         if key is None:
             key = self._key(span, hi - 1)
-            span.ukey = key if self.span_keys else None
+            span.ukey = None  # uniform only once its head's key is known too (evict)
         self.serial += 1
         span.serial = self.serial
         heappush(self.heap, (key, (rank[0], rank[1], -hi), self.serial, span))
@@ -191,9 +192,10 @@ class SpanKeyedEvictions(KeyedEvictions):
     """Evictable spans keyed as a whole, bucketed by key: a heap of the distinct keys,
     and per key a heap of its spans by LRU rank (cheap to compare: three ints)."""
 
+    span_keys = True
+
     def __init__(self, kv: KVCache) -> None:
         super().__init__(kv)
-        self.span_keys = True
         self.buckets: dict[tuple[Any, ...], list[Entry]] = {}
         self.keys: list[tuple[Any, ...]] = []  # heap of the buckets' keys
 

@@ -25,7 +25,7 @@ from schedkit.errors import SchedkitError
 from schedkit.sim.costmodel import LINEAR_COEFFICIENTS, LinearCostModel, RooflineCostModel
 
 __all__ = [
-    "MIN_STEPS", "Calibration", "StepRow", "fit_steps", "roofline_linear", "step_kind", "with_gaps",
+    "MIN_STEPS", "Calibration", "StepRow", "fit_steps", "step_kind", "with_gaps",
 ]  # fmt: skip
 
 TEST_SHARE = 0.3
@@ -74,21 +74,6 @@ class Calibration:
             "fixed_at_roofline": self.fixed,
             "gap_share": self.gap_share,
         }
-
-
-def roofline_linear(roofline: RooflineCostModel) -> dict[str, float]:
-    """The roofline's terms as linear coefficients: the overhead plus reading the weights
-    once per step, FLOPs per token (prefill and decode alike), KV bytes per token read,
-    FLOPs per query-key pair. A step's time is the max of compute and memory; the sum
-    is the linear upper bound."""
-    flops, bandwidth = roofline._flops_per_s, roofline._bytes_per_s
-    return {
-        "c0": roofline.step_overhead_s + roofline._weight_bytes / bandwidth,
-        "c_prefill": roofline._flops_per_token / flops,
-        "c_decode": roofline._flops_per_token / flops,
-        "c_kv": roofline._kv_bytes / bandwidth,
-        "c_attn": roofline._flops_per_pair / flops,
-    }
 
 
 def with_gaps(rows: Sequence[StepRow]) -> tuple[list[StepRow], float]:
@@ -165,7 +150,7 @@ def fit_steps(
     train, test = ordered[:cut], ordered[cut:]
     x = _features(train)
     y = np.array([r.seconds for r in train])
-    reference = roofline_linear(roofline)
+    reference = roofline.linear_coefficients()
     fixed: dict[str, float] = {}
     warnings: list[str] = []
     for j in range(1, len(FEATURES)):

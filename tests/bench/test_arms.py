@@ -157,3 +157,20 @@ def test_an_engine_runner_sees_the_arms_own_settings() -> None:
     assert arm.sim_config.max_num_seqs == 2 and arm.sim_config.num_blocks == 3000
     assert arm.engine_info is bench.arm_engines[1][0]  # what an engine records lands there
     assert bench.spec.max_num_seqs == 256 and bench.sim_config.num_blocks == 4000
+
+
+def test_record_steps_where_no_engine_honours_it_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(
+        SchedkitError, match="wired for --engine vllm only so far, not --engine sim"
+    ):
+        Bench(BenchSpec(workload=LOADED, policies=["fcfs"], record_steps=str(tmp_path)))
+    config = tmp_path / "rec.toml"
+    config.write_text(f'policy = "fcfs"\nrecord_steps = "{tmp_path / "s.csv"}"\n')
+    with pytest.raises(
+        SchedkitError, match="arm rec: record_steps is honoured by --engine vllm only"
+    ):
+        Bench(BenchSpec(workload=LOADED, policies=[str(config)]))
+    proc = schedkit("serve", "sglang", "--record-steps", str(tmp_path / "s.csv"))
+    assert (
+        proc.returncode == 2 and "wired for vllm only so far; sglang would ignore it" in proc.stderr
+    )

@@ -16,7 +16,7 @@ from schedkit.sim.calibration import (
     save_cost_profile,
 )
 from schedkit.sim.costmodel import CostModel, LinearCostModel, RooflineCostModel, make_cost_model
-from schedkit.sim.fit import MIN_STEPS, StepRow, fit_steps, roofline_linear, with_gaps
+from schedkit.sim.fit import MIN_STEPS, StepRow, fit_steps, with_gaps
 from schedkit.sim.profiles import GPUProfile, get_gpu, get_model, tp_degrees
 
 LLAMA_8B = get_model("Llama-3-8B")
@@ -227,7 +227,7 @@ def test_coefficients_stay_non_negative() -> None:
 
 def test_a_feature_that_never_varies_keeps_the_roofline_value() -> None:
     fit = fit_steps(synthetic_rows(TRUTH[:4], 100, 0.0, seed=5, attn=False), ROOFLINE)
-    reference = roofline_linear(ROOFLINE)["c_attn"]
+    reference = ROOFLINE.linear_coefficients()["c_attn"]
     assert fit.fixed == {"c_attn": reference} and fit.model.c_attn == reference
     [warning] = fit.warnings
     assert "attn_pairs never varies in the 70 fitted steps (always 0)" in warning
