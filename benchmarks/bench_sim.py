@@ -37,7 +37,7 @@ GROWTH_LIMIT = 10.5
 MOONCAKE_TARGET = 5_000  # requests/s on mooncake-conv's first 2,000
 # Eviction policies against LRU (fcfs never calls the eviction hook): mooncake-conv's first
 # 1,500 requests at a quarter of the recorded rate, as in benchmarks/policies/evict.md.
-EVICT_POLICIES = ("fcfs", "lfu", "slru", "prefix-aware")
+EVICT_POLICIES = ("fcfs", "lfu", "slru", "prefix-aware", "prefix-aware-queued")
 EVICT_BLOCKS = (8_000, 30_000)
 EVICT_WINDOWS = (4096, 0)  # the default window, and every evictable block
 # azure-conv's own rate and about its lengths: a steady load, neither idle nor queueing.
@@ -222,9 +222,9 @@ def main(argv: list[str] | None = None) -> None:
         print()
 
     if "evict" in args.only:
-        print("## eviction policies vs LRU, mooncake-conv first 1,500 at 0.25x (list hook)")
+        print("## eviction policies vs LRU, mooncake-conv first 1,500 at 0.25x")
         print(
-            f"{'KV blocks':>9} {'policy':<13} {'window':>6} {'cpu s':>7} {'vs LRU':>6} {'hit rate':>8}"
+            f"{'KV blocks':>9} {'policy':<19} {'window':>6} {'cpu s':>7} {'vs LRU':>6} {'hit rate':>8}"
         )
         for blocks in EVICT_BLOCKS:
             lru = 0.0
@@ -239,7 +239,7 @@ def main(argv: list[str] | None = None) -> None:
                     hits = run.prefix_hit_tokens / max(1, run.prefix_query_tokens)
                     label = "LRU (fcfs)" if policy == "fcfs" else policy
                     print(
-                        f"{blocks:>9,} {label:<13} {window or 'all':>6} {cpu:>7.3f}"
+                        f"{blocks:>9,} {label:<19} {window or 'all':>6} {cpu:>7.3f}"
                         f" {cpu / lru:>5.2f}x {hits:>8.3%}"
                     )
         print()

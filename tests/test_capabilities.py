@@ -56,8 +56,8 @@ def test_declared_fields_are_warned_where_partly_supported(
 ) -> None:
     from schedkit import PolicyRegistry
 
-    policy = PolicyRegistry.discover().load("prefix-aware")()
-    facade = PolicyFacade([("prefix-aware", policy)])
+    policy = PolicyRegistry.discover().load("prefix-aware-queued")()
+    facade = PolicyFacade([("prefix-aware-queued", policy)])
     messages = warn_unsupported(facade, "sglang")
     assert any("RequestView.block_hashes" in m and "Rust" in m for m in messages)
     assert any("select_evictions" in m for m in messages)

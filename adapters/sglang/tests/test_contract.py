@@ -61,6 +61,7 @@ CASES: list[tuple[str, tuple[str, ...], bool]] = [
     ("kv-pressure", ("lcf",), False),
     ("kv-pressure", ("priority",), False),
     ("shared-prefix", ("prefix-aware",), False),
+    ("shared-prefix", ("prefix-aware-queued",), False),
     ("shared-prefix", ("lfu",), False),
     ("shared-prefix", ("slru",), False),
     ("two-tenant", ("vtc",), False),

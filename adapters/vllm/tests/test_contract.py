@@ -79,7 +79,7 @@ def test_without_a_config_async_schedules_as_stock_vllm(scenario: Any) -> None:
     assert ours.finished == stock.finished and ours.output_tokens == stock.output_tokens
 
 
-@pytest.mark.parametrize("policy", ["vtc", "lcf", "slo", "prefix-aware"])
+@pytest.mark.parametrize("policy", ["vtc", "lcf", "slo", "prefix-aware-queued"])
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
 def test_aborts_mid_flight_keep_the_contract(scenario: Any, policy: str) -> None:
     # Abort two requests while their batches are in flight (one step after they were

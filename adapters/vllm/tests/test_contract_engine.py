@@ -25,6 +25,7 @@ CASES = [(s.name, "fcfs") for s in SCENARIOS] + [
     ("kv-pressure", "lcf"),
     ("kv-pressure", "priority"),
     ("shared-prefix", "prefix-aware"),
+    ("shared-prefix", "prefix-aware-queued"),
     ("shared-prefix", "lfu"),
     ("shared-prefix", "slru"),
     ("two-tenant", "vtc"),

@@ -2,28 +2,36 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from typing import Any
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from schedkit import BlockView, EngineView, Policy, PolicyOptions, hookimpl
 
-__all__ = ["SegmentedLRU"]
+__all__ = ["SegmentedLRU", "slru_key"]
 
 
-def _last_access(block: BlockView) -> float:
-    return block.last_access
+def slru_key(block: BlockView, promote_hits: int = 1, protect_s: float = 300.0) -> tuple[float]:
+    """The block's last access, ``protect_s`` later when it is protected."""
+    if block.num_hits >= promote_hits:
+        return (block.last_access + protect_s,)
+    return (block.last_access,)
 
 
 class SegmentedLRU(Policy):
     """Segmented LRU: blocks hit at least ``promote_hits`` times are protected.
 
-    Every probationary block (fewer hits) is evicted before any protected one; within a
-    segment, least recently used first. The protected segment holds at most
-    ``protected_fraction`` of the evictable blocks, its most recently used ones; older
-    protected blocks are demoted and compete with the probationary ones by recency, so
-    that prefixes popular long ago eventually leave (Karedla et al., IEEE Computer 1994).
-    A one-off prompt therefore never displaces a prefix that requests came back to,
-    however many one-off prompts arrive.
+    Within each segment, least recently used first. A protected block ranks as if it had
+    been used ``protect_s`` seconds later than it was: it is evicted after every
+    probationary block used less than ``protect_s`` seconds after it, so a one-off prompt
+    never displaces a prefix that requests came back to within that time, however many
+    one-off prompts arrive. A prefix that stops being used leaves once the probationary
+    blocks are that much newer: the demotion of Karedla et al. (IEEE Computer 1994), by
+    age instead of by a share of the cache.
+
+    A key hook that reads only a block's hits and last access (``eviction_key_reads``):
+    the engine keeps the evictable blocks in key order, with no eviction window
+    (docs/hooks.md, ``eviction_key``). schedkit-evict 0.1's ``protected_fraction`` (a
+    share of the evictable blocks, which no key of one block can express) is gone.
     """
 
     class Options(PolicyOptions):
@@ -33,30 +41,30 @@ class SegmentedLRU(Policy):
             le=1_000_000,
             description="Prefix-cache hits that move a block into the protected segment.",
         )
-        protected_fraction: float = Field(
-            default=0.8,
-            gt=0.0,
-            le=1.0,
-            description="Largest share of the evictable blocks the protected segment keeps.",
+        protect_s: float = Field(
+            default=300.0,
+            ge=0.0,
+            le=1e9,
+            allow_inf_nan=False,
+            description="Seconds of recency a protected block is credited against "
+            "probationary ones.",
         )
 
+        @model_validator(mode="before")
+        @classmethod
+        def _replaced(cls, data: Any) -> Any:
+            if isinstance(data, dict) and "protected_fraction" in data:
+                raise ValueError(
+                    "protected_fraction was removed in schedkit-evict 0.2: slru is now an "
+                    "eviction_key policy and a share of the evictable blocks is not a "
+                    "property of one block; set protect_s (seconds a protected block is "
+                    "credited, default 300) instead"
+                )
+            return data
+
     options: Options
+    eviction_key_reads = ("num_hits", "last_access")
 
     @hookimpl
-    def select_evictions(
-        self, candidates: Sequence[BlockView], num_blocks: int, engine: EngineView
-    ) -> list[BlockView]:
-        promote = self.options.promote_hits
-        probation: list[BlockView] = []
-        protected: list[BlockView] = []
-        for block in candidates:
-            (protected if block.num_hits >= promote else probation).append(block)
-        protected.sort(key=_last_access)  # stable; already sorted when candidates are LRU
-        keep = int(self.options.protected_fraction * len(candidates))
-        demoted = len(protected) - keep
-        if demoted > 0:
-            probation.extend(protected[:demoted])
-            protected = protected[demoted:]
-        probation.sort(key=_last_access)
-        order = probation if len(probation) >= num_blocks else probation + protected
-        return order[:num_blocks]
+    def eviction_key(self, block: BlockView, engine: EngineView) -> tuple[float]:
+        return slru_key(block, self.options.promote_hits, self.options.protect_s)

@@ -25,14 +25,21 @@ from schedkit import (
 from schedkit.errors import PolicyConfigError
 from schedkit.testing import conformance_test
 
-from schedkit_evict import LeastFrequentlyUsed, PrefixAware, SegmentedLRU
+from schedkit_evict import LeastFrequentlyUsed, PrefixAware, QueuedPrefixAware, SegmentedLRU
 
-POLICIES = {"lfu": LeastFrequentlyUsed, "slru": SegmentedLRU, "prefix-aware": PrefixAware}
+POLICIES = {
+    "lfu": LeastFrequentlyUsed,
+    "slru": SegmentedLRU,
+    "prefix-aware": PrefixAware,
+    "prefix-aware-queued": QueuedPrefixAware,
+}
 HOOKS = {
     "lfu": ["eviction_key"],
-    "slru": ["select_evictions"],
-    "prefix-aware": ["select_evictions", "on_request_arrived", "on_request_finished"],
+    "slru": ["eviction_key"],
+    "prefix-aware": ["eviction_key"],
+    "prefix-aware-queued": ["select_evictions", "on_request_arrived", "on_request_finished"],
 }
+KEYED = ("lfu", "slru", "prefix-aware")
 ENGINE = EngineState(kv_blocks_total=64, block_size=16)
 
 
@@ -96,7 +103,11 @@ def test_lfu_ties_keep_the_engine_order() -> None:
 # --- slru ---------------------------------------------------------------------------
 
 
-def test_slru_evicts_probationary_blocks_before_protected_ones() -> None:
+def keyed(name: str, options: dict[str, object] | None = None) -> PolicyFacade:
+    return PolicyFacade.from_config({"policy": name, "options": {name: options or {}}}, strict=True)
+
+
+def test_slru_evicts_probationary_blocks_before_protected_ones_within_the_credit() -> None:
     candidates = lru_sorted(
         [
             block(1, hits=1, last=0.0),  # protected, oldest of all
@@ -105,30 +116,37 @@ def test_slru_evicts_probationary_blocks_before_protected_ones() -> None:
             block(4, hits=0, last=3.0),
         ]
     )
-    policy = SegmentedLRU(protected_fraction=1.0)
-    assert hashes(policy.select_evictions(candidates, 3, ENGINE)) == [2, 4, 1]
-    assert hashes(policy.select_evictions(candidates, 2, ENGINE)) == [2, 4]
+    chosen = keyed("slru").select_evictions(candidates, 3, ENGINE)  # ranked by key
+    assert hashes(chosen or []) == [2, 4, 1, 3]
+
+
+def test_slru_demotes_protected_blocks_older_than_the_credit() -> None:
+    candidates = lru_sorted(
+        [
+            block(1, hits=2, last=0.0),  # protected, but 10 s older than block 2: demoted
+            block(2, hits=0, last=10.0),
+            block(3, hits=2, last=12.0),  # protected, 2 s older than block 4: kept
+            block(4, hits=0, last=14.0),
+        ]
+    )
+    chosen = keyed("slru", {"protect_s": 5.0}).select_evictions(candidates, 4, ENGINE)
+    assert hashes(chosen or []) == [1, 2, 4, 3]
+    plain = keyed("slru", {"protect_s": 0.0}).select_evictions(candidates, 4, ENGINE)
+    assert hashes(plain or []) == [1, 2, 3, 4]  # no credit: plain LRU
 
 
 def test_slru_promote_hits_sets_the_threshold() -> None:
     candidates = lru_sorted([block(1, hits=1, last=0.0), block(2, hits=0, last=1.0)])
-    strict = SegmentedLRU(promote_hits=2, protected_fraction=1.0)
-    assert hashes(strict.select_evictions(candidates, 2, ENGINE)) == [1, 2]  # plain LRU
+    strict = keyed("slru", {"promote_hits": 2}).select_evictions(candidates, 2, ENGINE)
+    assert hashes(strict or []) == [1, 2]  # block 1 stays probationary: plain LRU
+    loose = keyed("slru").select_evictions(candidates, 2, ENGINE)
+    assert hashes(loose or []) == [2, 1]
 
 
-def test_slru_demotes_the_oldest_protected_blocks_beyond_the_fraction() -> None:
-    candidates = lru_sorted(
-        [
-            block(1, hits=2, last=0.0),  # protected but oldest: demoted
-            block(2, hits=0, last=1.0),
-            block(3, hits=2, last=2.0),
-            block(4, hits=2, last=3.0),
-        ]
-    )
-    # 4 candidates x 0.5 = 2 protected places: blocks 3 and 4 keep them.
-    policy = SegmentedLRU(protected_fraction=0.5)
-    assert hashes(policy.select_evictions(candidates, 4, ENGINE)) == [1, 2, 3, 4]
-    assert hashes(policy.select_evictions(candidates, 2, ENGINE)) == [1, 2]
+def test_slru_names_the_replacement_of_protected_fraction() -> None:
+    config = {"policy": "slru", "options": {"slru": {"protected_fraction": 0.5}}}
+    with pytest.raises(PolicyConfigError, match=r"protected_fraction.*protect_s"):
+        PolicyFacade.from_config(config)
 
 
 # --- prefix-aware -------------------------------------------------------------------
@@ -144,8 +162,22 @@ def test_prefix_aware_hits_then_deepest_then_least_recent() -> None:
             block(5, hits=2, depth=1, last=0.5),
         ]
     )
-    chosen = PrefixAware().select_evictions(candidates, 5, ENGINE)
-    assert hashes(chosen) == [4, 2, 1, 3, 5]
+    chosen = keyed("prefix-aware").select_evictions(candidates, 5, ENGINE)
+    assert hashes(chosen or []) == [4, 2, 1, 3, 5]
+    assert hashes(QueuedPrefixAware().select_evictions(candidates, 5, ENGINE)) == [4, 2, 1, 3, 5]
+
+
+def test_prefix_aware_ranks_depth_by_doubling_classes() -> None:
+    candidates = lru_sorted(
+        [
+            block(1, depth=4, last=0.0),  # class 4-7, older
+            block(2, depth=7, last=1.0),  # class 4-7, newer: after block 1 despite depth
+            block(3, depth=8, last=2.0),  # class 8-15: first
+            block(4, depth=3, last=0.0),  # class 2-3: last
+        ]
+    )
+    chosen = keyed("prefix-aware").select_evictions(candidates, 4, ENGINE)
+    assert hashes(chosen or []) == [3, 1, 2, 4]
 
 
 def request(request_id: str, *block_hashes: int) -> RequestState:
@@ -162,7 +194,7 @@ def test_prefix_aware_evicts_blocks_a_queued_request_will_reuse_last() -> None:
             block(5, hits=1, depth=2, last=3.0),
         ]
     )
-    policy = PrefixAware()
+    policy = QueuedPrefixAware()
     policy.on_request_arrived(request("queued", 1, 2, 99), ENGINE)
     assert hashes(policy.select_evictions(candidates, 3, ENGINE)) == [4, 5, 3]
     # within the reused group: the same order (hits, deepest, least recent)
@@ -173,7 +205,7 @@ def test_prefix_aware_evicts_blocks_a_queued_request_will_reuse_last() -> None:
 
 def test_prefix_aware_counts_every_request_that_lists_a_block() -> None:
     candidates = [block(1, depth=0), block(2, depth=1), block(3, depth=0)]
-    policy = PrefixAware()
+    policy = QueuedPrefixAware()
     policy.on_request_arrived(request("a", 1, 2), ENGINE)
     policy.on_request_arrived(request("b", 1), ENGINE)
     policy.on_request_arrived(request("b", 3), ENGINE)  # an id the engine reused: replaced
@@ -194,8 +226,8 @@ class AdmitAll(Policy):
 def test_prefix_aware_sees_arrivals_behind_an_admission_policy() -> None:
     # Another admission policy configured first answers every arrival; prefix-aware's
     # on_request_arrived is still called before it, and changes nothing.
-    prefix_aware = PrefixAware()
-    facade = PolicyFacade([("admit-all", AdmitAll()), ("prefix-aware", prefix_aware)], strict=True)
+    queued = QueuedPrefixAware()
+    facade = PolicyFacade([("admit-all", AdmitAll()), ("prefix-aware-queued", queued)], strict=True)
     assert facade.admit(request("queued", 7), ENGINE).admitted
     candidates = [block(7, depth=0), block(8, depth=0)]
     assert hashes(facade.select_evictions(candidates, 1, ENGINE) or []) == [8]
@@ -209,8 +241,8 @@ def test_through_the_facade_returns_what_is_needed(name: str) -> None:
     facade = PolicyFacade.from_config(name, strict=True)
     candidates = lru_sorted([block(h, hits=h % 3, depth=h % 5, last=h / 10) for h in range(20)])
     chosen = facade.select_evictions(candidates, 7, ENGINE)
-    # the list hooks return the 7 blocks; lfu's keys rank every candidate
-    assert chosen is not None and len(chosen) == (20 if name == "lfu" else 7)
+    # the list hook returns the 7 blocks; keys rank every candidate
+    assert chosen is not None and len(chosen) == (20 if name in KEYED else 7)
     assert len(set(hashes(chosen))) == len(chosen)
 
 
@@ -219,7 +251,7 @@ def test_through_the_facade_returns_what_is_needed(name: str) -> None:
 
 @pytest.mark.parametrize(
     ("field", "bad"),
-    [("promote_hits", 0), ("promote_hits", "often"), ("protected_fraction", 0.0)],
+    [("promote_hits", 0), ("promote_hits", "often"), ("protect_s", -1.0), ("protect_s", "inf")],
 )
 def test_slru_bad_option_value_names_the_field(field: str, bad: object) -> None:
     with pytest.raises(ValidationError, match=field):
@@ -229,7 +261,7 @@ def test_slru_bad_option_value_names_the_field(field: str, bad: object) -> None:
         PolicyFacade.from_config(config)
 
 
-@pytest.mark.parametrize("name", ["lfu", "prefix-aware"])
+@pytest.mark.parametrize("name", ["lfu", "prefix-aware", "prefix-aware-queued"])
 def test_policies_without_options_reject_any(name: str) -> None:
     with pytest.raises(PolicyConfigError, match=name):
         PolicyFacade.from_config({"policy": name, "options": {name: {"promote_hits": 2}}})
@@ -240,15 +272,16 @@ def test_policies_without_options_reject_any(name: str) -> None:
 test_conformance_lfu = conformance_test("lfu", max_examples=100)
 test_conformance_slru = conformance_test("slru", max_examples=100)
 test_conformance_slru_options = conformance_test(
-    "slru", {"promote_hits": 3, "protected_fraction": 0.25}, max_examples=50
+    "slru", {"promote_hits": 3, "protect_s": 0.5}, max_examples=50
 )
 test_conformance_prefix_aware = conformance_test("prefix-aware", max_examples=100)
+test_conformance_prefix_aware_queued = conformance_test("prefix-aware-queued", max_examples=100)
 
 
 # --- the CLI ------------------------------------------------------------------------
 
 
-def test_cli_lists_all_three() -> None:
+def test_cli_lists_all_four() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "schedkit", "policies", "--json"],
         capture_output=True,
@@ -262,5 +295,5 @@ def test_cli_lists_all_three() -> None:
         assert listed[name]["hooks"] == HOOKS[name]
     assert set(listed["slru"]["options_schema"]["properties"]) == {
         "promote_hits",
-        "protected_fraction",
+        "protect_s",
     }

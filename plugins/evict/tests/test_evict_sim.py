@@ -10,7 +10,7 @@ from schedkit.sim.costmodel import LinearCostModel
 from schedkit.sim.engine import SimEngine
 from schedkit.sim.workloads import TraceRequest
 
-from schedkit_evict import PrefixAware
+from schedkit_evict import QueuedPrefixAware
 
 COST = LinearCostModel(c0=0.005, c_prefill=1e-5, c_decode=0.0, c_kv=0.0)
 PREFIX = (1, 2, 3, 4)  # four 16-token blocks every "shared" request starts with
@@ -48,7 +48,7 @@ def test_lru_loses_the_prefix_to_the_flood() -> None:
     assert cached_tokens(run, "again") == 0
 
 
-@pytest.mark.parametrize("policy", ["lfu", "slru", "prefix-aware"])
+@pytest.mark.parametrize("policy", ["lfu", "slru", "prefix-aware", "prefix-aware-queued"])
 def test_reused_prefix_survives_the_flood(policy: str) -> None:
     run, facade = replay(policy)
     assert cached_tokens(run, "second") == 64
@@ -76,18 +76,18 @@ def replay_queued(policy: str) -> RunResult:
     return engine.run()
 
 
-@pytest.mark.parametrize("policy", ["fcfs", "lfu", "slru"])
+@pytest.mark.parametrize("policy", ["fcfs", "lfu", "slru", "prefix-aware"])
 def test_without_the_queue_a_prefix_used_once_is_evicted(policy: str) -> None:
     assert cached_tokens(replay_queued(policy), "queued") < 64
 
 
-def test_prefix_aware_keeps_the_blocks_a_queued_request_will_hit() -> None:
-    run = replay_queued("prefix-aware")
+def test_prefix_aware_queued_keeps_the_blocks_a_queued_request_will_hit() -> None:
+    run = replay_queued("prefix-aware-queued")
     assert cached_tokens(run, "queued") == 64
     assert all(cached_tokens(run, f"one-off-{i}") == 0 for i in range(3))
 
 
-def test_prefix_aware_keeps_state_only_for_requests_in_the_engine() -> None:
+def test_prefix_aware_queued_keeps_state_only_for_requests_in_the_engine() -> None:
     # 400 requests, each with its own tenant and private blocks after the shared prefix.
     requests = [
         TraceRequest(
@@ -95,9 +95,9 @@ def test_prefix_aware_keeps_state_only_for_requests_in_the_engine() -> None:
         )
         for i in range(400)
     ]
-    facade = PolicyFacade.from_config("prefix-aware", strict=True)
+    facade = PolicyFacade.from_config("prefix-aware-queued", strict=True)
     policy = facade.policies[0][1]
-    assert isinstance(policy, PrefixAware)
+    assert isinstance(policy, QueuedPrefixAware)
     peak = [0]
 
     class Probe(Policy):
@@ -106,7 +106,7 @@ def test_prefix_aware_keeps_state_only_for_requests_in_the_engine() -> None:
             assert len(policy._hashes) <= engine.num_running + engine.num_waiting
             peak[0] = max(peak[0], len(policy._reuse))
 
-    facade = PolicyFacade([("prefix-aware", policy), ("probe", Probe())], strict=True)
+    facade = PolicyFacade([("prefix-aware-queued", policy), ("probe", Probe())], strict=True)
     config = SimConfig(num_blocks=64, max_num_seqs=4, hash_block_tokens=16)
     run = SimEngine(requests, COST, config, facade, check_invariants=True).run()
     assert all(r.finish_reason == "length" for r in run.records)
