@@ -74,7 +74,6 @@ def policies(
     Console().print(table)
 
 
-RECORDING_ENGINE = "vllm"  # the adapter that honours record_steps (docs/calibration.md)
 SERVE_GROUP = "schedkit.serve"  # entry points: engine name -> serve(config, engine_args) -> int
 
 
@@ -96,6 +95,7 @@ def serve(
     """Launch an engine's server with a policy: schedkit serve vllm|sglang --policy X -- <engine args>."""
     from importlib import metadata
 
+    from schedkit.adapter.recording import RECORDING_ENGINES
     from schedkit.config import load_config
 
     config = load_config(policy)
@@ -109,10 +109,10 @@ def serve(
         )
     if record_steps is not None:
         config = config.model_copy(update={"record_steps": record_steps})
-    if config.record_steps is not None and engine != RECORDING_ENGINE:
+    if config.record_steps is not None and engine not in RECORDING_ENGINES:
         raise SchedkitError(
-            f"record_steps: recording engine steps is wired for {RECORDING_ENGINE} only so"
-            f" far; {engine} would ignore it. Drop --record-steps (or record_steps in the"
+            f"record_steps: recording engine steps is wired for {' and '.join(RECORDING_ENGINES)}"
+            f" only; {engine} would ignore it. Drop --record-steps (or record_steps in the"
             " config)"
         )
     found = {ep.name: ep for ep in metadata.entry_points(group=SERVE_GROUP)}

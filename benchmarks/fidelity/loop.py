@@ -1,12 +1,14 @@
-"""The calibration loop (issue #15 parts 3 and 4): record the real vLLM engine's steps
-on one trace, fit a cost profile, then replay different traces on the simulator with
-that profile and on the real engine, and compare.
+"""The calibration loop (issue #15 parts 3 and 4): record a real engine's steps (vLLM or
+SGLang) on one trace, fit a cost profile, then replay different traces on the simulator
+with that profile and on the real engine, and compare.
 
-On this machine (CPU, a random-weight 2-layer Llama, hidden 256, as the adapter's
-tests use)::
+On this machine (CPU, a random-weight 2-layer Llama, hidden 256, as the adapters' tests
+use)::
 
     HF_HUB_OFFLINE=1 taskset -c 1 .venv-vllm/bin/python benchmarks/fidelity/loop.py \\
         --json benchmarks/fidelity/cpu-loop.json
+    HF_HUB_OFFLINE=1 taskset -c 1 .venv-sglang/bin/python benchmarks/fidelity/loop.py \\
+        --engine sglang --json benchmarks/fidelity/cpu-loop-sglang.json
 
 On a GPU, with your model (the same code path; ``--gpu`` names the GPU profile of the
 roofline reference that coefficients nothing varies for fall back to)::
@@ -67,13 +69,15 @@ def main() -> None:
     parser.add_argument("--model", default=None, help="model directory (default: a tiny one)")
     parser.add_argument("--gpu", default="H100-SXM", help="GPU profile of the reference")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--engine", choices=("vllm", "sglang"), default="vllm")
     args = parser.parse_args()
+    engine = args.engine
     out = args.out or Path(tempfile.mkdtemp(prefix="cpu-loop-"))
     model = args.model or str(tiny_model(out / "model"))
     register_model_dir(model)
     # 1. record the real engine on the training trace
     train = run_bench(
-        BenchSpec(workload=TRAIN, policies=["fcfs"], engine="vllm", model=model,
+        BenchSpec(workload=TRAIN, policies=["fcfs"], engine=engine, model=model,
                   record_steps=str(out / "steps")),
         out / "train",
     )  # fmt: skip
@@ -86,20 +90,26 @@ def main() -> None:
     print(f"recorded {len(rows)} steps; held-out {fit.holdout}")
     for warning in fit.warnings:
         print("warning:", warning)
-    report: dict[str, Any] = {
-        "train": TRAIN, "steps": len(rows), "fit": fit.describe(),
-        "coefficients": fit.model.describe(), "kv_blocks": real["kv_blocks"],
-        "block_size": real["block_size"], "tests": {},
-    }  # fmt: skip
     # 2. the same settings on both engines: the real engine's capacity and block size
-    common = {"model": model, "kv_blocks": real["kv_blocks"], "block_size": real["block_size"]}
+    # (SGLang counts tokens: its capacity in the simulator's 16-token blocks, which the
+    # SGLang arms get back as max_total_tokens)
+    if engine == "vllm":
+        kv_blocks, block_size = real["kv_blocks"], real["block_size"]
+    else:
+        kv_blocks, block_size = real["kv_tokens"] // 16, 16
+    report: dict[str, Any] = {
+        "engine": engine, "train": TRAIN, "steps": len(rows), "fit": fit.describe(),
+        "coefficients": fit.model.describe(), "kv_blocks": kv_blocks,
+        "block_size": block_size, "tests": {},
+    }  # fmt: skip
+    common = {"model": model, "kv_blocks": kv_blocks, "block_size": block_size}
     for name, workload in TESTS.items():
         sim = run_bench(
             BenchSpec(workload=workload, policies=POLICIES, profile=str(profile), **common),
             out / f"{name}-sim",
         )
         live = run_bench(
-            BenchSpec(workload=workload, policies=POLICIES, engine="vllm", **common),
+            BenchSpec(workload=workload, policies=POLICIES, engine=engine, **common),
             out / f"{name}-real",
         )
         s, r = metrics(sim), metrics(live)

@@ -6,7 +6,8 @@ a first line ``# schedkit-steps {...}`` (``META_PREFIX``) naming the engine, mod
 device and TP. Times are seconds
 on the engine's clock, which starts when the recorder does. The cost per step is a few
 additions when the step is scheduled, and one buffered CSV row when its results are
-processed.
+processed. An engine whose processes may be killed without running ``atexit`` (SGLang's
+schedulers) flushes every row (``flush_every=1``).
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ from schedkit.errors import SchedkitError, quote
 from schedkit.sim.calibration import META_PREFIX, STEP_COLUMNS
 from schedkit.views import EngineView
 
-__all__ = ["StepRecorder"]
+__all__ = ["RECORDING_ENGINES", "StepRecorder"]
 
 FLUSH_EVERY = 256  # rows
+RECORDING_ENGINES = ("vllm", "sglang")  # the adapters that honour record_steps
 
 
 class StepRecorder:
@@ -39,7 +41,12 @@ class StepRecorder:
     """
 
     def __init__(
-        self, path: str | Path, meta: dict[str, Any], *, computed_includes_step: bool = True
+        self,
+        path: str | Path,
+        meta: dict[str, Any],
+        *,
+        computed_includes_step: bool = True,
+        flush_every: int = FLUSH_EVERY,
     ) -> None:
         try:
             self._file = Path(path).open("w", newline="", encoding="utf-8")  # noqa: SIM115 (open until close)
@@ -53,6 +60,7 @@ class StepRecorder:
         self._csv = csv.writer(self._file)
         self._csv.writerow(STEP_COLUMNS)
         self._includes = computed_includes_step
+        self._flush_every = max(1, flush_every)
         self._open: dict[int, tuple[int, int]] = {}  # id(step key) -> (kv tokens, pairs)
         self._rows = 0
         self.t0 = time.perf_counter()
@@ -81,7 +89,7 @@ class StepRecorder:
             engine.num_waiting, f"{report.duration_s:.9f}",
         ))  # fmt: skip
         self._rows += 1
-        if self._rows % FLUSH_EVERY == 0:
+        if self._rows % self._flush_every == 0:
             self._file.flush()
 
     @property

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from schedkit.adapter.recording import RECORDING_ENGINES
 from schedkit.bench.arms import ENGINE_KEYS, ArmSpec, ResolvedArm, resolve_arms
 from schedkit.bench.compare import DEFAULT_MIN_EFFECT, METRIC_KEYS, check_metrics, compare_arms
 from schedkit.bench.engine_settings import check_engine_settings
@@ -101,11 +102,11 @@ def _recording(
     spec: BenchSpec, labels: Sequence[str], configs: Sequence[SchedkitConfig]
 ) -> list[SchedkitConfig]:
     """Each arm's config with its steps file, ``<record_steps>/<label>.csv``."""
-    if spec.engine != "vllm":
+    if spec.engine not in RECORDING_ENGINES:
         raise SchedkitError(
             "--record-steps records a real engine's steps for schedkit calibrate (the"
-            " simulator's come from its cost model); it is wired for --engine vllm only so"
-            f" far, not --engine {spec.engine}"
+            " simulator's come from its cost model); it is wired for --engine vllm and"
+            f" --engine sglang, not --engine {spec.engine}"
         )
     directory = Path(spec.record_steps or ".")
     try:
@@ -257,10 +258,11 @@ class Bench:
         if spec.record_steps is not None:
             self.configs = _recording(spec, self.labels, self.configs)
         for label, cfg in zip(self.labels, self.configs, strict=True):
-            if cfg.record_steps is not None and spec.engine != "vllm":
+            if cfg.record_steps is not None and spec.engine not in RECORDING_ENGINES:
                 raise SchedkitError(
-                    f"arm {label}: record_steps is honoured by --engine vllm only so far;"
-                    f" --engine {spec.engine} would ignore it (docs/calibration.md)"
+                    f"arm {label}: record_steps is honoured by --engine vllm and --engine"
+                    f" sglang only; --engine {spec.engine} would ignore it"
+                    " (docs/calibration.md)"
                 )
         _check_overrides(spec, self.arms)
         longest = max(r.prompt_tokens + r.output_tokens for r in base.requests)

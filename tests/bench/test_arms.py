@@ -161,16 +161,15 @@ def test_an_engine_runner_sees_the_arms_own_settings() -> None:
 
 def test_record_steps_where_no_engine_honours_it_is_refused(tmp_path: Path) -> None:
     with pytest.raises(
-        SchedkitError, match="wired for --engine vllm only so far, not --engine sim"
+        SchedkitError, match="wired for --engine vllm and --engine sglang, not --engine sim"
     ):
         Bench(BenchSpec(workload=LOADED, policies=["fcfs"], record_steps=str(tmp_path)))
     config = tmp_path / "rec.toml"
     config.write_text(f'policy = "fcfs"\nrecord_steps = "{tmp_path / "s.csv"}"\n')
     with pytest.raises(
-        SchedkitError, match="arm rec: record_steps is honoured by --engine vllm only"
+        SchedkitError, match="arm rec: record_steps is honoured by --engine vllm and --engine sglang"
     ):
         Bench(BenchSpec(workload=LOADED, policies=[str(config)]))
-    proc = schedkit("serve", "sglang", "--record-steps", str(tmp_path / "s.csv"))
-    assert (
-        proc.returncode == 2 and "wired for vllm only so far; sglang would ignore it" in proc.stderr
-    )
+    proc = schedkit("serve", "lmdeploy", "--record-steps", str(tmp_path / "s.csv"))
+    assert proc.returncode == 2
+    assert "wired for vllm and sglang only; lmdeploy would ignore it" in proc.stderr

@@ -31,12 +31,13 @@ code runs unchanged around them.
   name the requests SGLang preempted.
 - ``select_evictions``: the ``schedkit`` radix-cache backend, see
   ``schedkit_sglang.eviction``.
-- ``on_step_finished``: a batch's report is taken when ``Scheduler.run_batch`` launches
-  it and given to the policies after ``Scheduler.process_batch_result`` processed that
-  batch's results (keyed by the result object ``run_batch`` returned, so SGLang's overlap
-  loop, which processes step N after launching step N+1, reports each step once and as
-  its own); ``on_request_finished``: when the output streamer sends a finished request,
-  or SGLang sends an abort.
+- ``on_step_finished`` and ``record_steps``: a batch's report is taken when
+  ``Scheduler.run_batch`` launches it and given to the policies (and the step file)
+  after ``Scheduler.process_batch_result`` processed that batch's results (keyed by the
+  result object ``run_batch`` returned, so SGLang's overlap loop, which processes step N
+  after launching step N+1, reports each step once and as its own);
+  ``on_request_finished``: when the output streamer sends a finished request, or SGLang
+  sends an abort.
 - Counters: ``Scheduler.get_internal_state`` adds ``schedkit`` (policy errors by hook,
   steps, rejections) to SGLang's internal state, which ``Engine.get_server_info()`` and
   ``/server_info`` return; ``schedkit bench --engine sglang`` reads it.
@@ -72,15 +73,19 @@ def _active() -> SchedkitRuntime | None:
 
 
 def plan(
-    facade: PolicyFacade, timing: bool = False, trust: TrustConfig | None = None
+    facade: PolicyFacade,
+    timing: bool = False,
+    trust: TrustConfig | None = None,
+    record_steps: str | None = None,
 ) -> dict[str, tuple[Callable[..., Any], str]]:
     """The patches ``facade`` needs: dotted target -> (hook, HookType name). ``timing``:
     also mark every request so SGLang returns its time stats (for the bench); ``trust``:
-    the scheduler-side bounds on request metadata (``schedkit.trust``)."""
+    the scheduler-side bounds on request metadata (``schedkit.trust``); ``record_steps``:
+    a CSV file for one row per step (``schedkit.adapter.recording``)."""
     patches: dict[str, tuple[Callable[..., Any], str]] = {
-        f"{SCHEDULER}.__init__": (_make_init(facade, timing, trust), "AROUND"),
+        f"{SCHEDULER}.__init__": (_make_init(facade, timing, trust, record_steps), "AROUND"),
     }
-    if facade.implemented:  # step index, step reports, error metrics; none for fcfs
+    if facade.implemented or record_steps:  # step index and reports; none for plain fcfs
         patches[f"{SCHEDULER}.get_next_batch_to_run"] = (_next_batch, "AROUND")
         patches[f"{SCHEDULER}.run_batch"] = (_run_batch, "AROUND")
         patches[f"{SCHEDULER}.process_batch_result"] = (_batch_result, "AROUND")
@@ -105,7 +110,10 @@ def plan(
 
 
 def _make_init(
-    facade: PolicyFacade, timing: bool, trust: TrustConfig | None = None
+    facade: PolicyFacade,
+    timing: bool,
+    trust: TrustConfig | None = None,
+    record_steps: str | None = None,
 ) -> Callable[..., Any]:
     def init(original: Callable[..., Any], self: Any, *args: Any, **kwargs: Any) -> None:
         self.schedkit = None
@@ -121,7 +129,7 @@ def _make_init(
                 " higher values first; add --schedule-low-priority-values-first so both"
                 " agree that lower values come first, as schedkit's 'priority' does"
             )
-        runtime = SchedkitRuntime(self, facade, trust)
+        runtime = SchedkitRuntime(self, facade, trust, record_steps)
         runtime.timing = timing
         self.schedkit = runtime
         _runtime.ACTIVE = runtime

@@ -48,7 +48,8 @@ def load() -> None:
     from schedkit_sglang import eviction, patches
 
     timing = os.environ.get(TIMING_VAR) == "1"
-    for target, (hook, kind) in patches.plan(facade, timing, config.trust).items():
+    planned = patches.plan(facade, timing, config.trust, config.record_steps)
+    for target, (hook, kind) in planned.items():
         HookRegistry.register(target, hook, HookType[kind])
     eviction.register()  # --radix-cache-backend schedkit works with any selection
     if _is_http_launcher():

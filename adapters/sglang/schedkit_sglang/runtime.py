@@ -16,10 +16,12 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, cast
 
 from schedkit import BatchBudget, PolicyFacade, RequestView
 from schedkit.adapter import REJECTED, AdapterRuntime
+from schedkit.adapter.recording import StepRecorder
 from schedkit.adapter.runtime import report_of
 from schedkit.facade import by_hook
 from schedkit.trust import DEFAULT_TRUST, TrustConfig
@@ -40,15 +42,64 @@ _FINISH_REASONS = {"FINISH_LENGTH": "length", "FINISH_ABORT": "aborted"}
 ACTIVE: SchedkitRuntime | None = None
 
 
+def _ranks() -> tuple[int, int, int, int]:
+    """This scheduler's (tp rank, pp rank, dp rank, dp size); zeros and 1 where SGLang
+    does not say."""
+    try:
+        from sglang.srt.runtime_context import get_parallel
+
+        par = get_parallel()
+        tp, pp, dp = (int(getattr(par, f, 0) or 0) for f in ("tp_rank", "pp_rank", "dp_rank"))
+        return tp, pp, dp, int(getattr(par, "dp_size", 1) or 1)
+    except Exception:  # no parallel context published (a model-less driver of the class)
+        return 0, 0, 0, 1
+
+
+def recorder_for(scheduler: Any, path: str | None) -> StepRecorder | None:
+    """The step recorder of this scheduler (``record_steps``): SGLang runs one scheduler
+    per TP and PP rank, all with the same steps, so only rank 0 of each data-parallel
+    replica records; replicas beyond one write ``<file>.dp<rank><suffix>``. Rows are
+    flushed as written: SGLang kills its schedulers at shutdown, before ``atexit``."""
+    if path is None:
+        return None
+    tp, pp, dp, dp_size = _ranks()
+    if tp or pp:
+        return None
+    target = Path(path)
+    if dp_size > 1:
+        target = target.with_name(f"{target.stem}.dp{dp}{target.suffix}")
+    args = getattr(scheduler, "server_args", None)
+    device = str(getattr(args, "device", None) or "cpu")
+    if device.startswith("cuda"):
+        try:
+            import torch
+
+            device = torch.cuda.get_device_name(0)
+        except Exception:  # pragma: no cover - no driver
+            pass
+    meta = {
+        "engine": "sglang",
+        "model": str(getattr(args, "model_path", "")),
+        "gpu": device,
+        "tp": int(getattr(args, "tp_size", 1) or 1),
+    }
+    return StepRecorder(target, meta, flush_every=1)
+
+
 class SchedkitRuntime(AdapterRuntime):
     """What a schedkit-enabled SGLang scheduler keeps in ``scheduler.schedkit``."""
 
     engine: SglangEngineView
 
     def __init__(
-        self, scheduler: Any, facade: PolicyFacade, trust: TrustConfig | None = None
+        self,
+        scheduler: Any,
+        facade: PolicyFacade,
+        trust: TrustConfig | None = None,
+        record_steps: str | None = None,
     ) -> None:
-        super().__init__(facade, SglangEngineView(scheduler))
+        recorder = recorder_for(scheduler, record_steps)
+        super().__init__(facade, SglangEngineView(scheduler), recorder)
         self.scheduler = scheduler
         self.trust = trust or DEFAULT_TRUST  # the scheduler-side bounds (schedkit.trust)
         self.unset_priority = unset_priority(scheduler)
@@ -185,7 +236,7 @@ class SchedkitRuntime(AdapterRuntime):
         self.num_batches += 1
         self.engine.step_index = self.num_batches
         preempted, self._preempted = self._preempted, []
-        if not self.facade.has_step_observer:
+        if not self.tracks_steps:
             return
         reqs = list(batch.reqs)
         lens = getattr(batch, "extend_lens", None)

@@ -182,3 +182,36 @@ def test_rejection_and_abort_from_streamed_outputs(replay: RealEngine) -> None:
     replay.on_output(aborted, _meta(1, {"type": "abort", "message": "client gone"}), 0.4)
     assert aborted.finish_reason == "aborted" and aborted.finish_s == 0.4
     assert replay.result.rejections == {"tenant over quota": 1}
+
+
+def test_record_steps_on_sglang_then_calibrate(real_model_dir: Path, tmp_path: Path) -> None:
+    """--record-steps writes one row per SGLang batch from its scheduler process; every
+    prompt token not served from the cache is in a prefill row, every later token in a
+    decode row."""
+    import csv
+
+    from schedkit.sim.calibration import read_steps
+
+    out, steps = tmp_path / "rec", tmp_path / "steps"
+    proc = _schedkit(
+        "bench", "--engine", "sglang", "--model", str(real_model_dir),
+        "--workload", "poisson:rate=40,n=24,prompt=48,output=8",
+        "--policy", "fcfs", "--record-steps", str(steps), "--out", str(out),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    rows, meta = read_steps(steps / "fcfs.csv")
+    assert meta == {"engine": "sglang", "model": str(real_model_dir), "gpu": "cpu", "tp": 1}
+    results = json.loads((out / "results.json").read_text())
+    assert results["arms"][0]["metrics"]["completed"] == 24
+    with (out / "requests.csv").open() as f:
+        table = list(csv.DictReader(f))
+    prompt = sum(int(t["prompt_tokens"]) - int(t["cached_tokens"]) for t in table)
+    assert sum(r.prefill_tokens for r in rows) == prompt
+    assert sum(r.decode_tokens for r in rows) == sum(int(t["output_tokens"]) - 1 for t in table)
+    assert all(r.seconds > 0 for r in rows) and [r.start_s for r in rows] == sorted(
+        r.start_s for r in rows
+    )
+    assert all(r.kv_tokens >= r.prefill_tokens + r.decode_tokens for r in rows)
+    fitted = _schedkit("calibrate", str(steps / "fcfs.csv"), "--out", str(tmp_path / "cpu.json"))
+    assert fitted.returncode == 0, fitted.stderr
+    assert "held-out all" in fitted.stdout

@@ -387,3 +387,49 @@ def test_a_policy_cannot_write_to_a_node_view(field: str) -> None:
     with pytest.raises(AttributeError):
         setattr(view, field, 5)
     assert (view.block_hash, view.depth, view.num_hits, view.num_tokens) == (7, 1, 2, 3)
+
+
+STEP_PATCHES = ("get_next_batch_to_run", "run_batch", "process_batch_result")
+
+
+def test_record_steps_turns_on_the_step_patches_even_for_fcfs(tmp_path: Path) -> None:
+    from schedkit import PolicyFacade
+
+    facade = PolicyFacade.from_config("fcfs")
+    assert list(patches.plan(facade)) == [f"{patches.SCHEDULER}.__init__"]  # stock loop
+    planned = patches.plan(facade, record_steps=str(tmp_path / "steps.csv"))
+    assert all(f"{patches.SCHEDULER}.{name}" in planned for name in STEP_PATCHES)
+    init = planned[f"{patches.SCHEDULER}.__init__"][0]
+    scheduler = _fake_scheduler()
+    init(lambda self: None, scheduler)
+    runtime = scheduler.schedkit  # type: ignore[attr-defined]
+    assert runtime.recorder is not None and runtime.tracks_steps
+    runtime.close()
+    header = (tmp_path / "steps.csv").read_text().splitlines()
+    assert header[0].startswith("# schedkit-steps") and '"engine": "sglang"' in header[0]
+
+
+@pytest.mark.parametrize(
+    ("ranks", "written"),
+    [
+        ((0, 0, 0, 1), "steps.csv"),
+        ((1, 0, 0, 1), None),  # a TP rank beyond 0 runs the same batches: it writes nothing
+        ((0, 1, 0, 1), None),
+        ((0, 0, 2, 4), "steps.dp2.csv"),  # each data-parallel replica its own file
+    ],
+)
+def test_only_rank_zero_of_each_replica_records(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    ranks: tuple[int, int, int, int],
+    written: str | None,
+) -> None:
+    from schedkit_sglang import runtime
+
+    monkeypatch.setattr(runtime, "_ranks", lambda: ranks)
+    recorder = runtime.recorder_for(_fake_scheduler(), str(tmp_path / "steps.csv"))
+    assert (recorder is None) == (written is None)
+    if recorder is not None:
+        recorder.close()
+        assert recorder.path == tmp_path / str(written)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ([written] if written else [])
