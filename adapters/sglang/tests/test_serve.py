@@ -66,6 +66,13 @@ def test_environ_selects_the_config_for_the_scheduler_processes() -> None:
     assert "PROMETHEUS_MULTIPROC_DIR" not in env
 
 
+def test_record_steps_reaches_the_scheduler_processes(tmp_path: Path) -> None:
+    steps = str(tmp_path / "steps.csv")
+    config = load_config("fcfs").model_copy(update={"record_steps": steps})
+    resolved = resolve_config(build_environ(config, ARGS, {}))
+    assert resolved is not None and resolved.record_steps == steps
+
+
 def test_environ_does_not_change_the_callers_mapping() -> None:
     caller = {"PYTHONPATH": "/x"}
     build_environ(load_config("fcfs"), [*ARGS, "--device", "cpu"], caller, metrics_dir="/m")
