@@ -5,8 +5,10 @@ a shuffled order every round:
 
 1. ``step``: the scheduler's own work per step (``ingest_requests`` +
    ``get_next_batch_to_run`` + ``process_batch_result``, the model forward excluded),
-   stock SGLang vs the default policy (``fcfs``: no hooks) vs ``priority`` (ordering and
-   victims). 384 requests of 32 prompt tokens and 32 output tokens, 64 running at most.
+   stock SGLang vs the default policy (``fcfs``: no hooks) vs ``fcfs-record`` (``fcfs``
+   with ``record_steps``: the step patches and a CSV row per step) vs ``priority``
+   (ordering and victims). The forward is reported too: ``run_batch`` is where a step's
+   report is opened. 384 requests of 32 prompt tokens and 32 output tokens, 64 running at most.
 2. ``order``: one ``SchedulePolicy.calc_priority`` call (what orders the waiting queue)
    by queue length, SGLang's ``lpm`` vs schedkit ``priority`` and ``shortest-prompt``
    (which replace it). A burst of 400 one-token requests, 4 running at most, so the
@@ -39,7 +41,7 @@ sys.path.append(str(HERE / "site"))
 from engine_util import environ, prompt, tiny_model  # noqa: E402
 from schedkit_sglang import cpu  # noqa: E402
 
-STEP_ARMS = {"stock": None, "fcfs": "fcfs", "priority": "priority"}
+STEP_ARMS = {"stock": None, "fcfs": "fcfs", "fcfs-record": "fcfs+record", "priority": "priority"}
 ORDER_ARMS = {"lpm": None, "priority": "priority", "shortest-prompt": "shortest-prompt"}
 BUCKETS = ((64, 128), (129, 256), (257, 400))
 
@@ -52,6 +54,9 @@ def run_arm(model: Path, policy: str | None, kind: str, log: Path) -> list[dict[
         "SCHEDKIT_CONFIG": None,
         "SCHEDKIT_BENCH_TIMER": str(log),
     }
+    if policy is not None and policy.endswith("+record"):  # record_steps: a config
+        config = {"policy": policy.removesuffix("+record"), "record_steps": f"{log}.steps.csv"}
+        env.update(SCHEDKIT_POLICY=None, SCHEDKIT_CONFIG=json.dumps(config))
     settings: dict[str, Any] = {
         **cpu.ENGINE_ARGS,
         "skip_tokenizer_init": True,
@@ -128,7 +133,10 @@ def main() -> None:
             print(f"round {round_index + 1} {kind} {arm}: done", file=sys.stderr)
     print("Scheduler work per step (model forward excluded); per round the mean and the")
     print("median over steps, then the median over rounds of each and of the paired ratios:")
-    print(f"{'arm':<10} {'mean ms':>9} {'ratio':>8} {'median ms':>10} {'ratio':>8} {'steps':>6}")
+    print(
+        f"{'arm':<12} {'mean ms':>9} {'ratio':>8} {'median ms':>10} {'ratio':>8} {'steps':>6}"
+        f" {'forward ms':>10} {'ratio':>8}"
+    )
     stock = step["stock"]
     for arm, rounds in step.items():
         cells = []
@@ -137,7 +145,12 @@ def main() -> None:
             value = statistics.median(r[key] for r in rounds)
             cells.append(f"{value:>9.3f} {statistics.median(ratios):>7.3f}x")
         steps = int(statistics.median(r["steps"] for r in rounds))
-        print(f"{arm:<10} {cells[0]} {cells[1]:>19} {steps:>6}")
+        fwd = [r["forward_ms"] / s["forward_ms"] for r, s in zip(rounds, stock, strict=True)]
+        forward_ms = statistics.median(r["forward_ms"] for r in rounds)
+        print(
+            f"{arm:<12} {cells[0]} {cells[1]:>19} {steps:>6} {forward_ms:>10.2f}"
+            f" {statistics.median(fwd):>7.3f}x"
+        )
     forward = statistics.median(r["forward_ms"] for r in step["stock"])
     print(f"(model forward, stock: {forward:.2f} ms/step)")
     print("\nOne calc_priority call, median microseconds by waiting-queue length:")
