@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.table import Table
+from rich.table import Column, Table
 from rich.text import Text
 
 from schedkit.errors import SchedkitError
@@ -16,11 +16,14 @@ from schedkit.facade import PolicyFacade
 from schedkit.inputs import parse_document
 from schedkit.plugins import PolicyRegistry, implemented_hooks
 
+# rich_markup_mode=None: click's plain help, which wraps text to the terminal, never
+# truncates an option's name, and prints brackets in help and errors as written.
 app = typer.Typer(
     help="Pluggable scheduling policies for LLM serving engines.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
 err = Console(stderr=True)
 
@@ -29,6 +32,26 @@ def print_error(message: str) -> None:
     """``error: message`` on stderr, as one paragraph the terminal wraps. The message is
     plain text: rich markup in it (a hint such as ``[[gpu]]``) is printed, not applied."""
     err.print(Text.assemble(("error:", "red"), " ", message), highlight=False, soft_wrap=True)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"schedkit {version('schedkit')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Pluggable scheduling policies for LLM serving engines."""
 
 
 def describe_policies(registry: PolicyRegistry) -> list[dict[str, Any]]:
@@ -65,13 +88,41 @@ def policies(
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
-    table = Table("policy", "distribution", "hooks", "options")
+    # names are never cut; options and distributions wrap
+    table = Table(Column("policy", no_wrap=True), Column("hooks", no_wrap=True), "options",
+                  "distribution")  # fmt: skip
     for row in rows:
         options = ", ".join(row.get("options_schema", {}).get("properties", {})) or "-"
         hooks = "\n".join(row.get("hooks", [])) or ("(import failed)" if "error" in row else "-")
-        cells = (row["name"], f"{row['distribution']} {row['version']}", hooks, options)
+        cells = (row["name"], hooks, options, f"{row['distribution']} {row['version']}")
         table.add_row(*(Text(str(cell)) for cell in cells))  # names are text, not markup
     Console().print(table)
+
+
+@app.command()
+def workloads(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """List the bundled workloads (bench --workload NAME) with their shape."""
+    from schedkit.sim.workloads import KNOWN_WORKLOADS, load_workload
+
+    rows = [load_workload(name).summary() for name in KNOWN_WORKLOADS]
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    width = max(len(row["name"]) for row in rows)  # plain text: nothing is cut off
+    typer.echo(
+        f"{'workload':<{width}} {'requests':>8} {'req/s':>6} {'prompt p50/p90':>14}"
+        f" {'output p50/p90':>14} {'tenants':>7} prefixes"
+    )
+    for row in rows:
+        prompt = f"{row['prompt_p50']}/{row['prompt_p90']}"
+        output = f"{row['output_p50']}/{row['output_p90']}"
+        typer.echo(
+            f"{row['name']:<{width}} {row['requests']:>8} {row['rate_rps']:>6.2f} {prompt:>14}"
+            f" {output:>14} {len(row['tenants']):>7} {'shared' if row['hash_block_tokens'] else '-'}"
+        )
+    typer.echo("Sources and licences: --json, and schedkit/data/TRACES-LICENSES.md.")
 
 
 SERVE_GROUP = "schedkit.serve"  # entry points: engine name -> serve(config, engine_args) -> int
