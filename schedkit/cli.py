@@ -194,6 +194,12 @@ def main() -> None:
     try:
         if sys.argv[1:2] == ["bench"]:
             bench_cli.check_repeated(app, sys.argv[2:])
+            for note in bench_cli.deprecated_flags(sys.argv[2:]):
+                err.print(
+                    Text.assemble(("warning:", "yellow"), " ", note),
+                    highlight=False,
+                    soft_wrap=True,
+                )
         app()
     except SchedkitError as exc:
         print_error(str(exc))

@@ -8,7 +8,9 @@ import os
 import subprocess
 import sys
 from importlib.metadata import version
+from pathlib import Path
 
+from schedkit.bench.cli import DEPRECATED_FLAGS
 from schedkit.sim.workloads import KNOWN_WORKLOADS, load_workload
 
 
@@ -70,3 +72,28 @@ def test_usage_errors_name_the_option_in_plain_text() -> None:
     proc = schedkit("bench", "--no-such-flag")
     assert proc.returncode == 2
     assert "No such option: --no-such-flag" in proc.stderr and "╭" not in proc.stderr
+
+
+def test_vllm_flag_names_and_the_old_ones_with_a_deprecation_warning(tmp_path: Path) -> None:
+    common = ("bench", "--workload", "poisson:rate=5,n=20", "--policy", "fcfs")
+    new = schedkit(
+        *common, "--num-gpu-blocks-override", "3000", "--no-enable-prefix-caching",
+        "-tp", "2", "--out", str(tmp_path / "new"),
+    )  # fmt: skip
+    old = schedkit(
+        *common, "--kv-blocks", "3000", "--no-prefix-caching", "--tp", "2",
+        "--out", str(tmp_path / "old"),
+    )  # fmt: skip
+    assert new.returncode == 0 and old.returncode == 0, new.stderr + old.stderr
+    assert "deprecated" not in new.stderr
+    for before, after in DEPRECATED_FLAGS.items():
+        assert f"warning: {before} is deprecated and will be removed; use vLLM's name, {after}" in (
+            old.stderr
+        )
+    engines = [
+        json.loads((tmp_path / name / "results.json").read_text())["engine"]
+        for name in ("new", "old")
+    ]
+    assert engines[0] == engines[1]
+    assert engines[0]["num_blocks"] == 3000 and engines[0]["tp"] == 2
+    assert engines[0]["enable_prefix_caching"] is False

@@ -41,7 +41,10 @@ def bench(
     engine: Annotated[str, typer.Option(help="Engine: sim.")] = "sim",
     model: Annotated[str, typer.Option(help="Model profile.")] = "Llama-3-8B",
     gpu: Annotated[str, typer.Option(help="GPU profile.")] = "H100-SXM",
-    tp: Annotated[int, typer.Option(help="Tensor-parallel degree.")] = 1,
+    tp: Annotated[
+        int,
+        typer.Option("--tensor-parallel-size", "-tp", "--tp", help="vLLM --tensor-parallel-size."),
+    ] = 1,
     replicas: Annotated[
         int,
         typer.Option(
@@ -121,10 +124,20 @@ def bench(
         int, typer.Option(help="vLLM --long-prefill-token-threshold (0: no cap).")
     ] = 0,
     no_prefix_caching: Annotated[
-        bool, typer.Option("--no-prefix-caching", help="vLLM --no-enable-prefix-caching.")
+        bool,
+        typer.Option(
+            "--no-enable-prefix-caching",
+            "--no-prefix-caching",
+            help="vLLM --no-enable-prefix-caching.",
+        ),
     ] = False,
     kv_blocks: Annotated[
-        int | None, typer.Option(help="Set the KV capacity in blocks directly.")
+        int | None,
+        typer.Option(
+            "--num-gpu-blocks-override",
+            "--kv-blocks",
+            help="vLLM --num-gpu-blocks-override: the KV capacity in blocks.",
+        ),
     ] = None,
     eviction_window: Annotated[
         int | None,
@@ -420,6 +433,25 @@ def calibrate(
     typer.echo(f"  (on the fitted steps: MAPE {fit.train_mape:.2%})")
     typer.echo(f"coefficients: {fit.model.describe()}")
     typer.echo(f"wrote {out}; use it with: schedkit bench --profile {out} ...")
+
+
+# schedkit's own names of flags vLLM names otherwise: still accepted, with a note
+DEPRECATED_FLAGS = {
+    "--tp": "--tensor-parallel-size",
+    "--no-prefix-caching": "--no-enable-prefix-caching",
+    "--kv-blocks": "--num-gpu-blocks-override",
+}
+
+
+def deprecated_flags(args: list[str]) -> list[str]:
+    """A note for each of schedkit's old flag names in ``args`` (before any ``--``)."""
+    head = args[: args.index("--")] if "--" in args else args
+    given = {a.split("=", 1)[0] for a in head}
+    return [
+        f"{old} is deprecated and will be removed; use vLLM's name, {new}"
+        for old, new in DEPRECATED_FLAGS.items()
+        if old in given
+    ]
 
 
 def check_repeated(app: typer.Typer, args: list[str]) -> None:

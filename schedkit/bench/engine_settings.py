@@ -43,8 +43,12 @@ IGNORED_SETTINGS: dict[str, dict[str, str]] = {
 }
 
 
+# fields whose flag is vLLM's name, not the field's
+_FLAGS = {"tp": "--tensor-parallel-size", "kv_blocks": "--num-gpu-blocks-override"}
+
+
 def _flag(field: str) -> str:
-    return "--" + field.replace("_", "-")
+    return _FLAGS.get(field, "--" + field.replace("_", "-"))
 
 
 def check_engine_settings(spec: BenchSpec) -> None:

@@ -181,7 +181,7 @@ def test_long_csv_cell_is_quoted_short(tmp_path: Path) -> None:
 
 
 def test_tp_that_does_not_divide_the_heads(tmp_path: Path) -> None:
-    assert bench_error(tmp_path, "--workload", SMALL, "--policy", "fcfs", "--tp", "3") == (
+    assert bench_error(tmp_path, "--workload", SMALL, "--policy", "fcfs", "-tp", "3") == (
         "--tp 3 cannot split Llama-3-8B across GPUs: 3 does not divide its 32 attention heads,"
         " so no engine could shard it that way; use --tp 1, 2, 4, 8, 16 or 32"
     )
@@ -189,12 +189,13 @@ def test_tp_that_does_not_divide_the_heads(tmp_path: Path) -> None:
 
 def test_real_engine_refuses_settings_it_does_not_pass(tmp_path: Path) -> None:
     # Refused before the engine is loaded, so this holds whether schedkit-vllm is installed.
-    args = ("--workload", SMALL, "--policy", "fcfs", "--engine", "vllm", "--tp", "2")
+    args = ("--workload", SMALL, "--policy", "fcfs", "--engine", "vllm", "-tp", "2")
     assert bench_error(tmp_path, *args) == (
         "--engine vllm does not pass these settings to the engine, so results.json would"
-        " record settings the run did not use: --tp 2 (it runs one in-process engine on one"
-        " device). Drop them (the engine ignores --tp, --replicas, --gpu, --profile,"
-        " --eviction-window), or use --engine sim, which honours every setting"
+        " record settings the run did not use: --tensor-parallel-size 2 (it runs one in-process"
+        " engine on one device). Drop them (the engine ignores --tensor-parallel-size,"
+        " --replicas, --gpu, --profile, --eviction-window), or use --engine sim, which"
+        " honours every setting"
     )
 
 
@@ -445,9 +446,9 @@ def test_engine_settings(monkeypatch: pytest.MonkeyPatch) -> None:
         "--engine sglang does not pass these settings to the engine, so results.json would"
         " record settings the run did not use: --gpu H200 (it is timed by the wall clock on"
         " this machine, not by a GPU profile); --gpu-memory-utilization 0.5 (SGLang sizes its"
-        " pools with its own mem_fraction_static). Drop them (the engine ignores --tp,"
-        " --replicas, --gpu, --profile, --gpu-memory-utilization, --eviction-window), or use"
-        " --engine sim, which honours every setting"
+        " pools with its own mem_fraction_static). Drop them (the engine ignores"
+        " --tensor-parallel-size, --replicas, --gpu, --profile, --gpu-memory-utilization,"
+        " --eviction-window), or use --engine sim, which honours every setting"
     )
     with pytest.raises(SchedkitError, match=r"^--engine vllm-twin .*--eviction-window 0 \("):
         check_engine_settings(spec(engine="vllm-twin", eviction_window=0))
