@@ -110,7 +110,7 @@ def workloads(
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return
-    width = max(len(row["name"]) for row in rows)  # plain text: nothing is cut off
+    width = max(len(str(row["name"])) for row in rows)  # plain text: nothing is cut off
     typer.echo(
         f"{'workload':<{width}} {'requests':>8} {'req/s':>6} {'prompt p50/p90':>14}"
         f" {'output p50/p90':>14} {'tenants':>7} prefixes"
@@ -118,9 +118,10 @@ def workloads(
     for row in rows:
         prompt = f"{row['prompt_p50']}/{row['prompt_p90']}"
         output = f"{row['output_p50']}/{row['output_p90']}"
+        tenants = len(row["tenants"]) if isinstance(row["tenants"], list) else 0
         typer.echo(
             f"{row['name']:<{width}} {row['requests']:>8} {row['rate_rps']:>6.2f} {prompt:>14}"
-            f" {output:>14} {len(row['tenants']):>7} {'shared' if row['hash_block_tokens'] else '-'}"
+            f" {output:>14} {tenants:>7} {'shared' if row['hash_block_tokens'] else '-'}"
         )
     typer.echo("Sources and licences: --json, and schedkit/data/TRACES-LICENSES.md.")
 
