@@ -113,6 +113,13 @@ class BlockView(Protocol):
         """Index of the block in its prompt (0 = first block of a prefix)."""
         ...
 
+    @property
+    def depth_class(self) -> int:
+        """``depth.bit_length()``: 0 for a prefix's first block, then 1, 2 for depths
+        2-3, 3 for 4-7, ... A key that reads depth only through its class lets engines
+        rank a run of blocks a class at a time (``eviction_key_reads``)."""
+        ...
+
 
 class ReplicaView(Protocol):
     """One replica of a cluster, as a router sees it (``route_request``)."""
@@ -134,7 +141,7 @@ class ReplicaView(Protocol):
         ...
 
 
-BLOCK_FIELDS = frozenset({"block_hash", "depth", "last_access", "num_hits"})
+BLOCK_FIELDS = frozenset({"block_hash", "depth", "depth_class", "last_access", "num_hits"})
 """The fields of a ``BlockView`` (what ``Policy.eviction_key_reads`` may name)."""
 
 
@@ -245,6 +252,10 @@ class BlockState:
         self.last_access = last_access
         self.num_hits = 0
 
+    @property
+    def depth_class(self) -> int:
+        return self.depth.bit_length()
+
     def __repr__(self) -> str:
         return _repr(self)
 
@@ -276,6 +287,10 @@ class BlockSnapshot:
     @property
     def depth(self) -> int:
         return self._depth
+
+    @property
+    def depth_class(self) -> int:
+        return self._depth.bit_length()
 
     @property
     def last_access(self) -> float:

@@ -17,6 +17,9 @@ A policy whose key reads only ``num_hits`` and ``last_access`` (``Policy.
 eviction_key_reads``) keys a span as a whole (``SpanKeyedEvictions``): its key is asked
 once per distinct pair of those fields, and the spans alike in them share one bucket in
 LRU order under one heap item per key. The order is the same; only the cost differs.
+A key that reads depth only through ``depth_class`` (``depth.bit_length()``) is keyed
+likewise a class at a time (``ClassKeyedEvictions``): a span goes in the bucket of its
+tail block's class, and evicting takes its blocks in that class, then ranks it again.
 """
 
 from __future__ import annotations
@@ -30,19 +33,19 @@ from schedkit.views import BlockSnapshot
 if TYPE_CHECKING:
     from schedkit.sim.kvcache import KVCache
 
-__all__ = ["KeyedEvictions", "SpanKeyedEvictions", "keyed_evictions"]
+__all__ = ["ClassKeyedEvictions", "KeyedEvictions", "SpanKeyedEvictions", "keyed_evictions"]
 
 MEMO_LIMIT = 1 << 16  # span keys remembered; forgotten all at once beyond
 Item = tuple[tuple[Any, ...], tuple[int, int, int], int, Any]  # key, LRU rank, serial, span
-Entry = tuple[tuple[int, int, int], int, Any]  # a bucket's: LRU rank, serial, span
+Entry = tuple[tuple[int, int, int], int, Any, int]  # a bucket's: LRU rank, serial, span, stop
 
 
 def keyed_evictions(kv: KVCache) -> KeyedEvictions:
     """The key order for ``kv``'s policy: by span when its key reads no block's hash or
-    depth, else by block."""
+    depth (by span and depth class when it reads ``depth_class``), else by block."""
     reads = kv._facade.eviction_key_reads
     if reads is not None and not reads & {"block_hash", "depth"}:
-        return SpanKeyedEvictions(kv)
+        return ClassKeyedEvictions(kv) if "depth_class" in reads else SpanKeyedEvictions(kv)
     return KeyedEvictions(kv)
 
 
@@ -190,7 +193,8 @@ class KeyedEvictions:
 
 class SpanKeyedEvictions(KeyedEvictions):
     """Evictable spans keyed as a whole, bucketed by key: a heap of the distinct keys,
-    and per key a heap of its spans by LRU rank (cheap to compare: three ints)."""
+    and per key a heap of its spans by LRU rank (cheap to compare: three ints). An entry
+    also holds where the span's run under that key starts (``stop``; its ``lo`` here)."""
 
     span_keys = True
 
@@ -208,13 +212,19 @@ class SpanKeyedEvictions(KeyedEvictions):
         key = None if fresh else span.ukey
         if key is None:
             key = span.ukey = self._key(span, hi - 1)
+        self._push(span, rank, key, lo, hi)
+
+    def _push(
+        self, span: Span | OwnSpan, rank: tuple[int, int, int], key: tuple[Any, ...], stop: int,
+        hi: int,
+    ) -> None:  # fmt: skip
         bucket = self.buckets.get(key)
         if bucket is None:
             bucket = self.buckets[key] = []
             heappush(self.keys, key)
         self.serial += 1
         span.serial = self.serial
-        heappush(bucket, ((rank[0], rank[1], -hi), self.serial, span))
+        heappush(bucket, ((rank[0], rank[1], -hi), self.serial, span, stop))
 
     def evict(self, count: int) -> int:
         freed = 0
@@ -226,21 +236,58 @@ class SpanKeyedEvictions(KeyedEvictions):
                 heappop(keys)
                 del buckets[key]
                 continue
-            rank, serial, span = heappop(bucket)
+            rank, serial, span, stop = heappop(bucket)
             if span.serial != serial:  # stale: re-ranked, referenced or dropped since
                 continue
             if isinstance(span, OwnSpan):
-                size = span.count if cached_free.get(span.key) is span else 0
+                lo, hi = 0, span.count if cached_free.get(span.key) is span else 0
             else:
-                size = span.hi - span.lo if span.refs == 0 else 0
-            if size <= 0:
+                lo, hi = span.lo, span.hi if span.refs == 0 else span.lo
+            if hi <= lo:
                 continue
-            take = size if size <= count - freed else count - freed
+            run = hi - (stop if stop > lo else lo)  # the tail blocks under this key
+            take = run if run <= count - freed else count - freed
             self._drop_tail(span, take)
             freed += take
-            if take < size:
+            if take < hi - lo:
                 self.mark(span, rank)
             else:
                 self.forget(span)
         self.kv.cached_blocks -= freed
         return freed
+
+
+class ClassKeyedEvictions(SpanKeyedEvictions):
+    """Span keys that also read ``depth_class``: a span is keyed by its tail block's
+    class, asked once per distinct (hits, last access, class), and evicted a class at a
+    time, from the class's smallest depth (``2 ** (class - 1)``) on. Deeper classes must
+    not rank after shallower ones (as for bisecting above)."""
+
+    def _key(self, span: Span | OwnSpan, j: int) -> tuple[Any, ...]:
+        base = span.first_depth if isinstance(span, OwnSpan) else span.depth0
+        fields = (span.num_hits, span.last_access, (base + j).bit_length())
+        key = self.memo.get(fields)
+        if key is None:
+            if len(self.memo) >= MEMO_LIMIT:
+                self.memo.clear()
+            kv = self.kv
+            key = kv._facade.eviction_key(self._view(span, j), kv._engine) or ()
+            self.memo[fields] = key
+        return key
+
+    def mark(
+        self, span: Span | OwnSpan, rank: tuple[int, int, int], *, fresh: bool = False
+    ) -> None:
+        if isinstance(span, OwnSpan):
+            lo, hi, base = 0, span.count, span.first_depth
+        else:
+            lo, hi, base = span.lo, span.hi, span.depth0
+        if hi <= lo:
+            return
+        tail = base + hi - 1
+        depth_class = tail.bit_length()
+        key = self.memo.get((span.num_hits, span.last_access, depth_class))
+        if key is None:  # the tail may be in another class now: keyed anew
+            key = self._key(span, hi - 1)
+        first = 1 << (depth_class - 1) if depth_class else 0
+        self._push(span, rank, key, first - base, hi)

@@ -14,13 +14,14 @@ from schedkit.errors import PolicyConfigError
 from schedkit.sim.config import SimConfig
 from schedkit.sim.costmodel import make_cost_model
 from schedkit.sim.engine import SimEngine
-from schedkit.sim.evict_keys import SpanKeyedEvictions
+from schedkit.sim.evict_keys import ClassKeyedEvictions, SpanKeyedEvictions
 from schedkit.sim.workloads import load_workload
 
 Key = Callable[[BlockView], Any]
 KEYS: dict[str, Key] = {
     "lfu": lambda b: (b.num_hits, b.last_access),
     "deepest-first": lambda b: (b.num_hits, -b.depth, b.last_access),
+    "deepest-class-first": lambda b: (b.num_hits, -b.depth_class, b.last_access),
     "newest-first": lambda b: -b.last_access,
 }
 
@@ -28,6 +29,7 @@ KEYS: dict[str, Key] = {
 READS: dict[str, tuple[str, ...]] = {  # what each key reads, for eviction_key_reads
     "lfu": ("num_hits", "last_access"),
     "deepest-first": ("num_hits", "depth", "last_access"),
+    "deepest-class-first": ("num_hits", "depth_class", "last_access"),
     "newest-first": ("last_access",),
 }
 
@@ -74,12 +76,15 @@ def test_keyed_eviction_evicts_what_the_list_hook_over_every_block_does(
     name: str, blocks: int, declared: bool
 ) -> None:
     """With ``eviction_key_reads`` declared, keys that read no depth or hash are asked per
-    span (``SpanKeyedEvictions``): the evictions must not change."""
+    span (``SpanKeyedEvictions``), and per span and depth class when they read
+    ``depth_class`` (``ClassKeyedEvictions``): the evictions must not change."""
     keyed, engine = run(key_policy(KEYS[name], READS[name] if declared else None), blocks)
     listed, _ = run(list_policy(KEYS[name]), blocks)
     assert engine.kv.keyed is not None  # the heap path, not the facade's
     by_span = declared and "depth" not in READS[name]
     assert isinstance(engine.kv.keyed, SpanKeyedEvictions) is by_span
+    by_class = by_span and "depth_class" in READS[name]
+    assert isinstance(engine.kv.keyed, ClassKeyedEvictions) is by_class
     assert engine.kv.evictions > 1_000  # under pressure
     assert [r.cached_tokens for r in keyed.records] == [r.cached_tokens for r in listed.records]
     assert [r.finish_s for r in keyed.records] == [r.finish_s for r in listed.records]
@@ -120,3 +125,20 @@ def test_span_keys_are_asked_once_per_distinct_hits_and_last_access() -> None:
 def test_eviction_key_reads_naming_no_block_field_is_a_config_error() -> None:
     with pytest.raises(PolicyConfigError, match=r"eviction_key_reads names hits.*num_hits"):
         PolicyFacade([("p", key_policy(KEYS["lfu"], ("hits", "last_access")))])
+
+
+def test_class_keys_are_asked_once_per_distinct_hits_last_access_and_class() -> None:
+    calls: list[tuple[int, float, int]] = []
+
+    def counted(block: BlockView) -> Any:
+        calls.append((block.num_hits, block.last_access, block.depth_class))
+        return KEYS["deepest-class-first"](block)
+
+    per_class, engine = run(key_policy(counted, READS["deepest-class-first"]), 2_000)
+    assert isinstance(engine.kv.keyed, ClassKeyedEvictions)
+    assert len(calls) == len(set(calls))
+    asked = len(calls)
+    calls.clear()
+    per_block, _ = run(key_policy(counted), 2_000)
+    assert len(calls) > 3 * asked
+    assert per_class.prefix_hit_tokens == per_block.prefix_hit_tokens

@@ -15,7 +15,7 @@ __all__ = ["PrefixAware", "QueuedPrefixAware", "prefix_key"]
 def prefix_key(block: BlockView) -> tuple[int, int, float]:
     """Fewest hits first; among equal hits the deepest first, by depth doubling (blocks
     at depth 8-15 before those at 4-7); then least recently used."""
-    return (block.num_hits, -block.depth.bit_length(), block.last_access)
+    return (block.num_hits, -block.depth_class, block.last_access)
 
 
 class PrefixAware(Policy):
@@ -28,17 +28,18 @@ class PrefixAware(Policy):
        ...). A block is only reachable through every block before it in its prompt, and
        the shallow blocks of a prompt (system prompt, template, early conversation
        turns) are the ones other requests share, while the deep ones are mostly one
-       conversation's private tail. Classes rather than exact depths: with exact depths,
-       evictions interleave block by block between every run of blocks in the cache
-       (36-55x LRU's replay time on mooncake-conv), with classes they go a run at a time
-       (3.3-3.8x), for a hit rate 0.05 points lower (benchmarks/RESULTS.md).
+       conversation's private tail. Classes (``BlockView.depth_class``) rather than exact
+       depths: with exact depths, evictions interleave block by block between every run
+       of blocks in the cache (36-55x LRU's replay time on mooncake-conv); with classes
+       the engine ranks a run of blocks a class at a time, for a hit rate 0.05 points
+       lower (benchmarks/RESULTS.md).
     3. Then least recently used first.
 
-    A key hook reading hits, depth and last access (``eviction_key_reads``): the engine
-    keeps the evictable blocks in key order, with no eviction window.
+    A key hook reading hits, depth class and last access (``eviction_key_reads``): the
+    engine keeps the evictable blocks in key order, with no eviction window.
     """
 
-    eviction_key_reads = ("num_hits", "depth", "last_access")
+    eviction_key_reads = ("num_hits", "depth_class", "last_access")
 
     @hookimpl
     def eviction_key(self, block: BlockView, engine: EngineView) -> tuple[int, int, float]:
