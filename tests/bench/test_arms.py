@@ -114,7 +114,8 @@ def test_an_arm_the_engine_cannot_take_is_refused_before_anything_runs(tmp_path:
     spec = BenchSpec(workload=LOADED, engine="vllm", arms=[parse_arm("name=a,max_num_seqs=8")])
     _check_overrides(spec, resolve_arms([], spec.arms))
     spec = BenchSpec(workload=LOADED, engine="vllm", arms=[parse_arm("name=b,tp=2")])
-    with pytest.raises(SchedkitError, match=r"arm b: --engine vllm does not pass .* --tp 2"):
+    refused = r"arm b: --engine vllm does not pass .* --tensor-parallel-size 2"
+    with pytest.raises(SchedkitError, match=refused):
         _check_overrides(spec, resolve_arms([], spec.arms))
     with pytest.raises(ValueError, match="no arm to run"):
         BenchSpec(workload=LOADED)
@@ -167,7 +168,8 @@ def test_record_steps_where_no_engine_honours_it_is_refused(tmp_path: Path) -> N
     config = tmp_path / "rec.toml"
     config.write_text(f'policy = "fcfs"\nrecord_steps = "{tmp_path / "s.csv"}"\n')
     with pytest.raises(
-        SchedkitError, match="arm rec: record_steps is honoured by --engine vllm and --engine sglang"
+        SchedkitError,
+        match="arm rec: record_steps is honoured by --engine vllm and --engine sglang",
     ):
         Bench(BenchSpec(workload=LOADED, policies=[str(config)]))
     proc = schedkit("serve", "lmdeploy", "--record-steps", str(tmp_path / "s.csv"))
