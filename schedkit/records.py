@@ -24,8 +24,8 @@ class RequestRecord:
     slo_ttft_ms: float | None = None
     slo_tpot_ms: float | None = None
     output_tokens: int = 0
-    finish_reason: str = ""  # "length", "stop", "rejected", "aborted"; "" = unfinished
-    reject_reason: str = ""
+    finish_reason: str = ""  # "length", "stop", "rejected", "aborted", "error"; "" = unfinished
+    reject_reason: str = ""  # why it was rejected, or (finish_reason "error") why it failed
     scheduled_s: float | None = None  # first time any of its tokens was scheduled
     first_token_s: float | None = None
     finish_s: float | None = None
@@ -64,6 +64,7 @@ class RunResult:
     policy_errors_by_hook: dict[str, int] = field(default_factory=dict)
     slow_hook_calls: dict[str, int] = field(default_factory=dict)  # "policy.hook" -> count
     rejections: dict[str, int] = field(default_factory=dict)  # reason -> count
+    errors: dict[str, int] = field(default_factory=dict)  # live replay: failure -> count
     # (gap seconds, tokens): inter-token gaps; a run of identical decode steps adds its
     # mean gap once, weighted by the tokens it produced.
     itl: list[tuple[float, int]] = field(default_factory=list)

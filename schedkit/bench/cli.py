@@ -38,7 +38,31 @@ def bench(
             " flags below in snake_case); repeat per arm. Simulator only."
         ),
     ] = None,
-    engine: Annotated[str, typer.Option(help="Engine: sim.")] = "sim",
+    engine: Annotated[
+        str,
+        typer.Option(
+            help="Engine: sim (the simulator), openai (running servers, --target), or an"
+            " adapter's in-process engine: vllm, vllm-twin, sglang."
+        ),
+    ] = "sim",
+    target: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="--engine openai: a server's base URL (http://host:port); one per arm, in"
+            " arm order."
+        ),
+    ] = None,
+    max_concurrency: Annotated[
+        int | None,
+        typer.Option(help="--engine openai: at most this many requests in flight."),
+    ] = None,
+    request_timeout_s: Annotated[
+        float, typer.Option(help="--engine openai: seconds a request may take in all.")
+    ] = 600.0,
+    max_seconds: Annotated[
+        float | None,
+        typer.Option(help="--engine openai: send no request that arrives later than this."),
+    ] = None,
     model: Annotated[str, typer.Option(help="Model profile.")] = "Llama-3-8B",
     gpu: Annotated[str, typer.Option(help="GPU profile.")] = "H100-SXM",
     tp: Annotated[
@@ -180,8 +204,8 @@ def bench(
 
     Exit status: 0 when every arm finished every request; 2 on bad input (nothing runs
     and nothing is written); 3 with --strict when a policy faulted in any arm; else 4 when
-    an arm left requests unfinished (its latencies miss them). Results are written for 3
-    and 4.
+    an arm left requests unfinished (its latencies miss them) or, with --engine openai,
+    some failed. Results are written for 3 and 4.
     """
     from schedkit.bench.arms import parse_arm
     from schedkit.bench.compare import check_metrics, check_min_effect
@@ -208,6 +232,8 @@ def bench(
             eviction_window=eviction_window, window=_window(window),
             min_effect=min_effect, verdict_metrics=verdict_metrics, jobs=jobs,
             record_steps=None if record_steps is None else str(record_steps),
+            targets=target or [], max_concurrency=max_concurrency,
+            request_timeout_s=request_timeout_s, max_seconds=max_seconds,
         )  # fmt: skip
     except ValidationError as exc:
         fields = "; ".join(
@@ -254,9 +280,20 @@ def bench(
             style="bold red",
             soft_wrap=True,
         )
+    failed = {a["policy"]: a["metrics"].get("failed") or 0 for a in results["arms"]}
+    if any(failed.values()):
+        counts = ", ".join(f"{arm}: {n:,}" for arm, n in failed.items() if n)
+        console.print(
+            Text(
+                f"! requests failed ({counts}): metrics.errors in results.json says why;"
+                f" each counts as a miss. Exit status {UNFINISHED_EXIT}"
+            ),
+            style="bold red",
+            soft_wrap=True,
+        )
     if strict and any(f["kind"] == "policy_errors" for f in results.get("flags", [])):
         raise typer.Exit(STRICT_EXIT)
-    if any(unfinished.values()):
+    if any(unfinished.values()) or any(failed.values()):
         raise typer.Exit(UNFINISHED_EXIT)
 
 
@@ -345,6 +382,7 @@ def _print_summary(results: dict[str, Any], out: Path) -> None:
         ("completed", lambda m: m["completed"]),
         ("rejected", lambda m: m["rejected"]),
         ("unfinished", lambda m: m.get("unfinished")),
+        ("failed", lambda m: m.get("failed") or None),
         ("TTFT p50 ms", lambda m: m["ttft_ms"]["p50"]),
         ("TTFT p90 ms", lambda m: m["ttft_ms"]["p90"]),
         ("TPOT p50 ms", lambda m: m["tpot_ms"]["p50"]),

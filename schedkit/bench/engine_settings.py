@@ -21,6 +21,7 @@ __all__ = ["IGNORED_SETTINGS", "check_engine_settings"]
 _ONE_ENGINE = "it runs one in-process engine on one device"
 _WALL_CLOCK = "it is timed by the wall clock on this machine, not by a GPU profile"
 _OWN_EVICTION = "the adapter's eviction hook keeps its own window of 4,096 blocks"
+_RUNNING = "the servers run with the settings they were launched with"
 
 #: engine -> BenchSpec field -> why that engine does not honour it
 IGNORED_SETTINGS: dict[str, dict[str, str]] = {
@@ -40,11 +41,28 @@ IGNORED_SETTINGS: dict[str, dict[str, str]] = {
         "eviction_window": "SGLang's radix cache evicts by its own rules",
     },
     "vllm-twin": {"eviction_window": _OWN_EVICTION, "replicas": _ONE_ENGINE},
+    "openai": {
+        "tp": _RUNNING,
+        "replicas": _RUNNING,
+        "gpu": _WALL_CLOCK,
+        "profile": _WALL_CLOCK,
+        "max_num_seqs": _RUNNING,
+        "max_num_batched_tokens": _RUNNING,
+        "gpu_memory_utilization": _RUNNING,
+        "long_prefill_token_threshold": _RUNNING,
+        "prefix_caching": _RUNNING,
+        "kv_blocks": _RUNNING,
+        "eviction_window": _RUNNING,
+    },
 }
 
 
 # fields whose flag is vLLM's name, not the field's
-_FLAGS = {"tp": "--tensor-parallel-size", "kv_blocks": "--num-gpu-blocks-override"}
+_FLAGS = {
+    "tp": "--tensor-parallel-size",
+    "kv_blocks": "--num-gpu-blocks-override",
+    "prefix_caching": "--no-enable-prefix-caching",
+}
 
 
 def _flag(field: str) -> str:

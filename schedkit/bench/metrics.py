@@ -312,6 +312,8 @@ def compute_metrics(
         "rejected": overall["rejected"],
         "unfinished": sum(r.finish_reason == "" for r in records),
         "rejections": dict(rejections),
+        "failed": sum(r.finish_reason == "error" for r in records),
+        "errors": dict(run.errors),
         "ttft_ms": overall["ttft_ms"],
         "tpot_ms": overall["tpot_ms"],
         "itl_ms": weighted_summary((gap * 1000.0, weight) for gap, weight in run.itl),

@@ -87,6 +87,41 @@ def replay(
     return Cluster(requests, cost, sim_config, facades, router).run()
 
 
+def _check_targets(spec: BenchSpec, arms: int) -> None:
+    """``--target`` and the live client's limits go with ``--engine openai`` only, one
+    target per arm."""
+    if spec.engine != "openai":
+        given = [
+            flag for flag, value in (
+                ("--target", spec.targets), ("--max-concurrency", spec.max_concurrency),
+                ("--max-seconds", spec.max_seconds),
+            ) if value
+        ]  # fmt: skip
+        if given:
+            raise SchedkitError(
+                f"{', '.join(given)} drive running servers: add --engine openai (and a"
+                f" --target per arm), or drop {' and '.join(given)}"
+            )
+        return
+    if not spec.targets:
+        raise SchedkitError(
+            "--engine openai replays against running servers: give --target URL per arm"
+            " (e.g. --target http://127.0.0.1:8000)"
+        )
+    bad = [t for t in spec.targets if not re.match(r"^https?://[^/\s]+", t)]
+    if bad:
+        raise SchedkitError(
+            f"--target {bad[0]!r} is not an http(s) URL; give the server's base URL, like"
+            " http://127.0.0.1:8000"
+        )
+    if len(spec.targets) != arms:
+        raise SchedkitError(
+            f"--engine openai runs one arm per --target: {arms} arm(s), {len(spec.targets)}"
+            " target(s). The policies run in the servers (schedkit serve ... --policy X),"
+            " so give one --policy (its label) per server, in the same order"
+        )
+
+
 def _check_overrides(spec: BenchSpec, arms: Sequence[ResolvedArm]) -> None:
     """Each arm's own engine settings, checked as the bench's are: an engine refuses
     those it would not pass on (``engine_settings.IGNORED_SETTINGS``)."""
@@ -153,7 +188,7 @@ def trusted_requests(
 
 def engines() -> dict[str, str]:
     """Engine name -> where it comes from: the built-in simulator plus installed adapters."""
-    found = {"sim": "schedkit"}
+    found = {"sim": "schedkit", "openai": "schedkit"}
     for ep in metadata.entry_points(group=ENGINE_GROUP):
         found.setdefault(ep.name, ep.dist.name if ep.dist else ep.value)
     return found
@@ -162,6 +197,16 @@ def engines() -> dict[str, str]:
 def load_engine(name: str) -> ArmRunner:
     if name == "sim":
         return run_on_sim
+    if name == "openai":
+        try:
+            import aiohttp  # noqa: F401
+        except ImportError:
+            raise SchedkitError(
+                "--engine openai needs aiohttp: pip install 'schedkit[live]'"
+            ) from None
+        from schedkit.bench.live import run_live_arm
+
+        return run_live_arm
     for ep in metadata.entry_points(group=ENGINE_GROUP):
         if ep.name == name:
             try:
@@ -212,6 +257,11 @@ class BenchSpec(BaseModel):
     verdict_metrics: list[str] | None = None  # None: every one of METRIC_KEYS
     jobs: int | None = Field(default=None, gt=0)  # simulator arms run at once; None: cores
     record_steps: str | None = None  # real engines: a directory for one steps CSV per arm
+    # --engine openai: the servers (one per arm), and the client's limits
+    targets: list[str] = Field(default_factory=list)
+    max_concurrency: int | None = Field(default=None, ge=1)
+    request_timeout_s: float = Field(default=600.0, gt=0, allow_inf_nan=False)
+    max_seconds: float | None = Field(default=None, gt=0, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _some_arm(self) -> BenchSpec:
@@ -253,6 +303,7 @@ class Bench:
         # engine passes them to policies as RequestView.slo_ttft_ms / slo_tpot_ms.
         self.base = base.with_default_slos(spec.slo_ttft_ms, spec.slo_tpot_ms)
         self.arms = resolve_arms(spec.policies, spec.arms)
+        _check_targets(spec, len(self.arms))
         self.labels = [arm.label for arm in self.arms]
         self.configs = [arm.config for arm in self.arms]
         if spec.record_steps is not None:

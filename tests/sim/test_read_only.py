@@ -42,7 +42,7 @@ BLOCK_FIELDS = fields(BlockView)
 def test_the_protocols_list_the_fields() -> None:
     assert "priority" in REQUEST_FIELDS and len(REQUEST_FIELDS) == 13
     assert "kv_blocks_free" in ENGINE_FIELDS and len(ENGINE_FIELDS) == 7
-    assert BLOCK_FIELDS == ["block_hash", "depth", "last_access", "num_hits"]
+    assert BLOCK_FIELDS == ["block_hash", "depth", "depth_class", "last_access", "num_hits"]
 
 
 def sim_request() -> SimRequest:

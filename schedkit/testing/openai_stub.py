@@ -1,0 +1,118 @@
+"""A trivial OpenAI-compatible streaming server on loopback, for testing and measuring
+``bench --engine openai`` without a model (``benchmarks/live/replayer.py``, the tests).
+
+``POST /v1/completions`` streams ``max_tokens`` chunks ``token_delay_s`` apart, each with
+``continuous_usage_stats``, then ``finish_reason`` ``length`` and ``[DONE]``, the way
+vLLM's server does. Behaviours for failure tests, chosen by the request's tenant header
+(``x-tenant-id``, one of ``MODES``): a 500, a 503 naming a schedkit rejection, a stream
+cut half way, a body that is not an event stream, a stream that never ends. It records
+each request's body, headers and arrival time (``received``) and the most requests it
+had in flight at once (``peak``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["MODES", "StubServer", "serve_stub"]
+
+MODES = ("error-500", "rejected", "cut", "not-a-stream", "hang")
+
+
+@dataclass
+class StubServer:
+    """The running stub: its base ``url`` and what it received."""
+
+    url: str = ""
+    owned_by: str = "vllm"
+    token_delay_s: float = 0.0
+    received: list[dict[str, Any]] = field(default_factory=list)
+    in_flight: int = 0
+    peak: int = 0
+
+
+@contextmanager
+def serve_stub(
+    owned_by: str = "vllm", token_delay_s: float = 0.0, max_model_len: int = 4096
+) -> Iterator[StubServer]:
+    """Run the stub on a free loopback port in a thread for the ``with`` block."""
+    from aiohttp import web
+
+    stub = StubServer(owned_by=owned_by, token_delay_s=token_delay_s)
+
+    async def models(request: web.Request) -> web.Response:
+        model = {"id": "stub", "object": "model", "owned_by": owned_by}
+        model["max_model_len"] = max_model_len  # type: ignore[assignment]
+        return web.json_response({"object": "list", "data": [model]})
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        stub.in_flight += 1
+        stub.peak = max(stub.peak, stub.in_flight)
+        try:
+            return await respond(request)
+        finally:
+            stub.in_flight -= 1
+
+    async def respond(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        stub.received.append(
+            {"t": time.perf_counter(), "body": body, "headers": dict(request.headers)}
+        )
+        prompt = body.get("prompt") or [0]
+        mode = request.headers.get("x-tenant-id", "")
+        if mode == "error-500":
+            return web.json_response({"error": {"message": "boom", "code": 500}}, status=500)
+        if mode == "rejected":
+            error = {"message": "rejected: tenant over quota", "code": 503}
+            return web.json_response({"error": error}, status=503)
+        if mode == "not-a-stream":
+            return web.Response(text="<html>hello</html>", content_type="text/html")
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        n = int(body.get("max_tokens") or 1)
+        for i in range(1, n + 1):
+            if mode == "cut" and i > n // 2:
+                return response  # the connection ends without finish_reason or [DONE]
+            if mode == "hang":
+                await asyncio.sleep(3600)
+            if stub.token_delay_s:
+                await asyncio.sleep(stub.token_delay_s)
+            choice = {"index": 0, "text": " x", "finish_reason": "length" if i == n else None}
+            usage = {"prompt_tokens": len(prompt), "completion_tokens": i}
+            chunk = {"id": "c", "object": "text_completion", "choices": [choice], "usage": usage}
+            await response.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+        await response.write(b"data: [DONE]\n\n")
+        return response
+
+    app = web.Application()
+    app.router.add_get("/v1/models", models)
+    app.router.add_post("/v1/completions", completions)
+    ready = threading.Event()
+    loop = asyncio.new_event_loop()
+    runner = web.AppRunner(app, access_log=None)
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(runner.setup())
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        loop.run_until_complete(site.start())
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        stub.url = f"http://127.0.0.1:{port}"
+        ready.set()
+        loop.run_forever()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    ready.wait(10)
+    try:
+        yield stub
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
