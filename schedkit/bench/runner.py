@@ -33,7 +33,7 @@ from schedkit.sim.cluster import Cluster
 from schedkit.sim.config import DEFAULT_EVICTION_WINDOW, SimConfig
 from schedkit.sim.costmodel import LinearCostModel, RooflineCostModel, make_cost_model
 from schedkit.sim.engine import SimEngine, StepCost, no_cyclic_gc
-from schedkit.sim.profiles import register_model_dir
+from schedkit.sim.profiles import DEFAULT_REGISTRY, register_model_dir
 from schedkit.sim.workloads import TraceRequest, Workload, load_workload
 from schedkit.trust import TrustConfig
 
@@ -354,6 +354,11 @@ class Bench:
         where = f"--arm {arm.label}: " if arm is not None and overrides else ""
         try:
             model_name = register_model_dir(s["model"]) or s["model"]
+            if spec.engine == "openai" and model_name.lower() not in {
+                m.lower() for m in DEFAULT_REGISTRY.model_names()
+            }:
+                model_name = BenchSpec.model_fields["model"].default  # a served model's name:
+                # the replay needs no profile of it, only the simulator's config below
             cost, model, gpu = make_cost_model(model_name, s["gpu"], s["tp"], s["profile"])
         except SchedkitError as exc:
             raise SchedkitError(f"{where}{exc}") from None
@@ -393,7 +398,7 @@ class Bench:
         )
         info: dict[str, Any] = {
             "engine": spec.engine,
-            "model": model.name,
+            "model": s["model"] if spec.engine == "openai" else model.name,
             "gpu": gpu.name,
             "tp": s["tp"],
             "replicas": s["replicas"],

@@ -157,3 +157,11 @@ def test_the_cli_says_how_many_failed(tmp_path: Path) -> None:
     )  # fmt: skip
     assert proc.returncode == 4, proc.stderr
     assert "requests failed (fcfs: 10)" in " ".join((proc.stdout + proc.stderr).split())
+
+
+def test_a_served_model_name_needs_no_profile(tmp_path: Path) -> None:
+    with serve_stub() as stub:
+        results = live(tmp_path / "name", WORKLOAD, [stub.url], model="org/Some-Model-7B")
+    assert results["engine"]["model"] == "org/Some-Model-7B"
+    assert results["arms"][0]["metrics"]["completed"] == 40
+    assert stub.received[0]["body"]["model"] == "stub"  # the id the server lists
