@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -19,6 +19,9 @@ from schedkit.config import SchedkitConfig, load_config, read_config_file
 from schedkit.errors import SchedkitError, quote
 
 __all__ = ["ENGINE_KEYS", "ArmSpec", "EngineSettings", "arm_labels", "parse_arm", "resolve_arms"]
+
+
+KvCacheDtype = Literal["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"]
 
 
 class EngineSettings(BaseModel):
@@ -40,6 +43,7 @@ class EngineSettings(BaseModel):
     kv_blocks: int | None = Field(default=None, gt=0)
     long_prefill_token_threshold: int | None = Field(default=None, ge=0)
     eviction_window: int | None = Field(default=None, ge=0)
+    kv_cache_dtype: KvCacheDtype | None = None
 
     def overrides(self) -> dict[str, Any]:
         return self.model_dump(exclude_none=True)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import typer
 import typer.main
@@ -163,6 +163,13 @@ def bench(
             help="vLLM --num-gpu-blocks-override: the KV capacity in blocks.",
         ),
     ] = None,
+    kv_cache_dtype: Annotated[
+        str,
+        typer.Option(
+            help="vLLM --kv-cache-dtype: auto (the model's), bfloat16, float16, fp8,"
+            " fp8_e4m3, fp8_e5m2; fp8 holds twice the tokens in the same memory."
+        ),
+    ] = "auto",
     eviction_window: Annotated[
         int | None,
         typer.Option(
@@ -207,7 +214,7 @@ def bench(
     an arm left requests unfinished (its latencies miss them) or, with --engine openai,
     some failed. Results are written for 3 and 4.
     """
-    from schedkit.bench.arms import parse_arm
+    from schedkit.bench.arms import KvCacheDtype, parse_arm
     from schedkit.bench.compare import check_metrics, check_min_effect
     from schedkit.bench.runner import BenchSpec, run_bench
 
@@ -232,7 +239,8 @@ def bench(
             eviction_window=eviction_window, window=_window(window),
             min_effect=min_effect, verdict_metrics=verdict_metrics, jobs=jobs,
             record_steps=None if record_steps is None else str(record_steps),
-            targets=target or [], max_concurrency=max_concurrency,
+            kv_cache_dtype=cast(KvCacheDtype, kv_cache_dtype), targets=target or [],
+            max_concurrency=max_concurrency,
             request_timeout_s=request_timeout_s, max_seconds=max_seconds,
         )  # fmt: skip
     except ValidationError as exc:

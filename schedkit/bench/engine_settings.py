@@ -22,6 +22,7 @@ _ONE_ENGINE = "it runs one in-process engine on one device"
 _WALL_CLOCK = "it is timed by the wall clock on this machine, not by a GPU profile"
 _OWN_EVICTION = "the adapter's eviction hook keeps its own window of 4,096 blocks"
 _RUNNING = "the servers run with the settings they were launched with"
+_KV_DTYPE = "the in-process engine is started with its default KV cache dtype"
 
 #: engine -> BenchSpec field -> why that engine does not honour it
 IGNORED_SETTINGS: dict[str, dict[str, str]] = {
@@ -31,6 +32,7 @@ IGNORED_SETTINGS: dict[str, dict[str, str]] = {
         "gpu": _WALL_CLOCK,
         "profile": _WALL_CLOCK,
         "eviction_window": _OWN_EVICTION,
+        "kv_cache_dtype": _KV_DTYPE,
     },
     "sglang": {
         "tp": _ONE_ENGINE,
@@ -39,6 +41,7 @@ IGNORED_SETTINGS: dict[str, dict[str, str]] = {
         "profile": _WALL_CLOCK,
         "gpu_memory_utilization": "SGLang sizes its pools with its own mem_fraction_static",
         "eviction_window": "SGLang's radix cache evicts by its own rules",
+        "kv_cache_dtype": _KV_DTYPE,
     },
     "vllm-twin": {"eviction_window": _OWN_EVICTION, "replicas": _ONE_ENGINE},
     "openai": {
@@ -53,6 +56,7 @@ IGNORED_SETTINGS: dict[str, dict[str, str]] = {
         "prefix_caching": _RUNNING,
         "kv_blocks": _RUNNING,
         "eviction_window": _RUNNING,
+        "kv_cache_dtype": _RUNNING,
     },
 }
 

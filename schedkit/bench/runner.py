@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from schedkit.adapter.recording import RECORDING_ENGINES
-from schedkit.bench.arms import ENGINE_KEYS, ArmSpec, ResolvedArm, resolve_arms
+from schedkit.bench.arms import ENGINE_KEYS, ArmSpec, KvCacheDtype, ResolvedArm, resolve_arms
 from schedkit.bench.compare import DEFAULT_MIN_EFFECT, METRIC_KEYS, check_metrics, compare_arms
 from schedkit.bench.engine_settings import check_engine_settings
 from schedkit.bench.flags import run_flags
@@ -33,7 +33,7 @@ from schedkit.sim.cluster import Cluster
 from schedkit.sim.config import DEFAULT_EVICTION_WINDOW, SimConfig
 from schedkit.sim.costmodel import LinearCostModel, RooflineCostModel, make_cost_model
 from schedkit.sim.engine import SimEngine, StepCost, no_cyclic_gc
-from schedkit.sim.profiles import DEFAULT_REGISTRY, register_model_dir
+from schedkit.sim.profiles import DEFAULT_REGISTRY, KV_CACHE_DTYPES, register_model_dir
 from schedkit.sim.workloads import TraceRequest, Workload, load_workload
 from schedkit.trust import TrustConfig
 
@@ -252,6 +252,7 @@ class BenchSpec(BaseModel):
     kv_blocks: int | None = Field(default=None, gt=0)
     long_prefill_token_threshold: int = Field(default=0, ge=0)
     eviction_window: int | None = Field(default=None, ge=0)
+    kv_cache_dtype: KvCacheDtype = "auto"  # vLLM's: its element size sizes the KV cache
     window: tuple[float, float] | None = None  # seconds of the trace, before --rate-scale
     min_effect: float = Field(default=DEFAULT_MIN_EFFECT, ge=0, lt=1)
     verdict_metrics: list[str] | None = None  # None: every one of METRIC_KEYS
@@ -362,6 +363,10 @@ class Bench:
             cost, model, gpu = make_cost_model(model_name, s["gpu"], s["tp"], s["profile"])
         except SchedkitError as exc:
             raise SchedkitError(f"{where}{exc}") from None
+        if s["kv_cache_dtype"] != "auto":  # fewer bytes per token: more blocks, less to read
+            model = dataclasses.replace(model, kv_dtype_bytes=KV_CACHE_DTYPES[s["kv_cache_dtype"]])
+            if isinstance(cost, RooflineCostModel):
+                cost = RooflineCostModel(model, gpu, s["tp"])
         blocks = s["kv_blocks"] or RooflineCostModel(model, gpu, s["tp"]).kv_capacity_blocks(
             s["block_size"], s["gpu_memory_utilization"]
         )
@@ -402,6 +407,7 @@ class Bench:
             "gpu": gpu.name,
             "tp": s["tp"],
             "replicas": s["replicas"],
+            "kv_cache_dtype": s["kv_cache_dtype"],
             "cost_model": cost.describe(),
             **sim_config.model_dump(exclude={"timeline_interval_s"}),
         }

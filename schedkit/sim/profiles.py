@@ -15,6 +15,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from schedkit.errors import SchedkitError, quote
 from schedkit.inputs import parse_document, read_document
 
+KV_CACHE_DTYPES = {  # vLLM's --kv-cache-dtype: bytes per element (0: the model's dtype)
+    "auto": 0,
+    "bfloat16": 2,
+    "float16": 2,
+    "fp8": 1,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+}
+
 
 @dataclass(frozen=True)
 class GPUProfile:
@@ -39,6 +48,7 @@ class ModelProfile:
     vocab_size: int
     intermediate_size: int
     dtype_bytes: int = 2
+    kv_dtype_bytes: int = 0  # the KV cache's element size (vLLM --kv-cache-dtype); 0: dtype's
 
     @property
     def num_params(self) -> int:
@@ -58,7 +68,8 @@ class ModelProfile:
     @property
     def kv_bytes_per_token(self) -> int:
         """K and V for every layer and KV head."""
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes
+        element = self.kv_dtype_bytes or self.dtype_bytes
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * element
 
 
 # Memory each GPU keeps for activations and the CUDA context, outside the KV cache.

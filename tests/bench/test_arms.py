@@ -175,3 +175,22 @@ def test_record_steps_where_no_engine_honours_it_is_refused(tmp_path: Path) -> N
     proc = schedkit("serve", "lmdeploy", "--record-steps", str(tmp_path / "s.csv"))
     assert proc.returncode == 2
     assert "wired for vllm and sglang only; lmdeploy would ignore it" in proc.stderr
+
+
+def test_kv_cache_dtype_sizes_the_cache_and_the_reads() -> None:
+    auto = Bench(BenchSpec(workload=LOADED, policies=["fcfs"]))
+    fp8 = Bench(BenchSpec(workload=LOADED, policies=["fcfs"], kv_cache_dtype="fp8"))
+    assert fp8.sim_config.num_blocks == pytest.approx(2 * auto.sim_config.num_blocks, rel=1e-3)
+    assert fp8.engine_info["kv_cache_dtype"] == "fp8"
+    # a decode step that reads a long context is cheaper when the KV cache is half the bytes
+    assert fp8.cost.step_time(0, 64, 64 * 4096, 64 * 4096) < auto.cost.step_time(
+        0, 64, 64 * 4096, 64 * 4096
+    )
+    same = Bench(BenchSpec(workload=LOADED, policies=["fcfs"], kv_cache_dtype="bfloat16"))
+    assert same.sim_config.num_blocks == auto.sim_config.num_blocks  # the model's own dtype
+    arms = Bench(BenchSpec(workload=LOADED, arms=[parse_arm("name=f8,kv_cache_dtype=fp8"),
+                                                 parse_arm("name=bf16")]))  # fmt: skip
+    assert arms.for_arm(0).sim_config.num_blocks == fp8.sim_config.num_blocks
+    assert arms.for_arm(1).sim_config.num_blocks == auto.sim_config.num_blocks
+    with pytest.raises(SchedkitError, match=r"--kv-cache-dtype fp8 \(the in-process engine"):
+        Bench(BenchSpec(workload=LOADED, policies=["fcfs"], engine="vllm", kv_cache_dtype="fp8"))
