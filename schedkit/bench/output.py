@@ -197,6 +197,7 @@ def write_outputs(
     """Write results.json, the per-request table and the reports into ``out_dir``, all or
     nothing; return the paths written."""
     from schedkit.bench.report import write_report
+    from schedkit.bench.vllm_format import write_vllm_bench
 
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -214,8 +215,10 @@ def write_outputs(
             staging, request_rows(runs, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms)
         )
         write_report(staging, results, runs)
+        write_vllm_bench(staging, results, runs, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms)
         written = []
         stale = {"requests.csv", "requests.parquet"}  # one of them is from an older run
+        stale.update(p.name for p in out_dir.glob("vllm-bench-*.json"))  # an older run's arms
         for name in stale:
             if not (staging / name).exists():
                 (out_dir / name).unlink(missing_ok=True)
