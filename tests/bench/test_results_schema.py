@@ -158,6 +158,7 @@ def test_a_failed_run_leaves_the_previous_results_whole(
         "report.md",
         "requests.parquet",
         "results.json",
+        "vllm-bench-0-fcfs.json",
     ]
     assert output  # the module whose staging directory was cleaned up
 
