@@ -4,8 +4,9 @@
 ``azure-conv``, ``azure-code``, ``mooncake-conv``, licences in ``schedkit/data/TRACES-LICENSES.md``;
 example specs ``two-tenant-flood``, ``two-class``); a trace file, ``.csv``/``.csv.gz`` in the Azure
 format (header ``TIMESTAMP,ContextTokens,GeneratedTokens``, 2023's times or 2024's with a UTC
-offset, other columns ignored, quoted cells as CSV quotes them) or ``.jsonl``/``.jsonl.gz`` in the
-Mooncake format (``timestamp`` ms, ``input_length``, ``output_length``, ``hash_ids``) or schedkit's
+offset, other columns ignored, quoted cells as CSV quotes them) or BurstGPT's (header
+``Timestamp,Model,Request tokens,Response tokens,...``, :mod:`schedkit.sim.burstgpt`), told apart
+by the header, or ``.jsonl``/``.jsonl.gz`` in the Mooncake format (``timestamp`` ms, ``input_length``, ``output_length``, ``hash_ids``) or schedkit's
 own, told apart by the keys of the first object; or a synthetic stream (``poisson:...``,
 ``gamma:...``) or ``.toml``/``.json`` multi-tenant spec, both described in
 :mod:`schedkit.sim.synthetic`. ``seed`` is added to a spec's own seed; traces ignore it.
@@ -221,7 +222,7 @@ _SPEC_SUFFIXES = (".toml", ".json")
 _SUFFIXES = (".csv", ".csv.gz", ".jsonl", ".jsonl.gz", *_SPEC_SUFFIXES)
 
 _SYNTAX_HELP = (
-    "a trace file path ending in .csv/.csv.gz (Azure format) or .jsonl/.jsonl.gz (Mooncake or"
+    "a trace file path ending in .csv/.csv.gz (Azure or BurstGPT format) or .jsonl/.jsonl.gz (Mooncake or"
     " schedkit JSONL); a workload-spec file ending in .toml/.json; or a synthetic stream such as"
     " 'poisson:rate=5,n=1000[,prompt=1024,output=128,seed=0]' or 'gamma:rate=5,cv=4,n=1000[,...]'"
 )
@@ -281,6 +282,10 @@ def _load(
 
     trace = _trace_source(path, filename)
     if lowered.endswith((".csv", ".csv.gz")):
+        from schedkit.sim import burstgpt  # deferred: it builds on this module
+
+        if burstgpt.is_burstgpt_header(trace):
+            return burstgpt.parse_burstgpt_csv(trace, name, max_requests)
         requests = tuple(azure_csv.parse_azure_csv(trace, name, max_requests))
         return Workload(name, requests, 0, source or f"Azure-format trace {trace.origin}")
     return trace_formats.parse_jsonl(trace, name, source, max_requests)
