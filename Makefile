@@ -18,11 +18,11 @@ demo: $(STAMP)
 		--rate-scale 4 --slo-ttft-ms 2000 --slo-tpot-ms 100 --out out/demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check schedkit plugins tests benchmarks
+	$(BIN)/ruff check schedkit plugins tests benchmarks deploy
 	$(BIN)/ruff format --check schedkit plugins
 	$(BIN)/mypy --strict schedkit $(filter-out %.egg-info,$(wildcard plugins/*/schedkit_*))
 
-test: lint lint-vllm lint-sglang browser
+test: lint lint-vllm lint-sglang browser promtool
 	$(BIN)/pytest -q tests $(foreach p,$(PLUGINS),$(dir $(p))tests)
 	$(MAKE) test-vllm
 	$(MAKE) test-vllm033
@@ -34,6 +34,11 @@ test: lint lint-vllm lint-sglang browser
 .PHONY: browser report-screenshot
 browser:
 	benchmarks/report/install-chromium.sh
+
+# The Prometheus rules' unit tests (tests/test_observability.py) run Debian's promtool.
+.PHONY: promtool
+promtool:
+	deploy/prometheus/install-promtool.sh
 
 report-screenshot: $(STAMP) browser
 	$(BIN)/python benchmarks/report/screenshot.py --demo docs/report.png

@@ -35,9 +35,19 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["HOOKS", "MAX_REASON_LABELS", "SchedkitMetrics", "reason_label", "try_create"]
+__all__ = ["HOOKS", "MAX_REASON_LABELS", "NAMES", "SchedkitMetrics", "reason_label", "try_create"]
 
 MAX_REASON_LABELS = 32
+NAMES = {  # family -> metric name (counters are exported with _total)
+    "decisions": "schedkit_policy_decisions",
+    "latency": "schedkit_hook_latency_seconds",
+    "rejections": "schedkit_rejections",
+    "victims": "schedkit_preemption_victims",
+    "victims_skipped": "schedkit_preemption_victims_skipped",
+    "evictions": "schedkit_evictions",
+    "errors": "schedkit_policy_errors",
+    "over_budget": "schedkit_hook_over_budget",
+}
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
 
@@ -70,43 +80,43 @@ def _create_families() -> dict[str, Any]:
 
         _families = {
             "decisions": Counter(
-                "schedkit_policy_decisions",
+                NAMES["decisions"],
                 "Hook calls answered with a decision by the schedkit policies.",
                 ["policy", "hook"],
             ),
             "latency": Histogram(
-                "schedkit_hook_latency_seconds",
+                NAMES["latency"],
                 "Time spent in each schedkit policy hook call.",
                 ["policy", "hook"],
                 buckets=LATENCY_BUCKETS,
             ),
             "rejections": Counter(
-                "schedkit_rejections",
+                NAMES["rejections"],
                 "Requests rejected at admission by a schedkit policy, by reason.",
                 ["policy", "reason"],
             ),
             "victims": Counter(
-                "schedkit_preemption_victims",
+                NAMES["victims"],
                 "Preemption victims chosen by a schedkit policy and preempted by the engine.",
                 ["policy"],
             ),
             "victims_skipped": Counter(
-                "schedkit_preemption_victims_skipped",
+                NAMES["victims_skipped"],
                 "Victims named by a policy that the engine could not preempt at that point.",
                 ["policy"],
             ),
             "evictions": Counter(
-                "schedkit_evictions",
+                NAMES["evictions"],
                 "Cached KV blocks or prefix-tree nodes evicted by a schedkit policy's choice.",
                 ["policy"],
             ),
             "errors": Counter(
-                "schedkit_policy_errors",
+                NAMES["errors"],
                 "Schedkit policy hook calls that raised or returned an invalid decision.",
                 ["policy", "hook"],
             ),
             "over_budget": Counter(
-                "schedkit_hook_over_budget",
+                NAMES["over_budget"],
                 "Schedkit policy hook calls that took longer than the hook budget.",
                 ["policy", "hook"],
             ),

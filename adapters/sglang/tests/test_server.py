@@ -260,6 +260,32 @@ def test_a_streamed_rejection_carries_the_reason(server: Server) -> None:
     assert json.load(error.value)["message"] == why
 
 
+def test_the_dashboards_sglang_and_schedkit_series_are_served(server: Server) -> None:
+    """Every sglang:* family deploy/grafana/schedkit.json queries is one this server
+    declares on /metrics, and so are the schedkit_* families that have series from the
+    start (tests/test_observability.py checks all of them against schedkit's names)."""
+    import re
+
+    dashboard = Path(__file__).resolve().parents[3] / "deploy" / "grafana" / "schedkit.json"
+    exprs = [t["expr"] for p in json.loads(dashboard.read_text())["panels"]
+             for t in p.get("targets", [])]  # fmt: skip
+    used = {m for e in exprs for m in re.findall(r"\b((?:sglang:|schedkit_)[a-z_:]+)", e)}
+    with urllib.request.urlopen(f"{server.base}/metrics", timeout=10) as response:
+        lines = response.read().decode().splitlines()
+
+    def family(name: str) -> str:
+        return re.sub(r"_(total|bucket|sum|count)$", "", name)
+
+    declared = {family(line.split()[2]) for line in lines if line.startswith("# TYPE ")}
+    # the retraction counter gets its first series on the first retraction
+    sglang = {family(m) for m in used if m.startswith("sglang:")}
+    sglang -= {"sglang:num_retracted_requests"}
+    assert sglang and sglang <= declared, sorted(sglang - declared)
+    ours = {family(m) for m in used if m.startswith("schedkit_")}
+    ours -= {"schedkit_rejections", "schedkit_policy_errors", "schedkit_hook_over_budget"}
+    assert ours and ours <= declared, sorted(ours - declared)
+
+
 def test_sigterm_is_passed_on_and_stops_the_server(server: Server) -> None:
     """Last of the server tests: it stops the module's server."""
     server.process.send_signal(signal.SIGTERM)  # to schedkit serve only, not its group

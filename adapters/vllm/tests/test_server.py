@@ -363,3 +363,32 @@ def test_command_merges_additional_config_and_picks_the_class() -> None:
         build_command(config, ["--additional-config", '{"schedkit": {}}'], cpu=True)
     with pytest.raises(SchedkitError, match="scheduler-cls"):
         build_command(config, ["--scheduler-cls", "my.Sched"], cpu=True)
+
+
+def test_the_dashboards_vllm_and_schedkit_series_are_served(server: str) -> None:
+    """Every vllm:* family deploy/grafana/schedkit.json queries is one this server declares
+    on /metrics (its ``# TYPE`` lines; gauges get samples only once vLLM logs stats), and
+    so are the schedkit_* families that have series from the start
+    (tests/test_observability.py checks all of them against schedkit's own names)."""
+    import re
+
+    dashboard = Path(__file__).resolve().parents[3] / "deploy" / "grafana" / "schedkit.json"
+    exprs = [t["expr"] for p in json.loads(dashboard.read_text())["panels"]
+             for t in p.get("targets", [])]  # fmt: skip
+    used = {m for e in exprs for m in re.findall(r"\b((?:vllm:|schedkit_)[a-z_:]+)", e)}
+    with urllib.request.urlopen(f"{server}/metrics", timeout=10) as response:
+        lines = response.read().decode().splitlines()
+
+    def family(name: str) -> str:
+        return re.sub(r"_(total|bucket|sum|count)$", "", name)
+
+    # a counter's TYPE line names it with _total in prometheus_client's multiprocess mode
+    declared = {family(line.split()[2]) for line in lines if line.startswith("# TYPE ")}
+
+    vllm = {family(m) for m in used if m.startswith("vllm:")}
+    assert vllm and vllm <= declared, sorted(vllm - declared)
+    # schedkit's families with series from the start (the others get theirs on a first
+    # rejection, error or slow call)
+    ours = {family(m) for m in used if m.startswith("schedkit_")}
+    ours -= {"schedkit_rejections", "schedkit_policy_errors", "schedkit_hook_over_budget"}
+    assert ours and ours <= declared, sorted(ours - declared)
