@@ -7,7 +7,7 @@ import math
 from typing import Any, NamedTuple
 
 from _policies import make_blocks, make_requests, scripted
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schedkit import EngineState, PolicyFacade, RequestState, StepReport
@@ -176,3 +176,30 @@ def test_canonical_keys_of_any_kinds_always_compare(values: list[Any]) -> None:
     assert len(ordered) == len(values)
     same_kind = [c for c, v in zip(canon, values, strict=True) if type(v) is int]
     assert sorted(same_kind) == [(0, v) for v in sorted(v for v in values if type(v) is int)]
+
+
+scalars = st.one_of(
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=False, allow_infinity=True, width=64),
+    st.text(max_size=3),
+    st.binary(max_size=3),
+)
+keys = st.recursive(
+    scalars, lambda inner: st.tuples(inner) | st.lists(inner, max_size=3).map(tuple), max_leaves=8
+)
+parts = st.lists(st.one_of(st.just(None), keys), min_size=1, max_size=3)
+
+
+@settings(max_examples=400)
+@given(parts, parts)
+def test_flat_keys_order_and_equal_as_the_combined_keys_do(a: list[Any], b: list[Any]) -> None:
+    """flat_key is order-isomorphic: the eviction heaps may compare it instead."""
+    from schedkit.answers import UNKEYED, flat_key
+
+    def combined(values: list[Any]) -> tuple[Any, ...]:
+        return tuple(UNKEYED if v is None else (0, canonical_key(v)) for v in values)
+
+    n = min(len(a), len(b))  # one engine combines as many parts for every item
+    x, y = combined(a[:n]), combined(b[:n])
+    fx, fy = flat_key(x), flat_key(y)
+    assert (fx < fy) == (x < y) and (fx == fy) == (x == y) and (fx > fy) == (x > y)

@@ -13,6 +13,7 @@ no greater than the key of the block before it in the prefix (deeper blocks go f
 true of keys built from hits, last access and depth with depth decreasing, as every
 shipped policy's. Ties between spans keep the LRU order; within a span, tail first.
 
+Keys are kept flat (``schedkit.answers.flat_key``: the same order, cheaper to compare).
 A policy whose key reads only ``num_hits`` and ``last_access`` (``Policy.
 eviction_key_reads``) keys a span as a whole (``SpanKeyedEvictions``): its key is asked
 once per distinct pair of those fields, and the spans alike in them share one bucket in
@@ -27,6 +28,7 @@ from __future__ import annotations
 from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Any
 
+from schedkit.answers import flat_key
 from schedkit.sim.blocks import OwnSpan, Span, own_block_hash
 from schedkit.views import BlockSnapshot
 
@@ -91,7 +93,7 @@ class KeyedEvictions:
             if len(self.memo) >= MEMO_LIMIT:
                 self.memo.clear()
             kv = self.kv
-            key = kv._facade.eviction_key(self._view(span, j), kv._engine) or ()
+            key = flat_key(kv._facade.eviction_key(self._view(span, j), kv._engine) or ())
             self.memo[fields] = key
         return key
 
@@ -271,7 +273,7 @@ class ClassKeyedEvictions(SpanKeyedEvictions):
             if len(self.memo) >= MEMO_LIMIT:
                 self.memo.clear()
             kv = self.kv
-            key = kv._facade.eviction_key(self._view(span, j), kv._engine) or ()
+            key = flat_key(kv._facade.eviction_key(self._view(span, j), kv._engine) or ())
             self.memo[fields] = key
         return key
 
@@ -290,4 +292,10 @@ class ClassKeyedEvictions(SpanKeyedEvictions):
         if key is None:  # the tail may be in another class now: keyed anew
             key = self._key(span, hi - 1)
         first = 1 << (depth_class - 1) if depth_class else 0
-        self._push(span, rank, key, first - base, hi)
+        bucket = self.buckets.get(key)  # _push, inlined: this runs once per run freed
+        if bucket is None:
+            bucket = self.buckets[key] = []
+            heappush(self.keys, key)
+        self.serial += 1
+        span.serial = self.serial
+        heappush(bucket, ((rank[0], rank[1], -hi), self.serial, span, first - base))
