@@ -126,6 +126,30 @@ def workloads(
     typer.echo("Sources and licences: --json, and schedkit/data/TRACES-LICENSES.md.")
 
 
+@app.command()
+def export(
+    workload: Annotated[str, typer.Argument(help="Workload: a bundled name, spec or file.")],
+    out: Annotated[str, typer.Argument(help="The Mooncake-trace JSONL file to write.")],
+    max_requests: Annotated[
+        int | None, typer.Option(help="Only the first N requests.", min=1)
+    ] = None,
+    rate_scale: Annotated[float, typer.Option(help="Multiply the arrival rate.")] = 1.0,
+) -> None:
+    """Write a workload as a Mooncake trace, for aiperf to replay (docs/interop.md)."""
+    from pathlib import Path
+
+    from schedkit.bench.interop import export_mooncake
+    from schedkit.sim.workloads import load_workload
+
+    if not rate_scale > 0:
+        raise SchedkitError(f"--rate-scale must be > 0, got {rate_scale}")
+    loaded = load_workload(workload, max_requests=max_requests)
+    if rate_scale != 1.0:
+        loaded = loaded.scaled(rate_scale)
+    n = export_mooncake(loaded, Path(out))
+    typer.echo(f"wrote {n:,} requests of {loaded.name} to {out}")
+
+
 SERVE_GROUP = "schedkit.serve"  # entry points: engine name -> serve(config, engine_args) -> int
 
 

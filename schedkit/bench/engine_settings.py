@@ -22,6 +22,7 @@ _ONE_ENGINE = "it runs one in-process engine on one device"
 _WALL_CLOCK = "it is timed by the wall clock on this machine, not by a GPU profile"
 _OWN_EVICTION = "the adapter's eviction hook keeps its own window of 4,096 blocks"
 _RUNNING = "the servers run with the settings they were launched with"
+_MEASURED = "the results were measured elsewhere, with the settings used there"
 _KV_DTYPE = "the in-process engine is started with its default KV cache dtype"
 
 #: engine -> BenchSpec field -> why that engine does not honour it
@@ -57,6 +58,20 @@ IGNORED_SETTINGS: dict[str, dict[str, str]] = {
         "kv_blocks": _RUNNING,
         "eviction_window": _RUNNING,
         "kv_cache_dtype": _RUNNING,
+    },
+    "import": {
+        "tp": _MEASURED,
+        "replicas": _MEASURED,
+        "gpu": _WALL_CLOCK,
+        "profile": _WALL_CLOCK,
+        "max_num_seqs": _MEASURED,
+        "max_num_batched_tokens": _MEASURED,
+        "gpu_memory_utilization": _MEASURED,
+        "long_prefill_token_threshold": _MEASURED,
+        "prefix_caching": _MEASURED,
+        "kv_blocks": _MEASURED,
+        "eviction_window": _MEASURED,
+        "kv_cache_dtype": _MEASURED,
     },
 }
 

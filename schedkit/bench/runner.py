@@ -90,6 +90,19 @@ def replay(
 def _check_targets(spec: BenchSpec, arms: int) -> None:
     """``--target`` and the live client's limits go with ``--engine openai`` only, one
     target per arm."""
+    if spec.engine == "import":
+        if len(spec.targets) != arms:
+            raise SchedkitError(
+                f"--engine import takes one --target result file per arm: {arms} arm(s),"
+                f" {len(spec.targets)} file(s)"
+            )
+        missing = [t for t in spec.targets if not Path(t).is_file()]
+        if missing:
+            raise SchedkitError(
+                f"--target {missing[0]!r} is not a file; give aiperf's profile_export.jsonl"
+                " or a vllm bench serve result JSON per arm"
+            )
+        return
     if spec.engine != "openai":
         given = [
             flag for flag, value in (
@@ -188,7 +201,7 @@ def trusted_requests(
 
 def engines() -> dict[str, str]:
     """Engine name -> where it comes from: the built-in simulator plus installed adapters."""
-    found = {"sim": "schedkit", "openai": "schedkit"}
+    found = {"sim": "schedkit", "openai": "schedkit", "import": "schedkit"}
     for ep in metadata.entry_points(group=ENGINE_GROUP):
         found.setdefault(ep.name, ep.dist.name if ep.dist else ep.value)
     return found
@@ -207,6 +220,10 @@ def load_engine(name: str) -> ArmRunner:
         from schedkit.bench.live import run_live_arm
 
         return run_live_arm
+    if name == "import":
+        from schedkit.bench.interop import run_import_arm
+
+        return run_import_arm
     for ep in metadata.entry_points(group=ENGINE_GROUP):
         if ep.name == name:
             try:

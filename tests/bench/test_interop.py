@@ -1,0 +1,144 @@
+"""Other load generators on schedkit's workloads (schedkit export: a Mooncake trace, as
+aiperf replays it), and their per-request results back in a paired comparison
+(--engine import: aiperf's profile_export.jsonl, vllm bench serve's result JSON)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from schedkit.bench.interop import export_mooncake
+from schedkit.bench.runner import BenchSpec, run_bench
+from schedkit.errors import SchedkitError
+from schedkit.sim.workloads import load_workload
+
+WORKLOAD = "two-tenant-flood"
+N = 200
+
+
+def test_export_reads_back_as_the_same_workload(tmp_path: Path) -> None:
+    for name in ("mooncake-conv", "poisson:rate=5,n=50,prompt=700,output=30"):
+        original = load_workload(name, max_requests=60)
+        path = tmp_path / f"{abs(hash(name))}.jsonl"
+        assert export_mooncake(original, path) == len(original.requests)
+        first = json.loads(path.read_text().splitlines()[0])
+        assert set(first) == {"timestamp", "input_length", "output_length", "hash_ids"}
+        back = load_workload(str(path))
+        start = original.requests[0].arrival_s  # a trace's arrivals count from its first
+        for a, b in zip(original.requests, back.requests, strict=True):
+            assert (a.prompt_tokens, a.output_tokens) == (b.prompt_tokens, b.output_tokens)
+            assert b.arrival_s == pytest.approx(a.arrival_s - start, abs=1e-3)
+        if original.hash_block_tokens == 512:
+            assert [r.hash_ids for r in back.requests] == [
+                r.hash_ids[: len(b.hash_ids)]
+                for r, b in zip(original.requests, back.requests, strict=True)
+            ]
+        else:  # no shared prefix: every block its own
+            ids = [h for r in back.requests for h in r.hash_ids]
+            assert len(ids) == len(set(ids))
+
+
+def test_smaller_blocks_are_shared_in_512_token_blocks_only_when_whole(tmp_path: Path) -> None:
+    trace = tmp_path / "small.jsonl"
+    rows = [{"workload": {"name": "small", "hash_block_tokens": 256}}]
+    rows += [  # 1,024 tokens each: two 512-token blocks of two 256-token hashes each
+        {"arrival_s": 0.0, "prompt_tokens": 1024, "output_tokens": 4, "hash_ids": [1, 2, 3, 4]},
+        {"arrival_s": 1.0, "prompt_tokens": 1024, "output_tokens": 4, "hash_ids": [1, 2, 3, 9]},
+    ]
+    trace.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    out = tmp_path / "mooncake.jsonl"
+    export_mooncake(load_workload(str(trace)), out)
+    a, b = (json.loads(line)["hash_ids"] for line in out.read_text().splitlines())
+    assert a[0] == b[0] and a[1] != b[1]
+
+
+def arms(tmp_path: Path) -> tuple[dict, Path]:
+    spec = BenchSpec(workload=WORKLOAD, max_requests=N, policies=["fcfs", "vtc"], rate_scale=3.0,
+                     kv_blocks=800, slo_ttft_ms=2000)  # fmt: skip
+    return run_bench(spec, tmp_path / "sim"), tmp_path / "sim"
+
+
+def test_vllm_bench_results_come_back_as_the_same_paired_comparison(tmp_path: Path) -> None:
+    sim, out = arms(tmp_path)
+    files = [str(out / "vllm-bench-0-fcfs.json"), str(out / "vllm-bench-1-vtc.json")]
+    spec = BenchSpec(workload=WORKLOAD, max_requests=N, policies=["fcfs", "vtc"],
+                     rate_scale=3.0, engine="import", targets=files, slo_ttft_ms=2000)  # fmt: skip
+    back = run_bench(spec, tmp_path / "imported")
+    for a, b in zip(sim["arms"], back["arms"], strict=True):
+        ma, mb = a["metrics"], b["metrics"]
+        assert mb["completed"] == ma["completed"] and mb["failed"] == N - ma["completed"]
+        for key in ("ttft_ms", "e2e_ms"):
+            assert mb[key]["p50"] == pytest.approx(ma[key]["p50"], rel=1e-6), key
+            assert mb[key]["p90"] == pytest.approx(ma[key]["p90"], rel=1e-6), key
+        assert mb["slo_attainment"] == pytest.approx(ma["slo_attainment"])
+    assert back["engine"]["imported"] == {"fcfs": files[0], "vtc": files[1]}
+    verdict = {m["metric"]: m["rel"] for m in back["comparisons"][0]["metrics"]}
+    original = {m["metric"]: m["rel"] for m in sim["comparisons"][0]["metrics"]}
+    assert verdict["ttft_p90_ms"] == pytest.approx(original["ttft_p90_ms"], rel=1e-6)
+
+
+def test_aiperf_records_come_back_matched_by_session(tmp_path: Path) -> None:
+    sim, out = arms(tmp_path)
+    table = json.loads((out / "vllm-bench-0-fcfs.json").read_text())
+    lines = []
+    for i in reversed(range(N)):  # aiperf writes records as they finish, not in order
+        if table["errors"][i]:
+            record = {
+                "metadata": {"session_num": i},
+                "metrics": {"error_isl": {"value": table["input_lens"][i], "unit": "tokens"}},
+                "error": {"code": 503, "type": "HTTPError", "message": table["errors"][i]},
+            }
+        else:
+            record = {
+                "metadata": {"session_num": i},
+                "error": None,
+                "metrics": {
+                    "input_sequence_length": {"value": table["input_lens"][i], "unit": "tokens"},
+                    "output_sequence_length": {"value": table["output_lens"][i], "unit": "tokens"},
+                    "time_to_first_token": {"value": table["ttfts"][i] * 1e3, "unit": "ms"},
+                    "request_latency": {"value": table["latencies"][i] * 1e3, "unit": "ms"},
+                },
+            }
+        lines.append(json.dumps(record))  # fmt: skip
+    export = tmp_path / "profile_export.jsonl"
+    export.write_text("\n".join(lines) + "\n")
+    spec = BenchSpec(workload=WORKLOAD, max_requests=N, policies=["fcfs"], rate_scale=3.0,
+                     engine="import", targets=[str(export)])  # fmt: skip
+    m = run_bench(spec, tmp_path / "aiperf")["arms"][0]["metrics"]
+    assert m["ttft_ms"]["p90"] == pytest.approx(sim["arms"][0]["metrics"]["ttft_ms"]["p90"])
+    assert m["completed"] == sim["arms"][0]["metrics"]["completed"]
+
+
+def test_another_request_stream_is_refused(tmp_path: Path) -> None:
+    _, out = arms(tmp_path)
+    path = out / "vllm-bench-0-fcfs.json"
+    data = json.loads(path.read_text())
+    data["input_lens"][7] += 1
+    wrong = tmp_path / "wrong.json"
+    wrong.write_text(json.dumps(data))
+    spec = dict(
+        workload=WORKLOAD, max_requests=N, policies=["fcfs"], rate_scale=3.0, engine="import"
+    )
+    with pytest.raises(SchedkitError, match=r"request 7 has a .*-token prompt"):
+        run_bench(BenchSpec(**spec, targets=[str(wrong)]), tmp_path / "w")
+    with pytest.raises(SchedkitError, match="has 200 requests, the workload 100"):
+        run_bench(BenchSpec(**{**spec, "max_requests": 100}, targets=[str(path)]), tmp_path / "x")
+    with pytest.raises(SchedkitError, match="is not a file"):
+        run_bench(BenchSpec(**spec, targets=[str(tmp_path / "nope.json")]), tmp_path / "y")
+    (tmp_path / "other.json").write_text('{"hello": 1}')
+    with pytest.raises(SchedkitError, match="neither an aiperf"):
+        run_bench(BenchSpec(**spec, targets=[str(tmp_path / "other.json")]), tmp_path / "z")
+
+
+def test_the_export_command(tmp_path: Path) -> None:
+    out = tmp_path / "flood.jsonl"
+    proc = subprocess.run(
+        [sys.executable, "-m", "schedkit", "export", WORKLOAD, str(out), "--max-requests", "20"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "wrote 20 requests" in proc.stdout and len(out.read_text().splitlines()) == 20
