@@ -194,8 +194,8 @@ def test_real_engine_refuses_settings_it_does_not_pass(tmp_path: Path) -> None:
         "--engine vllm does not pass these settings to the engine, so results.json would"
         " record settings the run did not use: --tensor-parallel-size 2 (it runs one in-process"
         " engine on one device). Drop them (the engine ignores --tensor-parallel-size,"
-        " --replicas, --gpu, --profile, --eviction-window), or use --engine sim, which"
-        " honours every setting"
+        " --replicas, --gpu, --profile, --eviction-window, --kv-cache-dtype), or use --engine"
+        " sim, which honours every setting"
     )
 
 
@@ -448,7 +448,8 @@ def test_engine_settings(monkeypatch: pytest.MonkeyPatch) -> None:
         " this machine, not by a GPU profile); --gpu-memory-utilization 0.5 (SGLang sizes its"
         " pools with its own mem_fraction_static). Drop them (the engine ignores"
         " --tensor-parallel-size, --replicas, --gpu, --profile, --gpu-memory-utilization,"
-        " --eviction-window), or use --engine sim, which honours every setting"
+        " --eviction-window, --kv-cache-dtype), or use --engine sim, which honours every"
+        " setting"
     )
     with pytest.raises(SchedkitError, match=r"^--engine vllm-twin .*--eviction-window 0 \("):
         check_engine_settings(spec(engine="vllm-twin", eviction_window=0))
