@@ -21,9 +21,13 @@ lint: $(STAMP)
 	$(BIN)/ruff check schedkit plugins tests benchmarks deploy
 	$(BIN)/ruff format --check schedkit plugins
 	$(BIN)/mypy --strict schedkit $(filter-out %.egg-info,$(wildcard plugins/*/schedkit_*))
+	$(BIN)/ruff check adapters/tensorrt-llm
+	$(BIN)/ruff format --check adapters/tensorrt-llm
+	$(BIN)/mypy --strict --config-file adapters/tensorrt-llm/pyproject.toml adapters/tensorrt-llm/schedkit_trtllm
 
 test: lint lint-vllm lint-sglang browser promtool
 	$(BIN)/pytest -q tests $(foreach p,$(PLUGINS),$(dir $(p))tests)
+	$(BIN)/pytest -q adapters/tensorrt-llm/tests  # the skeleton, with stand-ins: no tensorrt_llm
 	$(MAKE) test-vllm
 	$(MAKE) test-vllm033
 	$(MAKE) test-sglang

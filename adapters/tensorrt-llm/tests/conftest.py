@@ -1,0 +1,6 @@
+"""The skeleton is not installed: its tests import it from the source tree."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
