@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,12 +20,11 @@ from test_server import (
     OPTIONS,
     POLICY,
     SCHEDKIT,
-    STARTUP_S,
     _engine_args,
     _env,
     _free_port,
     _kill,
-    _tail,
+    _wait_healthy,
 )
 
 
@@ -61,19 +57,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
         )  # fmt: skip
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + STARTUP_S
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"server exited with {process.returncode}:\n{_tail(log)}")
-            try:
-                with urllib.request.urlopen(f"{base}/health", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except (urllib.error.URLError, OSError):
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"server not healthy after {STARTUP_S} s:\n{_tail(log)}")
-            time.sleep(1)
+        _wait_healthy(process, base, log)
         yield base, model
     finally:
         _kill(process)

@@ -10,14 +10,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_server import SCHEDKIT, STARTUP_S, _engine_args, _env, _free_port, _kill, _tail
+from test_server import SCHEDKIT, _engine_args, _env, _free_port, _kill, _wait_healthy
 
 ECHO = "priority+test-echo-metadata"  # rejects 17-token prompts, naming what it saw
 N = 12
@@ -34,22 +31,6 @@ def _start(policy: str, model: Path, log: Path) -> tuple[subprocess.Popen[bytes]
             start_new_session=True,
         )
     return process, f"http://127.0.0.1:{port}"
-
-
-def _wait_healthy(process: subprocess.Popen[bytes], base: str, log: Path) -> None:
-    deadline = time.monotonic() + STARTUP_S
-    while True:
-        if process.poll() is not None:
-            pytest.fail(f"server exited with {process.returncode}:\n{_tail(log)}")
-        try:
-            with urllib.request.urlopen(f"{base}/health", timeout=2) as response:
-                if response.status == 200:
-                    return
-        except (urllib.error.URLError, OSError):
-            pass
-        if time.monotonic() > deadline:
-            pytest.fail(f"server not healthy after {STARTUP_S} s:\n{_tail(log)}")
-        time.sleep(1)
 
 
 @pytest.fixture(scope="module")

@@ -80,6 +80,24 @@ def _tail(log: Path, n: int = 4000) -> str:
     return log.read_text(errors="replace")[-n:]
 
 
+def _wait_healthy(process: subprocess.Popen[bytes], base: str, log: Path) -> None:
+    """Until ``base/health`` answers 200; fails with the log's tail if the server exits or
+    is not healthy within ``STARTUP_S``."""
+    deadline = time.monotonic() + STARTUP_S
+    while True:
+        if process.poll() is not None:
+            pytest.fail(f"server exited with {process.returncode}:\n{_tail(log)}")
+        try:
+            with urllib.request.urlopen(f"{base}/health", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        if time.monotonic() > deadline:
+            pytest.fail(f"server not healthy after {STARTUP_S} s:\n{_tail(log)}")
+        time.sleep(1)
+
+
 @pytest.fixture(scope="module")
 def server(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = _free_port()
@@ -95,19 +113,7 @@ def server(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + STARTUP_S
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"server exited with {process.returncode}:\n{_tail(log)}")
-            try:
-                with urllib.request.urlopen(f"{base}/health", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except (urllib.error.URLError, OSError):
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"server not healthy after {STARTUP_S} s:\n{_tail(log)}")
-            time.sleep(1)
+        _wait_healthy(process, base, log)
         yield base
     finally:
         _kill(process)
