@@ -241,7 +241,17 @@ def flat_key(parts: tuple[Any, ...]) -> tuple[Any, ...]:
     for part in parts:
         out.append(part[0])
         if len(part) > 1:
-            _flatten(part[1], out)
+            key = part[1]
+            if key[0] != 3:
+                out += key
+                continue
+            out.append(3)  # a tuple: its plain items inline, without a call each
+            for item in key[1]:
+                if item[0] == 3:
+                    _flatten(item, out)
+                else:
+                    out += item
+            out.append(_END)
     return tuple(out)
 
 
