@@ -23,7 +23,7 @@ VLLM_KEYS = {  # what vllm/benchmarks/serve.py saves for a generation benchmark
 
 def test_vllm_bench_files_match_schedkits_own_results(tmp_path: Path) -> None:
     spec = BenchSpec(
-        workload="two-tenant-flood", max_requests=300, policies=["fcfs", "vtc"],
+        workload="two-tenant-flood", max_requests=300, policies=["fcfs", "vtc", "slo"],
         rate_scale=4.0, slo_ttft_ms=2000, slo_tpot_ms=100, kv_blocks=600,
     )  # fmt: skip
     results = run_bench(spec, tmp_path)
@@ -44,8 +44,10 @@ def test_vllm_bench_files_match_schedkits_own_results(tmp_path: Path) -> None:
         assert data["output_throughput"] == pytest.approx(m["throughput_tok_s"])
         assert data["request_goodput"] == pytest.approx(m["slo_met"] / data["duration"])
         assert data["mean_itl_ms"] > 0 and data["median_itl_ms"] <= data["p99_itl_ms"]
+    # slo (the last arm) rejects the requests it predicts will miss: errors, no output
     rejected = [(e, n) for e, n in zip(data["errors"], data["output_lens"], strict=True) if e]
-    assert all(n == 0 for _, n in rejected)
+    assert len(rejected) == data["failed"] > 0
+    assert all("exceeds SLO" in e and n == 0 for e, n in rejected)  # the reason, as sent
 
 
 def test_a_rerun_with_other_arms_leaves_no_stale_file(tmp_path: Path) -> None:
