@@ -1,29 +1,20 @@
-"""Where the SGLang adapter finds its schedkit config: environment variables, read in
-every SGLang process that loads plugins (SGLang has no config slot for plugins, and its
-scheduler processes inherit the launcher's environment).
-
-- ``SCHEDKIT_CONFIG``: a ``.toml``/``.json`` config file, or the config as JSON text
-  (``{"policy": ["slo", "vtc"], "options": {...}}``);
-- or ``SCHEDKIT_POLICY`` (``"slo+vtc"``) with optional ``SCHEDKIT_OPTIONS`` (a JSON
-  object of options per policy).
-
-Neither set: no schedkit config, the plugin registers nothing, and SGLang is stock.
+"""Where the SGLang adapter finds its schedkit config: environment variables
+(``schedkit.adapter.environ``), read in every SGLang process that loads plugins (SGLang
+has no config slot for plugins, and its scheduler processes inherit the launcher's
+environment). Neither set: the plugin registers nothing, and SGLang is stock.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-from collections.abc import Iterator, Mapping
-from pathlib import Path
+from schedkit.adapter.environ import (
+    CONFIG_VAR,
+    OPTIONS_VAR,
+    POLICY_VAR,
+    config_environ,
+    resolve_config,
+    scoped_environ,
+)
 
-from schedkit import SchedkitConfig, load_config
-from schedkit.errors import PolicyConfigError
-
-CONFIG_VAR = "SCHEDKIT_CONFIG"
-POLICY_VAR = "SCHEDKIT_POLICY"
-OPTIONS_VAR = "SCHEDKIT_OPTIONS"
 TIMING_VAR = "SCHEDKIT_SGLANG_TIMING"
 """``1``: the scheduler sends each request's queue/forward times back with its outputs
 (``time_stats.has_timing_data``), which ``schedkit bench --engine sglang`` reads."""
@@ -37,59 +28,3 @@ __all__ = [
     "resolve_config",
     "scoped_environ",
 ]
-
-
-def resolve_config(environ: Mapping[str, str] | None = None) -> SchedkitConfig | None:
-    """The schedkit config selected by the environment, or ``None`` for stock SGLang."""
-    env = os.environ if environ is None else environ
-    source = env.get(CONFIG_VAR, "").strip()
-    policy = env.get(POLICY_VAR, "").strip()
-    options = env.get(OPTIONS_VAR, "").strip()
-    if source and (policy or options):
-        raise PolicyConfigError(
-            f"both {CONFIG_VAR} and {POLICY_VAR}/{OPTIONS_VAR} are set; select the policy"
-            " one way, not both"
-        )
-    if source:
-        if source.startswith("{"):
-            return load_config(source)
-        if not Path(source).is_file():
-            raise PolicyConfigError(
-                f"{CONFIG_VAR}={source!r} is neither a JSON object nor a file; point it at"
-                " a .toml or .json schedkit config, or unset it"
-            )
-        return load_config(Path(source))
-    if options and not policy:
-        raise PolicyConfigError(f"{OPTIONS_VAR} is set but {POLICY_VAR} is not; name the policy")
-    if not policy:
-        return None
-    try:
-        parsed = json.loads(options) if options else {}
-    except json.JSONDecodeError as exc:
-        raise PolicyConfigError(f"{OPTIONS_VAR} is not valid JSON: {exc}") from exc
-    return load_config({"policy": policy, "options": parsed})
-
-
-def config_environ(config: SchedkitConfig) -> dict[str, str]:
-    """Environment variables that select ``config`` in SGLang processes started later."""
-    return {CONFIG_VAR: json.dumps(config.model_dump(mode="json"), separators=(",", ":"))}
-
-
-@contextlib.contextmanager
-def scoped_environ(values: Mapping[str, str | None]) -> Iterator[None]:
-    """Set (or, for ``None``, unset) ``values`` in ``os.environ`` for the block, for SGLang
-    processes started inside it; the previous values come back afterwards."""
-    saved = {key: os.environ.get(key) for key in values}
-    try:
-        for key, value in values.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        yield
-    finally:
-        for key, old in saved.items():
-            if old is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = old

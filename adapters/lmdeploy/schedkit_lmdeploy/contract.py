@@ -1,0 +1,335 @@
+"""The contract suite's LMDeploy driver: a scenario through LMDeploy's real scheduler,
+model-less, on CPU.
+
+``run_lmdeploy`` builds LMDeploy's ``Scheduler`` (its real prefill scheduler, block
+manager, prefix trie and eviction helper) and drives it the way LMDeploy's engine loop
+does (``engine/inputs_maker.py``, ``engine/engine_loop.py``, 0.18): each step is either a
+prefill turn (``Scheduler.schedule(is_prefill=True)``) or a decode step
+(``schedule_running`` over the running sequences), chosen by ``do_prefill_default``'s
+rule (prefill when the waiting prompts fill a prefill budget, when fewer than half of
+``max_batches`` run, or after ``prefill_interval`` decode steps); a prefill turn that
+admits nothing falls back to decode; each allocation reserves ``prefill_interval``
+tokens ahead (LMDeploy's AR strategy). The batch is dispatched (``activate_seqs``), and
+the fabricated forward samples one token per sequence (``ARSequenceStrategy``'s update).
+A sequence that reached its ``max_new_tokens`` stops, and its session ends, as the
+engine does once the client has its last token. A rejected request's session ends at
+once (the engine answers it without scheduling it).
+
+Scenario mapping: ``max_num_seqs`` is ``max_batches``, ``max_num_batched_tokens`` is
+``max_prefill_token_num`` (LMDeploy's prefill budget; decode steps are separate),
+``num_blocks`` GPU blocks of ``block_size`` tokens, prefix caching as configured.
+``policies=None`` drives the stock scheduler (for equivalence checks). Every step
+lasts ``scenario.step_s`` on the engine clock the policies see.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from schedkit.bench.replay import output_token_id, prompt_token_ids, request_metadata
+from schedkit.policy import Policy
+from schedkit.testing.contract import Outcome, Scenario, facade_of
+
+__all__ = ["PREFILL_INTERVAL", "build_scheduler", "cached_only_blocks", "run_lmdeploy"]
+
+PREFILL_INTERVAL = 16  # SchedulerConfig's default: decode steps between forced prefills
+_EPS = 1e-9
+
+
+def build_scheduler(
+    num_blocks: int,
+    block_size: int,
+    max_batches: int,
+    max_prefill_tokens: int,
+    prefix_caching: bool = True,
+) -> Any:
+    """LMDeploy's ``Scheduler`` without a model, as its own tests build it."""
+    from lmdeploy.pytorch.config import CacheConfig, SchedulerConfig
+    from lmdeploy.pytorch.messages import SequenceMeta
+    from lmdeploy.pytorch.paging.scheduler import Scheduler
+    from lmdeploy.pytorch.strategies.ar.sequence import ARSequenceStrategy
+
+    limits = SchedulerConfig(
+        max_batches=max_batches,
+        max_session_len=1 << 20,
+        eviction_type="recompute",
+        prefill_interval=PREFILL_INTERVAL,
+    )
+    cache = CacheConfig(
+        max_batches=max_batches,
+        block_size=block_size,
+        num_cpu_blocks=0,
+        num_gpu_blocks=num_blocks,
+        max_prefill_token_num=max_prefill_tokens,
+        enable_prefix_caching=prefix_caching,
+    )
+    meta = SequenceMeta(block_size, strategy=ARSequenceStrategy())
+    return Scheduler(scheduler_config=limits, cache_config=cache, seq_meta=meta)
+
+
+def cached_only_blocks(scheduler: Any) -> int:
+    """Blocks the prefix trie alone holds (cached, evictable)."""
+    allocator = scheduler.block_manager.allocator
+    stack, count = list(scheduler.block_trie._roots.values()), 0
+    while stack:
+        node = stack.pop()
+        stack.extend(node.children.values())
+        if node.block_id >= 0 and int(allocator.get_ref_count(node.block_id)) == 1:
+            count += 1
+    return count
+
+
+class _Loop:
+    """LMDeploy 0.18's choice of the next forward (``_ForwardInputsTask.run`` and
+    ``InputsMakerAsync``): prefill, decode, or the next chunk of a long prompt, with the
+    long-context interleaving (a long prompt runs in chunks of ``max_prefill_token_num``
+    as single-sequence batches; after a chunk, decode and short prefills get a turn;
+    ``LMDEPLOY_PT_TTFT_SHORT_TURNS`` short prefills at most before the next chunk)."""
+
+    SHORT_TURNS = 3  # LMDEPLOY_PT_TTFT_SHORT_TURNS's default
+
+    def __init__(self, scheduler: Any, max_batches: int, max_prefill: int) -> None:
+        self.scheduler = scheduler
+        self.max_batches = max_batches
+        self.max_prefill = max_prefill
+        self.running: list[Any] = []  # InputsMaker.running_seqs: the decode batch
+        self.chunked: Any = None  # LongContextChunker.seq: the prompt being chunked
+        self.decode_count = 0
+        self.short_turns = 0  # short prefills since the last long chunk
+        self.last_kind: str | None = None
+
+    # -- InputsMakerAsync ------------------------------------------------------------
+
+    def wants_prefill(self) -> bool:  # do_prefill_default
+        scheduler = self.scheduler
+        if not scheduler.has_waiting():
+            self.decode_count = 0
+            return False
+        if self.decode_count >= PREFILL_INTERVAL:
+            return True
+        tokens = 0
+        for seq in scheduler.waiting:
+            tokens += seq.num_token_ids
+            if tokens >= self.max_prefill:
+                return True
+        if scheduler.num_ready() + scheduler.num_running() < self.max_batches * 0.5:
+            return True
+        self.decode_count += 1
+        return False
+
+    def last_chunk(self) -> bool:
+        return self.chunked is None or self.chunked.num_token_ids <= self.max_prefill
+
+    def turn_due(self) -> bool:
+        return self.short_turns >= self.SHORT_TURNS
+
+    # -- _ForwardInputsTask -----------------------------------------------------------
+
+    def next_forward(self) -> tuple[str, list[Any], list[Any], int]:
+        """(kind, batch, sequences the decode step could not grow, chunk tokens)."""
+        self.result: tuple[str, list[Any], list[Any], int] = ("", [], [], 0)
+        self.tried_long = self.tried_short = self.deferred = self.blocked = False
+        has_waiting = self.scheduler.has_waiting
+        prefill = self.wants_prefill()
+        if self.chunked is not None:
+            if self._defer_chunk(prefill):
+                self.deferred = True
+            elif not self.last_chunk() and has_waiting() and not self.turn_due():
+                self._short_prefill()
+                if not self.result[1]:
+                    self._chunk()
+            else:
+                self._chunk()
+        elif prefill:
+            long_waiting = self.scheduler.has_waiting_long_prefill()
+            if long_waiting and not self.turn_due():
+                self._short_prefill()
+                if not self.result[1]:
+                    self.tried_long = True
+                    self._prefill(prefer_long=True)
+            else:
+                self._prefill(prefer_long=long_waiting)
+                self.tried_long = long_waiting
+        if (not self.result[1] and self.tried_long and not self.blocked
+                and not self.tried_short and has_waiting()):  # fmt: skip
+            self._short_prefill()
+        if not self.result[1] and self.running:
+            self._decode()
+        if (not self.result[1] and self.deferred and not self.tried_short
+                and not self.turn_due() and has_waiting()):  # fmt: skip
+            self._short_prefill()
+        if not self.result[1] and self.deferred and self.chunked is not None:
+            self._chunk()
+        if self.result[1] and self.result[0] != "decode":
+            self.decode_count = 0
+        return self.result
+
+    def _defer_chunk(self, prefill: bool) -> bool:
+        if self.last_chunk():
+            return bool(self.running) and not prefill
+        return self.last_kind == "long_context_chunk"
+
+    def _short_prefill(self) -> None:
+        self.tried_short = True
+        self._prefill(allow_long=False)
+        if self.result[1]:
+            self.short_turns += 1
+
+    def _prefill(self, allow_long: bool = True, prefer_long: bool = False) -> None:
+        output = self.scheduler.schedule(
+            is_prefill=True,
+            prealloc_size=PREFILL_INTERVAL,
+            allow_long_prefill=allow_long,
+            prefer_long_prefill=prefer_long,
+        )
+        batch = list(output.running)
+        if len(batch) == 1 and batch[0].num_token_ids > self.max_prefill:
+            self.chunked = batch[0]
+            if self.last_chunk():
+                self.chunked = None
+            else:
+                size = min(batch[0].num_token_ids, self.max_prefill)
+                self.result = ("long_context_chunk", batch, [], size)
+                self.short_turns = 0
+                return
+        if batch:
+            self.result = ("prefill", batch, [], 0)
+
+    def _chunk(self) -> None:
+        self.tried_long = True
+        seq, last = self.chunked, self.last_chunk()
+        size = min(seq.num_token_ids, self.max_prefill)
+        prealloc = PREFILL_INTERVAL if last else 0
+        if not self.scheduler.reserve_long_context_chunk(seq, size, prealloc, is_last_chunk=last):
+            self.blocked = True
+            return
+        if last:
+            self.chunked = None
+            self.result = ("last_long_context_chunk", [seq], [], 0)
+        else:
+            self.result = ("long_context_chunk", [seq], [], size)
+        self.short_turns = 0
+
+    def _decode(self) -> None:
+        running = self.running
+        valid = self.scheduler.schedule_running(running, 1, PREFILL_INTERVAL)
+        batch = [s for s, ok in zip(running, valid, strict=True) if ok]
+        invalid = [s for s, ok in zip(running, valid, strict=True) if not ok]
+        self.result = ("decode", batch, invalid, 0)
+
+
+def run_lmdeploy(
+    scenario: Scenario,
+    policies: Sequence[tuple[str, Policy]] | None,
+    *,
+    max_steps: int = 20_000,
+    probe: Callable[[Any], None] | None = None,
+) -> Outcome:
+    import numpy as np
+    from lmdeploy.pytorch.messages import MessageStatus, SamplingParam, UpdateTokenMode
+
+    from schedkit_lmdeploy.patches import install
+
+    cfg = scenario.config
+    outcome = Outcome("lmdeploy", batches_comparable=False)
+    scheduler = build_scheduler(
+        cfg.num_blocks,
+        cfg.block_size,
+        cfg.max_num_seqs,
+        cfg.max_num_batched_tokens,
+        cfg.enable_prefix_caching,
+    )
+    clock = [0.0]
+    runtime = None
+    if policies is not None:
+        runtime = install(scheduler, facade_of(policies, outcome.recorder))
+        runtime.engine.use_clock(lambda: clock[0])
+    if probe is not None:
+        probe(scheduler)
+
+    traces = sorted(enumerate(scenario.requests), key=lambda item: item[1].arrival_s)
+    rid_of: dict[int, str] = {}  # session id -> request id
+    index_of: dict[str, int] = {}
+    loop = _Loop(scheduler, cfg.max_num_seqs, cfg.max_num_batched_tokens)
+    running_status = MessageStatus.RUNNING
+
+    def end(session_id: int, reason: str) -> None:
+        scheduler.end_session(session_id)
+        outcome.finished[rid_of[session_id]] = reason
+
+    def arrive() -> None:
+        while traces and traces[0][1].arrival_s <= clock[0] + _EPS:
+            index, trace = traces.pop(0)
+            rid_of[index] = trace.request_id
+            index_of[trace.request_id] = index
+            outcome.output_tokens[trace.request_id] = 0
+            tokens = np.array(prompt_token_ids(trace, index, cfg.block_size, cfg.hash_block_tokens))
+            session = scheduler.add_session(index)
+            params = SamplingParam(max_new_tokens=max(1, trace.output_tokens))
+            meta = {"request_id": trace.request_id, "priority": trace.priority}
+            meta.update(request_metadata(trace))
+            if runtime is None:
+                session.add_sequence(tokens, sampling_param=params).meta = meta
+                continue
+            seq = session.add_sequence(tokens, sampling_param=params, schedkit_meta=meta)
+            reason = runtime.rejection(seq)
+            if reason is not None:  # the engine answers it at once; the client ends it
+                outcome.rejected[trace.request_id] = reason
+                end(index, "rejected")
+
+    for _ in range(max_steps):
+        arrive()
+        if not traces and not scheduler.sessions:
+            break
+        before = [s for s in loop.running if s.status == running_status]
+        kind, batch, invalid, chunk = loop.next_forward()
+        if invalid:  # preempt_invalid_decode_seqs (after the step in the real loop)
+            scheduler.preempt_seqs(invalid)
+        preempted = sorted(rid_of[s.session_id] for s in before if s.status != running_status)
+        if not batch and not preempted:
+            if not traces:
+                raise AssertionError(f"lmdeploy: {scenario.name} stalled with sessions left")
+            clock[0] = max(clock[0], traces[0][1].arrival_s)  # idle until the next arrival
+            continue
+        scheduled = {}
+        for seq in batch:
+            rid = rid_of[seq.session_id]
+            scheduled[rid] = chunk or (1 if kind == "decode" else int(seq.num_token_ids))
+            if rid not in outcome.admitted:
+                outcome.admitted.append(rid)
+        outcome.steps.append(scheduled)
+        outcome.preempted.append(preempted)
+        if not batch:
+            continue
+        scheduler.activate_seqs(batch)
+        scheduler.tick()
+        loop.last_kind = kind
+        clock[0] += scenario.step_s
+        if kind == "long_context_chunk":  # no token: the prompt moves on by a chunk
+            batch[0].set_step(int(batch[0].num_history_ids) + chunk)
+            continue
+        mode = UpdateTokenMode.DECODE if kind == "decode" else UpdateTokenMode.PREFILL
+        done = []
+        for seq in batch:  # ARSequenceStrategy.update_running
+            if seq.status != running_status:
+                continue
+            rid = rid_of[seq.session_id]
+            token = output_token_id(index_of[rid], int(seq.num_new_tokens)) & 0x7FFFFFFF
+            seq.update_token_ids(np.array([token]), mode=mode)
+            outcome.output_tokens[rid] = outcome.output_tokens.get(rid, 0) + 1
+            if seq.num_new_tokens >= seq.sampling_param.max_new_tokens:
+                seq.state.finish()
+                done.append(seq.session_id)
+        loop.running = batch if kind == "decode" else [*loop.running, *batch]
+        for session_id in done:  # the client has its last token: the session ends
+            end(session_id, "length")
+        loop.running = [s for s in loop.running if s.session_id in scheduler.sessions]
+    else:
+        raise AssertionError(f"lmdeploy: {scenario.name} still busy after {max_steps} steps")
+    if runtime is not None:
+        runtime.report_open()
+    free = int(scheduler.block_manager.get_num_free_gpu_blocks())
+    outcome.blocks_leaked = cfg.num_blocks - free - cached_only_blocks(scheduler)
+    outcome.policy_errors = runtime.policy_errors if runtime is not None else 0
+    return outcome

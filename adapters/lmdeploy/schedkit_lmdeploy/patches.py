@@ -1,0 +1,392 @@
+"""The policy inside LMDeploy's PyTorch-engine scheduler: class patches, no fork.
+
+``install(scheduler, facade)`` checks the LMDeploy version, patches the classes once per
+process and gives ``scheduler`` its ``LmdeployRuntime``. Each patched method looks the
+runtime up on its own object (``schedkit``) and runs LMDeploy's code unchanged when
+there is none, so schedulers built without a config stay stock. Nothing is patched
+until a config selects a policy (``activate_from_environ`` in the engine process).
+
+What is patched, and what LMDeploy does without it:
+
+- arrivals: ``Scheduler.add_session`` tags the session; ``SchedulerSession.add_sequence``
+  observes the new sequence and asks ``admit_request`` (a rejected one is stopped);
+- waiting order: ``_PrefillReorderer.reorder`` (FCFS by ``arrive_time``; shortest first
+  on a turn that excludes long prompts); with an ordering policy, ``order_waiting`` /
+  ``waiting_key`` order the queue by arrival instead;
+- batch budget: ``_PrefillScheduler.schedule`` runs with ``max_batches`` and
+  ``max_prefill_token_num`` from ``plan_batch`` (copies of the configs, for that call);
+- victims: ``Scheduler.schedule_running``. LMDeploy walks the running sequences from
+  the newest and preempts the one that cannot grow; with a victim policy the one that
+  cannot grow first preempts the policy's victims, in order, until it fits;
+- prefix-cache eviction: ``KVBlockLifecycle.evict`` (least recently used trie leaf
+  first) takes the policy's leaves first; a parent that becomes a leaf follows its child;
+- hits: ``BlockTrie._match_block_prefix`` notes the nodes a match found (counted when
+  the sequence is dispatched: a rolled-back match is no hit);
+- steps, preemptions and finishes: ``Scheduler.activate_seqs``, ``preempt_seqs``,
+  ``stop_session`` and ``end_session``.
+"""
+
+from __future__ import annotations
+
+import copy
+import heapq
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from schedkit.capabilities import warn_unsupported
+from schedkit.facade import PolicyFacade
+from schedkit.trust import TrustConfig
+
+from schedkit_lmdeploy import compat
+from schedkit_lmdeploy.runtime import LmdeployRuntime
+
+__all__ = ["activate_from_environ", "install", "installed"]
+
+log = logging.getLogger("schedkit.lmdeploy")
+
+_STOCK: dict[str, Callable[..., Any]] = {}  # "Class.method" -> LMDeploy's own function
+
+
+def installed() -> bool:
+    return bool(_STOCK)
+
+
+def install(
+    scheduler: Any, facade: PolicyFacade, trust: TrustConfig | None = None
+) -> LmdeployRuntime:
+    """Run ``facade``'s policies in ``scheduler`` (an LMDeploy ``Scheduler``) from now on;
+    returns its runtime. Raises ``UnsupportedLmdeployError`` on another LMDeploy."""
+    compat.check_version(compat.installed_version())
+    _patch_classes()
+    runtime = LmdeployRuntime(scheduler, facade, trust)
+    scheduler.schedkit = runtime
+    scheduler._prefill_scheduler.schedkit = runtime
+    scheduler.block_trie.schedkit = runtime
+    scheduler.block_trie._kv_lifecycle.schedkit = runtime
+    warn_unsupported(facade, "lmdeploy")
+    return runtime
+
+
+def activate_from_environ() -> bool:
+    """In an LMDeploy engine process: when ``SCHEDKIT_CONFIG`` or ``SCHEDKIT_POLICY``
+    selects a policy, every ``Scheduler`` built from now on gets a runtime with it.
+    Returns whether a policy was selected (nothing is patched otherwise)."""
+    from schedkit.adapter.environ import resolve_config
+
+    config = resolve_config()
+    if config is None:
+        return False
+    compat.check_version(compat.installed_version())
+    facade = PolicyFacade.from_config(config)  # fails here on a bad config, before serving
+    from lmdeploy.pytorch.paging import scheduler as module
+
+    cls = module.Scheduler
+    if "Scheduler.__init__" not in _STOCK:
+        stock = _STOCK["Scheduler.__init__"] = cls.__init__
+
+        def init(self: Any, *args: Any, **kwargs: Any) -> None:
+            stock(self, *args, **kwargs)
+            install(self, PolicyFacade.from_config(config), config.trust)
+
+        cls.__init__ = init
+    log.info("schedkit: LMDeploy schedulers run policy %s", facade.label)
+    return True
+
+
+def _patch(cls: Any, name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+    key = f"{cls.__name__}.{name}"
+    if key not in _STOCK:
+        _STOCK[key] = cls.__dict__[name]
+        setattr(cls, name, make(_STOCK[key]))
+
+
+def _patch_classes() -> None:
+    from lmdeploy.pytorch.messages import SchedulerSession
+    from lmdeploy.pytorch.paging import prefill_scheduler as prefill
+    from lmdeploy.pytorch.paging import scheduler as module
+    from lmdeploy.pytorch.paging.block_trie import kv_lifecycle, trie
+
+    cls = module.Scheduler
+    _patch(cls, "add_session", _add_session)
+    _patch(SchedulerSession, "add_sequence", _add_sequence)
+    _patch(prefill._PrefillReorderer, "reorder", _reorder)
+    _patch(prefill._PrefillScheduler, "schedule", _prefill_schedule)
+    _patch(cls, "schedule_running", _schedule_running)
+    _patch(cls, "activate_seqs", _activate_seqs)
+    _patch(cls, "preempt_seqs", _preempt_seqs)
+    _patch(cls, "stop_session", _stop_session)
+    _patch(cls, "end_session", _end_session)
+    _patch(trie.BlockTrie, "_match_block_prefix", _match_block_prefix)
+    _patch(kv_lifecycle.KVBlockLifecycle, "evict", _evict)
+
+
+def _runtime(obj: Any) -> LmdeployRuntime | None:
+    return getattr(obj, "schedkit", None)
+
+
+# -- arrivals -----------------------------------------------------------------------
+
+
+def _add_session(stock: Callable[..., Any]) -> Callable[..., Any]:
+    def add_session(self: Any, session_id: int) -> Any:
+        session = stock(self, session_id)
+        runtime = _runtime(self)
+        if runtime is not None:
+            session.schedkit = runtime
+        return session
+
+    return add_session
+
+
+def _add_sequence(stock: Callable[..., Any]) -> Callable[..., Any]:
+    def add_sequence(self: Any, *args: Any, schedkit_meta: Any = None, **kwargs: Any) -> Any:
+        """``schedkit_meta``: the request's ``schedkit`` mapping (request id, tenant,
+        priority, SLO), kept in ``seq.meta`` before admission reads it."""
+        seq = stock(self, *args, **kwargs)
+        runtime = _runtime(self)
+        if runtime is not None:
+            if schedkit_meta is not None:
+                seq.meta = schedkit_meta
+            runtime.arrived(seq)
+        return seq
+
+    return add_sequence
+
+
+# -- waiting order and budget -------------------------------------------------------
+
+
+def _reorder(stock: Callable[..., Any]) -> Callable[..., Any]:
+    def reorder(self: Any, waiting: list[Any], turn_policy: Any) -> list[Any]:
+        """With an ordering policy, the policy orders the queue by arrival (LMDeploy's
+        FCFS), not LMDeploy's short-first order of a turn while a long prompt waits
+        (its admission still skips a long prompt on such a turn). Requests whose KV a
+        connector has loaded stay first, as LMDeploy puts them."""
+        order: list[Any] = stock(self, waiting, turn_policy)
+        runtime = _runtime(self.prefill_scheduler)
+        if runtime is None or not runtime.facade.has_order:
+            return order
+        loaded = self.prefill_scheduler.load_coordinator.is_remote_ready
+        first = [seq for seq in order if loaded(seq)]
+        rest = sorted((seq for seq in order if not loaded(seq)), key=lambda s: s.arrive_time)
+        return first + runtime.order(rest)
+
+    return reorder
+
+
+def _prefill_schedule(stock: Callable[..., Any]) -> Callable[..., Any]:
+    def schedule(self: Any, **kwargs: Any) -> Any:
+        runtime = _runtime(self)
+        if runtime is None or not runtime.facade.has_plan or not kwargs.get("waiting"):
+            return stock(self, **kwargs)
+        budget = runtime.plan()
+        if budget is None:
+            return stock(self, **kwargs)
+        saved = self.scheduler_config, self.cache_config
+        limits = copy.copy(saved[0])
+        limits.max_batches = budget.max_running
+        cache = copy.copy(saved[1])
+        cache.max_prefill_token_num = budget.token_budget
+        self.scheduler_config, self.cache_config = limits, cache
+        try:
+            return stock(self, **kwargs)
+        finally:
+            self.scheduler_config, self.cache_config = saved
+
+    return schedule
+
+
+# -- preemption -------------------------------------------------------------------
+
+
+def _schedule_running(stock: Callable[..., Any]) -> Callable[..., Any]:
+    def schedule_running(
+        self: Any, running: list[Any], num_required_tokens: int = 1, prealloc_size: int = 1
+    ) -> list[bool]:
+        runtime = _runtime(self)
+        if runtime is None or not runtime.facade.has_victims:
+            mask: list[bool] = stock(self, running, num_required_tokens, prealloc_size)
+            return mask
+        from lmdeploy.pytorch.messages import MessageStatus
+
+        live_status = MessageStatus.RUNNING
+        manager = self.block_manager
+
+        def grow(seq: Any) -> bool:
+            evictable = self.hanging + self.waiting
+            if self.eviction_helper.try_make_capacity_for(seq, evictable, prealloc_size):
+                manager.allocate(seq, prealloc_size)
+                self.block_trie.allocate(seq)
+                return True
+            return False
+
+        position = {id(seq): i for i, seq in enumerate(running)}
+        valid = [True] * len(running)
+        for idx in reversed(range(len(running))):  # LMDeploy's walk: the newest first
+            seq = running[idx]
+            if seq.status != live_status:
+                valid[idx] = False
+                continue
+            if manager.num_required_blocks(seq, num_required_tokens) == 0 or grow(seq):
+                continue
+            live = [s for s in running if s.status == live_status]
+            fitted = False
+            for victim in runtime.victims(live, seq) or ():
+                if victim is seq:
+                    runtime.victims_placed()
+                    break
+                if victim.status != live_status:
+                    runtime.victims_skipped(1)
+                    continue
+                self.preempt_seqs((victim,))
+                valid[position[id(victim)]] = False
+                runtime.victims_placed()
+                if grow(seq):
+                    fitted = True
+                    break
+            if not fitted:  # LMDeploy's default: the sequence that cannot grow goes
+                self.preempt_seqs((seq,))
+                valid[idx] = False
+        return valid
+
+    return schedule_running
+
+
+def _preempt_seqs(stock: Callable[..., Any]) -> Callable[..., Any]:
+    def preempt_seqs(self: Any, seqs: Iterable[Any]) -> None:
+        runtime = _runtime(self)
+        if runtime is not None:
+            from lmdeploy.pytorch.messages import MessageStatus
+
+            seqs = list(seqs)
+            for seq in seqs:  # a sequence already waiting again is not preempted twice
+                if seq.status in (MessageStatus.RUNNING, MessageStatus.READY):
+                    runtime.preempted(seq)
+        stock(self, seqs)
+
+    return preempt_seqs
+
+
+# -- steps and finishes ---------------------------------------------------------------
+
+
+def _activate_seqs(stock: Callable[..., Any]) -> Callable[..., Any]:
+    def activate_seqs(self: Any, running: list[Any]) -> None:
+        runtime = _runtime(self)
+        if runtime is not None:
+            from lmdeploy.pytorch.messages import MessageStatus
+
+            ready = [seq.status == MessageStatus.READY for seq in running]
+            runtime.dispatched(running, ready)
+        stock(self, running)
+
+    return activate_seqs
+
+
+def _stop_session(stock: Callable[..., Any]) -> Callable[..., Any]:
+    def stop_session(self: Any, session_id: int) -> None:
+        runtime = _runtime(self)
+        if runtime is not None:
+            from lmdeploy.pytorch.messages import MessageStatus
+
+            for seq in self.sessions[session_id].sequences.values():
+                if seq.status != MessageStatus.STOPPED:
+                    runtime.aborting(seq)
+        stock(self, session_id)
+
+    return stop_session
+
+
+def _end_session(stock: Callable[..., Any]) -> Callable[..., Any]:
+    def end_session(self: Any, session_id: int) -> None:
+        runtime = _runtime(self)
+        if runtime is not None:
+            for seq in list(self.sessions[session_id].sequences.values()):
+                runtime.finish(seq)
+        stock(self, session_id)
+
+    return end_session
+
+
+# -- prefix cache -------------------------------------------------------------------
+
+
+def _match_block_prefix(stock: Callable[..., Any]) -> Callable[..., Any]:
+    def match_block_prefix(self: Any, seq: Any) -> None:
+        runtime = _runtime(self)
+        if runtime is None:
+            stock(self, seq)
+            return
+        before = seq.prefix_cache.trie_cursor
+        start = before.prefix_len if before is not None else 0
+        stock(self, seq)
+        node, nodes = seq.prefix_cache.trie_cursor, []
+        while node is not None and node.parent is not None and node.prefix_len > start:
+            nodes.append(node)
+            node = node.parent
+        runtime.matched(seq, nodes)
+
+    return match_block_prefix
+
+
+def _evict(stock: Callable[..., Any]) -> Callable[..., Any]:
+    def evict(self: Any, max_num_blocks: int) -> int:
+        runtime = _runtime(self)
+        if runtime is None or not runtime.facade.has_evictions or not self.leaves:
+            return int(stock(self, max_num_blocks))
+        import numpy as np
+
+        allocator = self.allocator
+        leaves = [leaf for leaf in self.leaves if self._is_leaf_eviction_candidate(leaf)]
+        refs = allocator.get_ref_count(np.array([leaf.block_id for leaf in leaves], dtype=int))
+        free = [leaf for leaf, ref in zip(leaves, refs, strict=True) if int(ref) == 1]
+        ranks = runtime.eviction_ranks(free, max_num_blocks) if free else None
+        if ranks is None:
+            return int(stock(self, max_num_blocks))
+        self.leaves.intersection_update(leaves)
+        order = {key: (rank, 0) for key, rank in ranks.items()}
+
+        def item(node: Any) -> tuple[Any, ...]:
+            rank = order.get(id(node))
+            when = float(allocator.get_access_time(node.block_id))
+            return ((0, *rank) if rank is not None else (1, when, 0), id(node), node)
+
+        heap = [item(leaf) for leaf in free]
+        heapq.heapify(heap)
+        evicted: list[int] = []
+        chosen = 0
+        while heap and len(evicted) < max_num_blocks:
+            leaf = heapq.heappop(heap)[2]
+            if leaf not in self.leaves:
+                continue
+            if not self._is_leaf_eviction_candidate(leaf):
+                self.leaves.discard(leaf)
+                continue
+            if self.state_checkpoints.is_pinned(leaf):
+                continue
+            if int(allocator.get_ref_count(leaf.block_id)) != 1:
+                continue
+            evicted.append(leaf.block_id)
+            self.state_checkpoints.release_checkpoint(leaf)
+            parent = leaf.parent
+            if parent is not None:
+                leaf.detach_leaf()
+            self.leaves.discard(leaf)
+            rank = order.get(id(leaf))
+            chosen += rank is not None
+            if parent is None or parent.parent is None or parent.children:
+                continue
+            if not self._is_attached_leaf(parent) or parent in self.leaves:
+                continue
+            self.leaves.add(parent)  # as LMDeploy: the parent is a leaf now
+            if int(allocator.get_ref_count(parent.block_id)) == 1:
+                if rank is not None:  # it follows its child: the policy picks branches
+                    order.setdefault(id(parent), (rank[0], rank[1] + 1))
+                heapq.heappush(heap, item(parent))
+        if evicted:
+            allocator.free(np.array(evicted))
+            runtime.evicted(chosen)
+        return len(evicted)
+
+    return evict

@@ -1,0 +1,257 @@
+"""The per-scheduler glue between LMDeploy and the policy facade.
+
+``LmdeployRuntime`` is the core kit's ``AdapterRuntime`` (facade, counters, metrics, step
+ledger, finish bookkeeping) plus what only LMDeploy needs: views that ride on its
+``SchedulerSequence``, arrivals and rejections, the waiting order, the prefill budget,
+preemption victims, eviction ranks and step reports. Each patched LMDeploy method
+delegates to it (``schedkit_lmdeploy.patches``); it never decides anything itself. One
+runtime per ``Scheduler``, kept in ``scheduler.schedkit``.
+
+Steps: LMDeploy runs prefill and decode in separate forward passes and never mixes them.
+A step is opened when LMDeploy dispatches its batch (``Scheduler.activate_seqs``, which
+the engine loop calls for every batch it sends to the model) and reported when the
+scheduler next dispatches, or when a session ends (so a request's last step is reported
+before its finish). LMDeploy's loop prefetches the next batch before the outputs of the
+current one are applied, so a report may reach policies before the step's outputs do;
+each step is still reported exactly once, with what it scheduled.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any, cast
+
+from schedkit import BatchBudget, PolicyFacade, RequestView
+from schedkit.adapter import REJECTED, AdapterRuntime
+from schedkit.adapter.runtime import report_of
+from schedkit.facade import by_hook
+from schedkit.trust import DEFAULT_TRUST, TrustConfig
+
+from schedkit_lmdeploy.views import (
+    LmdeployEngineView,
+    LmdeployRequestView,
+    add_hit,
+    node_view,
+    touch,
+)
+
+__all__ = ["REJECTED", "LmdeployRuntime"]
+
+_VIEW = "_schedkit_view"  # the view rides on LMDeploy's sequence, one per turn
+_FINISHED = "_schedkit_finished"
+_REJECTED = "_schedkit_rejected"
+_ABORTED = "_schedkit_aborted"
+_MATCHED = "_schedkit_matched"  # trie nodes of the sequence's last (tentative) match
+
+
+class LmdeployRuntime(AdapterRuntime):
+    """What a schedkit-enabled LMDeploy scheduler keeps in ``scheduler.schedkit``."""
+
+    engine: LmdeployEngineView
+
+    def __init__(
+        self, scheduler: Any, facade: PolicyFacade, trust: TrustConfig | None = None
+    ) -> None:
+        super().__init__(facade, LmdeployEngineView(scheduler))
+        self.scheduler = scheduler
+        self.trust = trust or DEFAULT_TRUST
+        self.num_steps = 0
+        self._open: object | None = None  # the dispatched step not reported yet
+        self._preempted: list[RequestView] = []  # since the last dispatch
+
+    # -- requests -------------------------------------------------------------------
+
+    def view(self, seq: Any) -> LmdeployRequestView:
+        view: LmdeployRequestView | None = getattr(seq, _VIEW, None)
+        if view is None:  # a sequence that arrived before schedkit was installed
+            view = self._new_view(seq)
+        return view
+
+    def _new_view(self, seq: Any) -> LmdeployRequestView:
+        arrival = self.engine.since_epoch(float(seq.arrive_time))
+        view = LmdeployRequestView(seq, arrival, self.trust)
+        seq._schedkit_trie = self.scheduler.block_trie  # for block_hashes
+        setattr(seq, _VIEW, view)
+        setattr(seq, _FINISHED, False)
+        setattr(seq, _REJECTED, None)
+        setattr(seq, _ABORTED, False)
+        return view
+
+    def arrived(self, seq: Any) -> str | None:
+        """A new request (a sequence, or a session's next turn) is waiting: observe it and
+        decide its admission. A rejected one is stopped at once (never scheduled) and
+        finishes ``rejected`` when its session ends; returns the reason, or None."""
+        reason = self.admission_reason(self._new_view(seq))
+        if reason is not None:
+            setattr(seq, _REJECTED, reason)
+            seq.state.stop()
+        return reason
+
+    @staticmethod
+    def rejection(seq: Any) -> str | None:
+        """Why the policy rejected ``seq``'s current turn, or None."""
+        return cast("str | None", getattr(seq, _REJECTED, None))
+
+    # -- waiting order and batch budget ---------------------------------------------
+
+    def order(self, waiting: list[Any]) -> list[Any]:
+        """LMDeploy's prefill order (``_PrefillReorderer``) as the policy reorders it."""
+        if not waiting or not self.facade.has_order:
+            return waiting
+        started = time.perf_counter()
+        order = self.facade.order_waiting([self.view(s) for s in waiting], self.engine)
+        self.timed("order_waiting", started, order is not None)
+        if order is None:
+            return waiting
+        return [cast(LmdeployRequestView, v).seq for v in order]
+
+    def plan(self) -> BatchBudget | None:
+        """This prefill turn's budget when the policy changes LMDeploy's, else None:
+        ``token_budget`` is ``max_prefill_token_num`` (the prefill batch's tokens),
+        ``max_running`` is ``max_batches`` (ready plus running sequences)."""
+        scheduler = self.scheduler
+        default = BatchBudget(
+            token_budget=int(scheduler.cache_config.max_prefill_token_num),
+            max_running=int(scheduler.scheduler_config.max_batches),
+        )
+        started = time.perf_counter()
+        budget = self.facade.plan_batch(self.engine, default)
+        self.timed("plan_batch", started, budget != default)
+        return None if budget == default else budget
+
+    # -- preemption -----------------------------------------------------------------
+
+    def victims(self, running: Sequence[Any], needing: Any) -> list[Any] | None:
+        """The policy's preemption victims among ``running`` (sequences), or None."""
+        views = [self.view(s) for s in running]
+        started = time.perf_counter()
+        chosen = self.facade.select_victims(views, self.view(needing), self.engine)
+        self.timed("select_victims", started, chosen is not None)
+        if chosen is None:
+            return None
+        return [cast(LmdeployRequestView, v).seq for v in chosen]
+
+    def preempted(self, seq: Any) -> None:
+        """LMDeploy preempted ``seq`` (recompute): reported with the next dispatched step."""
+        view = self.view(seq)
+        view.num_preemptions += 1
+        self._preempted.append(view)
+        self.released(seq)
+
+    def released(self, seq: Any) -> None:
+        """``seq`` is about to free its blocks: its cached ones were used now (as
+        LMDeploy stamps a block's access time when it is freed)."""
+        node, now = seq.prefix_cache.trie_cursor, self.engine.clock
+        while node is not None and node.parent is not None:
+            touch(node, now)
+            node = node.parent
+
+    # -- eviction -------------------------------------------------------------------
+
+    def matched(self, seq: Any, nodes: list[Any]) -> None:
+        """``seq``'s tentative prefix match found ``nodes``; they count as hits if LMDeploy
+        admits it with that match (``dispatched``)."""
+        setattr(seq, _MATCHED, nodes)
+
+    def eviction_ranks(self, leaves: Sequence[Any], num_blocks: int) -> dict[int, int] | None:
+        """Position of each evictable trie leaf in the policy's eviction order (by ``id``),
+        or None for LMDeploy's own (least recently used first)."""
+        allocator, engine = self.scheduler.block_manager.allocator, self.engine
+
+        def stamped(node: Any) -> float:  # LMDeploy's stamp: whole perf_counter seconds
+            return engine.since_epoch(float(allocator.get_access_time(node.block_id)))
+
+        views = [node_view(n, engine.block_size, stamped) for n in leaves]
+        started = time.perf_counter()
+        chosen = self.facade.select_evictions(views, min(num_blocks, len(views)), self.engine)
+        self.timed("select_evictions", started, chosen is not None)
+        if chosen is None:
+            return None
+        by_id = {view.block_hash: id(node) for view, node in zip(views, leaves, strict=True)}
+        return {by_id[view.block_hash]: i for i, view in enumerate(chosen)}
+
+    # -- steps ----------------------------------------------------------------------
+
+    def dispatched(self, batch: Sequence[Any], ready: Sequence[bool]) -> None:
+        """LMDeploy dispatches ``batch`` to the model (``ready``: which were READY, newly
+        admitted): the previous step is reported and this one opened. A sequence that
+        has produced no token of its turn yet, or was just admitted, prefills (a prompt,
+        or the next chunk of a long one: LMDeploy runs its chunks as single-sequence
+        batches); the others decode one token each."""
+        self.report_open()
+        self.num_steps += 1
+        self.engine.step_index = self.num_steps
+        preempted, self._preempted = self._preempted, []
+        views = [self.view(s) for s in batch]
+        counts: list[int] = []
+        prefill = 0
+        for seq, view, was_ready in zip(batch, views, ready, strict=True):
+            if not was_ready and view.num_output_tokens > 0:  # decoding: one token
+                counts.append(1)
+                continue
+            for node in getattr(seq, _MATCHED, None) or ():  # the match holds: hits
+                add_hit(node)
+                touch(node, self.engine.clock)
+            setattr(seq, _MATCHED, None)
+            tokens = int(seq.num_token_ids)  # a prefill, or a long prompt's next chunk
+            limit = seq.kv_token_limit
+            if limit is not None:  # a long prompt's non-final chunk
+                tokens = min(tokens, int(limit) - int(seq.num_history_ids))
+            counts.append(tokens)
+            prefill += tokens
+        if not self.tracks_steps or not (batch or preempted):
+            return
+        report = report_of(views, counts, prefill, sum(counts) - prefill, preempted)
+        key = self._open = object()
+        self.open_step(key, report)
+
+    def report_open(self) -> None:
+        """Report the dispatched step whose report is still open, if any."""
+        key, self._open = self._open, None
+        if key is not None:
+            self.close_step(key)
+        self.sync_metrics()
+
+    # -- finishing ------------------------------------------------------------------
+
+    def aborting(self, seq: Any) -> None:
+        """LMDeploy stops ``seq``'s session before it finished (a client abort)."""
+        if not getattr(seq, _FINISHED, True):
+            setattr(seq, _ABORTED, True)
+
+    def finish(self, seq: Any) -> None:
+        """``seq``'s session ends: its turn finished, was aborted or was rejected (reported
+        once per turn, after the turn's last step)."""
+        if getattr(seq, _FINISHED, True):
+            return
+        setattr(seq, _FINISHED, True)
+        view = self.view(seq)
+        if getattr(seq, _REJECTED, None) is not None:
+            reason = REJECTED
+        elif getattr(seq, _ABORTED, False):
+            reason = "aborted"
+        elif view.num_output_tokens >= view.max_tokens:
+            reason = "length"
+        else:
+            from lmdeploy.pytorch.messages import MessageStatus
+
+            reason = "stop" if seq.status == MessageStatus.STOPPED else "aborted"
+        self.released(seq)
+        self.report_open()
+        self.request_finished(view, reason)
+
+    def internal_state(self) -> dict[str, Any]:
+        """schedkit's counters in this scheduler (the engine process's), for a launcher
+        that reads them back."""
+        return {
+            "policy": self.facade.label,
+            "policy_errors": self.policy_errors,
+            "policy_errors_by_hook": by_hook(self.facade.errors),
+            "slow_hook_calls": by_hook(self.facade.slow_calls),
+            "steps": self.num_steps,
+            "rejections": dict(self.rejections),
+            "finished": dict(self.finished),
+            "victims_placed": self.num_victims_placed,
+            "evicted_by_policy": self.num_evicted_by_policy,
+        }
