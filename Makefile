@@ -25,12 +25,13 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check adapters/tensorrt-llm
 	$(BIN)/mypy --strict --config-file adapters/tensorrt-llm/pyproject.toml adapters/tensorrt-llm/schedkit_trtllm
 
-test: lint lint-vllm lint-sglang browser promtool
+test: lint lint-vllm lint-sglang lint-lmdeploy browser promtool
 	$(BIN)/pytest -q tests $(foreach p,$(PLUGINS),$(dir $(p))tests)
 	$(BIN)/pytest -q adapters/tensorrt-llm/tests  # the skeleton, with stand-ins: no tensorrt_llm
 	$(MAKE) test-vllm
 	$(MAKE) test-vllm033
 	$(MAKE) test-sglang
+	$(MAKE) test-lmdeploy
 
 # The report's browser test (tests/bench/test_report_browser.py) opens report.html in
 # headless Chromium: Debian's package, installed when missing (~15 s, once; needs root).
@@ -85,3 +86,18 @@ lint-sglang:
 test-sglang:
 	adapters/sglang/scripts/make-venv.sh
 	HF_HUB_OFFLINE=1 $(SGLANG_VENV)/bin/pytest -q adapters/sglang/tests
+
+# The LMDeploy adapter's suites drive LMDeploy's real Scheduler model-less (its engine has
+# no CPU backend) in their own environment (.venv-lmdeploy, created on first use by
+# adapters/lmdeploy/scripts/make-venv.sh, ~100 s).
+LMDEPLOY_VENV := .venv-lmdeploy
+.PHONY: test-lmdeploy lint-lmdeploy
+lint-lmdeploy:
+	adapters/lmdeploy/scripts/make-venv.sh
+	$(LMDEPLOY_VENV)/bin/ruff check adapters/lmdeploy benchmarks/lmdeploy
+	$(LMDEPLOY_VENV)/bin/ruff format --check adapters/lmdeploy benchmarks/lmdeploy
+	$(LMDEPLOY_VENV)/bin/mypy --strict --config-file adapters/lmdeploy/pyproject.toml adapters/lmdeploy/schedkit_lmdeploy
+
+test-lmdeploy:
+	adapters/lmdeploy/scripts/make-venv.sh
+	$(LMDEPLOY_VENV)/bin/pytest -q adapters/lmdeploy/tests

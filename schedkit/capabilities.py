@@ -31,7 +31,7 @@ __all__ = [
 log = logging.getLogger("schedkit")
 
 Level = Literal["full", "partial", "none"]
-ENGINES = ("sim", "vllm", "sglang")
+ENGINES = ("sim", "vllm", "sglang", "lmdeploy")
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,13 +43,16 @@ class Capability:
 FULL = Capability("full")
 
 MATRIX: dict[str, dict[str, Capability]] = {
-    "on_request_arrived": {"sim": FULL, "vllm": FULL, "sglang": FULL},
+    "on_request_arrived": {"sim": FULL, "vllm": FULL, "sglang": FULL, "lmdeploy": FULL},
     "admit_request": {
         "sim": FULL,
         "vllm": Capability(
             "full", "a rejected request ends with finish_reason abort, stop_reason 'rejected: …'"
         ),
         "sglang": Capability("full", "a rejected request is answered HTTP 503 'rejected: …'"),
+        "lmdeploy": Capability(
+            "full", "a rejected request is stopped unscheduled and ends when its session does"
+        ),
     },
     "order_waiting": {
         "sim": FULL,
@@ -57,6 +60,12 @@ MATRIX: dict[str, dict[str, Capability]] = {
             "full", "requests holding KV blocks of a KV connector keep vLLM's order, first"
         ),
         "sglang": Capability("full", "called before each prefill batch is formed"),
+        "lmdeploy": Capability(
+            "partial",
+            "called before each prefill turn, on the queue by arrival; while a prompt"
+            " longer than max_prefill_token_num waits, LMDeploy's loop first runs turns"
+            " that admit only shorter prompts, so long ones enter later than the order says",
+        ),
     },
     "plan_batch": {
         "sim": FULL,
@@ -66,6 +75,13 @@ MATRIX: dict[str, dict[str, Capability]] = {
             "token_budget and prefill_chunk cap prefill batches only; SGLang runs every"
             " running request in each decode batch, so decode steps are not capped;"
             " max_running caps admissions",
+        ),
+        "lmdeploy": Capability(
+            "partial",
+            "asked once per prefill turn: token_budget caps a prefill batch's later"
+            " prompts (the first always enters; LMDeploy's max_prefill_token_num still sets"
+            " chunk sizes), max_running caps ready plus running sequences (max_batches);"
+            " prefill_chunk is not honoured; decode steps are not capped",
         ),
     },
     "select_victims": {
@@ -79,6 +95,11 @@ MATRIX: dict[str, dict[str, Capability]] = {
             " request SGLang would keep longest; with --enable-priority-scheduling SGLang's"
             " preemption threshold still decides who may be preempted",
         ),
+        "lmdeploy": Capability(
+            "full",
+            "a decode step's sequence that cannot grow preempts the victims (LMDeploy alone"
+            " preempts that sequence itself); recompute only",
+        ),
     },
     "select_evictions": {
         "sim": FULL,
@@ -90,12 +111,25 @@ MATRIX: dict[str, dict[str, Capability]] = {
             " access counter (order only, not seconds); depth counts tree nodes; needs"
             " --radix-cache-backend schedkit",
         ),
+        "lmdeploy": Capability(
+            "partial",
+            "candidates are the prefix trie's evictable leaves, one block each, all of them"
+            " (no window); a block deeper in a cached prefix becomes one when its children"
+            " go, and follows a chosen child; num_hits and last_access are counted by the"
+            " adapter (LMDeploy keeps no hit count and stamps whole seconds)",
+        ),
     },
-    "waiting_key": {"sim": FULL, "vllm": FULL, "sglang": FULL},
+    "waiting_key": {
+        "sim": FULL,
+        "vllm": FULL,
+        "sglang": FULL,
+        "lmdeploy": Capability("partial", "as order_waiting: long prompts wait for their turn"),
+    },
     "victim_key": {
         "sim": FULL,
         "vllm": FULL,
         "sglang": Capability("partial", "as select_victims: the decode batch's retraction"),
+        "lmdeploy": FULL,
     },
     "eviction_key": {
         "sim": Capability("full", "every evictable block in key order (no eviction window)"),
@@ -108,6 +142,7 @@ MATRIX: dict[str, dict[str, Capability]] = {
             "partial",
             "as select_evictions: radix-tree leaves; needs --radix-cache-backend schedkit",
         ),
+        "lmdeploy": Capability("partial", "as select_evictions: the prefix trie's leaves"),
     },
     "route_request": {
         "sim": Capability("full", "with --replicas N: a simulated cluster of N engines"),
@@ -115,6 +150,9 @@ MATRIX: dict[str, dict[str, Capability]] = {
             "none", "one engine has no replicas to route to; a router runs in front of them"
         ),
         "sglang": Capability(
+            "none", "one engine has no replicas to route to; a router runs in front of them"
+        ),
+        "lmdeploy": Capability(
             "none", "one engine has no replicas to route to; a router runs in front of them"
         ),
     },
@@ -126,8 +164,13 @@ MATRIX: dict[str, dict[str, Capability]] = {
             " scheduled, so a policy learning from reports (vtc) orders step N+1 without it",
         ),
         "sglang": Capability("full", "prefill and decode batches are separate steps"),
+        "lmdeploy": Capability(
+            "full",
+            "prefill, decode and each chunk of a long prompt are separate steps; a step is"
+            " reported when the next is dispatched (LMDeploy prefetches) or a session ends",
+        ),
     },
-    "on_request_finished": {"sim": FULL, "vllm": FULL, "sglang": FULL},
+    "on_request_finished": {"sim": FULL, "vllm": FULL, "sglang": FULL, "lmdeploy": FULL},
 }
 assert set(MATRIX) == set(HOOK_NAMES), "every hook has a row"
 
@@ -141,11 +184,19 @@ FIELDS: dict[str, dict[str, Capability]] = {
             " tokens, not one block); empty before the first match and on the default Rust"
             " tree core (--radix-cache-backend schedkit selects the Python one)",
         ),
+        "lmdeploy": Capability(
+            "partial",
+            "ids of the trie blocks that hold a prefix of the prompt now (walked on each"
+            " read); prompt blocks only",
+        ),
     },
     "RequestView.num_cached_tokens": {
         "sim": FULL,
         "vllm": FULL,
         "sglang": Capability("full", "SGLang's cached_tokens at admission"),
+        "lmdeploy": Capability(
+            "full", "LMDeploy's cached_tokens at admission (0 when recomputing a preempted one)"
+        ),
     },
     "EngineView.kv_blocks_free": {
         "sim": FULL,
@@ -153,6 +204,7 @@ FIELDS: dict[str, dict[str, Capability]] = {
         "sglang": Capability(
             "full", "pages of --page-size tokens (1 by default): free plus evictable"
         ),
+        "lmdeploy": Capability("full", "free GPU blocks plus the trie's unreferenced ones"),
     },
 }
 """View fields whose meaning differs by engine; a policy lists those it relies on in

@@ -31,6 +31,7 @@ __all__ = [
     "config_environ",
     "resolve_config",
     "scoped_environ",
+    "with_config",
 ]
 
 
@@ -68,6 +69,24 @@ def resolve_config(environ: Mapping[str, str] | None = None) -> SchedkitConfig |
 def config_environ(config: SchedkitConfig) -> dict[str, str]:
     """Environment variables that select ``config`` in engine processes started later."""
     return {CONFIG_VAR: json.dumps(config.model_dump(mode="json"), separators=(",", ":"))}
+
+
+def with_config(config: SchedkitConfig, environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` selecting ``config`` (for a server launched with it). An environment
+    that already selects a different config is refused rather than silently overridden."""
+    env = dict(environ)
+    if any(env.get(var, "").strip() for var in (CONFIG_VAR, POLICY_VAR, OPTIONS_VAR)):
+        selected = resolve_config(env)
+        if selected is None or selected.model_dump() != config.model_dump():
+            raise PolicyConfigError(
+                f"the environment already selects a schedkit config ({CONFIG_VAR},"
+                f" {POLICY_VAR} or {OPTIONS_VAR}) that differs from --policy/--options;"
+                " unset those variables or select the policy there only"
+            )
+        for var in (CONFIG_VAR, POLICY_VAR, OPTIONS_VAR):
+            env.pop(var, None)
+    env.update(config_environ(config))
+    return env
 
 
 @contextlib.contextmanager

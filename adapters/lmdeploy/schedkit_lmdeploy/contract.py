@@ -31,7 +31,13 @@ from schedkit.bench.replay import output_token_id, prompt_token_ids, request_met
 from schedkit.policy import Policy
 from schedkit.testing.contract import Outcome, Scenario, facade_of
 
-__all__ = ["PREFILL_INTERVAL", "build_scheduler", "cached_only_blocks", "run_lmdeploy"]
+__all__ = [
+    "PREFILL_INTERVAL",
+    "build_scheduler",
+    "cached_only_blocks",
+    "check_blocks",
+    "run_lmdeploy",
+]
 
 PREFILL_INTERVAL = 16  # SchedulerConfig's default: decode steps between forced prefills
 _EPS = 1e-9
@@ -66,6 +72,24 @@ def build_scheduler(
     )
     meta = SequenceMeta(block_size, strategy=ARSequenceStrategy())
     return Scheduler(scheduler_config=limits, cache_config=cache, seq_meta=meta)
+
+
+def check_blocks(scheduler: Any, num_blocks: int) -> None:
+    """Every GPU block is free, held by a sequence, or held by the prefix trie: none is
+    lost or counted twice (LMDeploy's ref counts agree with its owners)."""
+    held: set[int] = set()
+    for seq in scheduler.seq_manager.get_all_sequences():
+        held.update(int(b) for b in seq.logical_blocks.get_real_blocks())
+    stack = list(scheduler.block_trie._roots.values())
+    while stack:
+        node = stack.pop()
+        stack.extend(node.children.values())
+        if node.block_id >= 0:
+            held.add(int(node.block_id))
+    free = int(scheduler.block_manager.get_num_free_gpu_blocks())
+    assert free + len(held) == num_blocks, (
+        f"{free} free and {len(held)} held blocks of {num_blocks}: blocks lost or shared"
+    )
 
 
 def cached_only_blocks(scheduler: Any) -> int:
@@ -225,7 +249,10 @@ def run_lmdeploy(
     *,
     max_steps: int = 20_000,
     probe: Callable[[Any], None] | None = None,
+    conserve: bool = False,
 ) -> Outcome:
+    """``scenario`` through LMDeploy's scheduler with ``policies`` (None: stock).
+    ``conserve``: check after every step that no KV block is lost (``check_blocks``)."""
     import numpy as np
     from lmdeploy.pytorch.messages import MessageStatus, SamplingParam, UpdateTokenMode
 
@@ -325,6 +352,8 @@ def run_lmdeploy(
         for session_id in done:  # the client has its last token: the session ends
             end(session_id, "length")
         loop.running = [s for s in loop.running if s.session_id in scheduler.sessions]
+        if conserve:
+            check_blocks(scheduler, cfg.num_blocks)
     else:
         raise AssertionError(f"lmdeploy: {scenario.name} still busy after {max_steps} steps")
     if runtime is not None:

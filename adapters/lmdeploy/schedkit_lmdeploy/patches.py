@@ -13,8 +13,10 @@ What is patched, and what LMDeploy does without it:
 - waiting order: ``_PrefillReorderer.reorder`` (FCFS by ``arrive_time``; shortest first
   on a turn that excludes long prompts); with an ordering policy, ``order_waiting`` /
   ``waiting_key`` order the queue by arrival instead;
-- batch budget: ``_PrefillScheduler.schedule`` runs with ``max_batches`` and
-  ``max_prefill_token_num`` from ``plan_batch`` (copies of the configs, for that call);
+- batch budget: ``_PrefillScheduler.schedule`` runs with ``max_batches`` from
+  ``plan_batch`` (a copy of the config, for that call), and its token-budget gate
+  (``_PrefillAdmissionAttempt._apply_prefill_token_budget_gate``) holds later prefills
+  of the batch to ``token_budget``;
 - victims: ``Scheduler.schedule_running``. LMDeploy walks the running sequences from
   the newest and preempts the one that cannot grow; with a victim policy the one that
   cannot grow first preempts the policy's victims, in order, until it fits;
@@ -39,6 +41,7 @@ from schedkit.facade import PolicyFacade
 from schedkit.trust import TrustConfig
 
 from schedkit_lmdeploy import compat
+from schedkit_lmdeploy.carrier import request_meta_of
 from schedkit_lmdeploy.runtime import LmdeployRuntime
 
 __all__ = ["activate_from_environ", "install", "installed"]
@@ -69,9 +72,11 @@ def install(
 
 
 def activate_from_environ() -> bool:
-    """In an LMDeploy engine process: when ``SCHEDKIT_CONFIG`` or ``SCHEDKIT_POLICY``
-    selects a policy, every ``Scheduler`` built from now on gets a runtime with it.
-    Returns whether a policy was selected (nothing is patched otherwise)."""
+    """In an LMDeploy process: when ``SCHEDKIT_CONFIG`` or ``SCHEDKIT_POLICY`` selects a
+    policy, every ``Scheduler`` built from now on gets a runtime with it, and requests
+    carry their metadata to it (``schedkit_lmdeploy.carrier``: the api_server side too,
+    where LMDeploy's server is importable). Returns whether a policy was selected
+    (nothing is patched otherwise)."""
     from schedkit.adapter.environ import resolve_config
 
     config = resolve_config()
@@ -80,6 +85,14 @@ def activate_from_environ() -> bool:
     compat.check_version(compat.installed_version())
     facade = PolicyFacade.from_config(config)  # fails here on a bad config, before serving
     from lmdeploy.pytorch.paging import scheduler as module
+
+    from schedkit_lmdeploy import carrier
+
+    carrier.install_engine()
+    try:
+        carrier.install_api(config.trust)
+    except ImportError as exc:  # LMDeploy's server is not installed: no api_server here
+        log.info("schedkit: LMDeploy's api_server is not importable (%s): engine side only", exc)
 
     cls = module.Scheduler
     if "Scheduler.__init__" not in _STOCK:
@@ -112,6 +125,7 @@ def _patch_classes() -> None:
     _patch(SchedulerSession, "add_sequence", _add_sequence)
     _patch(prefill._PrefillReorderer, "reorder", _reorder)
     _patch(prefill._PrefillScheduler, "schedule", _prefill_schedule)
+    _patch(prefill._PrefillAdmissionAttempt, "_apply_prefill_token_budget_gate", _budget_gate)
     _patch(cls, "schedule_running", _schedule_running)
     _patch(cls, "activate_seqs", _activate_seqs)
     _patch(cls, "preempt_seqs", _preempt_seqs)
@@ -146,6 +160,8 @@ def _add_sequence(stock: Callable[..., Any]) -> Callable[..., Any]:
         seq = stock(self, *args, **kwargs)
         runtime = _runtime(self)
         if runtime is not None:
+            if schedkit_meta is None:  # what the request carried to the engine process
+                schedkit_meta = request_meta_of(kwargs.get("sampling_param"))
             if schedkit_meta is not None:
                 seq.meta = schedkit_meta
             runtime.arrived(seq)
@@ -177,24 +193,46 @@ def _reorder(stock: Callable[..., Any]) -> Callable[..., Any]:
 
 def _prefill_schedule(stock: Callable[..., Any]) -> Callable[..., Any]:
     def schedule(self: Any, **kwargs: Any) -> Any:
+        """``max_running`` as ``max_batches`` (a copy of the config, for this call);
+        ``token_budget`` at the token-budget gate (``_budget_gate``). LMDeploy's
+        ``max_prefill_token_num`` keeps deciding what is a long prompt and how it is
+        chunked: the engine loop's chunker reads it too."""
         runtime = _runtime(self)
         if runtime is None or not runtime.facade.has_plan or not kwargs.get("waiting"):
             return stock(self, **kwargs)
         budget = runtime.plan()
         if budget is None:
             return stock(self, **kwargs)
-        saved = self.scheduler_config, self.cache_config
-        limits = copy.copy(saved[0])
+        saved = self.scheduler_config
+        limits = copy.copy(saved)
         limits.max_batches = budget.max_running
-        cache = copy.copy(saved[1])
-        cache.max_prefill_token_num = budget.token_budget
-        self.scheduler_config, self.cache_config = limits, cache
+        self.scheduler_config, runtime.turn_budget = limits, budget.token_budget
         try:
             return stock(self, **kwargs)
         finally:
-            self.scheduler_config, self.cache_config = saved
+            self.scheduler_config, runtime.turn_budget = saved, None
 
     return schedule
+
+
+def _budget_gate(stock: Callable[..., Any]) -> Callable[..., Any]:
+    def apply_gate(self: Any) -> Any:
+        """LMDeploy's gate, then the policy's tighter budget: a prefill after the
+        batch's first must fit it, counted as LMDeploy charges it."""
+        rejection = stock(self)
+        prefill = self.prefill_scheduler
+        runtime = _runtime(prefill)
+        budget = None if runtime is None else runtime.turn_budget
+        if rejection is not None or budget is None or not self.batch_has_prefill:
+            return rejection
+        tokens = int(prefill._prefill_admission_token_count(self.seq))
+        if self.batch_prefill_tokens + tokens <= budget:
+            return None
+        if self._prefix_match.is_matched:
+            self._prefix_match.rollback("exceeds the policy's prefill token budget")
+        return self._token_budget_rejection()
+
+    return apply_gate
 
 
 # -- preemption -------------------------------------------------------------------
@@ -221,7 +259,6 @@ def _schedule_running(stock: Callable[..., Any]) -> Callable[..., Any]:
                 return True
             return False
 
-        position = {id(seq): i for i, seq in enumerate(running)}
         valid = [True] * len(running)
         for idx in reversed(range(len(running))):  # LMDeploy's walk: the newest first
             seq = running[idx]
@@ -231,6 +268,7 @@ def _schedule_running(stock: Callable[..., Any]) -> Callable[..., Any]:
             if manager.num_required_blocks(seq, num_required_tokens) == 0 or grow(seq):
                 continue
             live = [s for s in running if s.status == live_status]
+            position = {id(s): i for i, s in enumerate(running)}
             fitted = False
             for victim in runtime.victims(live, seq) or ():
                 if victim is seq:
@@ -275,10 +313,7 @@ def _activate_seqs(stock: Callable[..., Any]) -> Callable[..., Any]:
     def activate_seqs(self: Any, running: list[Any]) -> None:
         runtime = _runtime(self)
         if runtime is not None:
-            from lmdeploy.pytorch.messages import MessageStatus
-
-            ready = [seq.status == MessageStatus.READY for seq in running]
-            runtime.dispatched(running, ready)
+            runtime.dispatched(running)  # before READY turns RUNNING
         stock(self, running)
 
     return activate_seqs

@@ -57,8 +57,10 @@ class LmdeployRuntime(AdapterRuntime):
         self.scheduler = scheduler
         self.trust = trust or DEFAULT_TRUST
         self.num_steps = 0
+        self.turn_budget: int | None = None  # the policy's prefill tokens, this turn
         self._open: object | None = None  # the dispatched step not reported yet
         self._preempted: list[RequestView] = []  # since the last dispatch
+        self._matched: dict[int, Any] = {}  # id -> sequence with a match not yet counted
 
     # -- requests -------------------------------------------------------------------
 
@@ -152,7 +154,29 @@ class LmdeployRuntime(AdapterRuntime):
     def matched(self, seq: Any, nodes: list[Any]) -> None:
         """``seq``'s tentative prefix match found ``nodes``; they count as hits if LMDeploy
         admits it with that match (``dispatched``)."""
-        setattr(seq, _MATCHED, nodes)
+        if nodes:
+            setattr(seq, _MATCHED, nodes)
+            self._matched[id(seq)] = seq
+        else:
+            setattr(seq, _MATCHED, None)
+
+    def _count_hits(self) -> None:
+        """The sequences matched since the last dispatch that LMDeploy admitted (READY now)
+        hit their matched blocks; a rolled-back match (still WAITING) is no hit."""
+        from lmdeploy.pytorch.messages import MessageStatus
+
+        now, pending = self.engine.clock, self._matched
+        for key, seq in list(pending.items()):
+            status = seq.status
+            if status == MessageStatus.WAITING:
+                continue  # its next attempt matches again
+            del pending[key]
+            nodes = getattr(seq, _MATCHED, None)
+            setattr(seq, _MATCHED, None)
+            if status == MessageStatus.READY and nodes:
+                for node in nodes:
+                    add_hit(node)
+                    touch(node, now)
 
     def eviction_ranks(self, leaves: Sequence[Any], num_blocks: int) -> dict[int, int] | None:
         """Position of each evictable trie leaf in the policy's eviction order (by ``id``),
@@ -173,35 +197,33 @@ class LmdeployRuntime(AdapterRuntime):
 
     # -- steps ----------------------------------------------------------------------
 
-    def dispatched(self, batch: Sequence[Any], ready: Sequence[bool]) -> None:
-        """LMDeploy dispatches ``batch`` to the model (``ready``: which were READY, newly
-        admitted): the previous step is reported and this one opened. A sequence that
-        has produced no token of its turn yet, or was just admitted, prefills (a prompt,
-        or the next chunk of a long one: LMDeploy runs its chunks as single-sequence
-        batches); the others decode one token each."""
+    def dispatched(self, batch: Sequence[Any]) -> None:
+        """LMDeploy dispatches ``batch`` to the model: the previous step is reported and
+        this one opened. Each sequence computes its pending tokens (``num_token_ids``: a
+        prompt, the next chunk of a long one up to ``kv_token_limit``, or the one token
+        a decode step feeds back); it prefills unless it decodes that one token. Costs
+        one attribute read per sequence when no policy observes steps."""
         self.report_open()
         self.num_steps += 1
         self.engine.step_index = self.num_steps
+        if self._matched:
+            self._count_hits()
         preempted, self._preempted = self._preempted, []
-        views = [self.view(s) for s in batch]
+        if not self.tracks_steps or not (batch or preempted):
+            return
+        views = [getattr(s, _VIEW, None) or self.view(s) for s in batch]
         counts: list[int] = []
         prefill = 0
-        for seq, view, was_ready in zip(batch, views, ready, strict=True):
-            if not was_ready and view.num_output_tokens > 0:  # decoding: one token
-                counts.append(1)
-                continue
-            for node in getattr(seq, _MATCHED, None) or ():  # the match holds: hits
-                add_hit(node)
-                touch(node, self.engine.clock)
-            setattr(seq, _MATCHED, None)
-            tokens = int(seq.num_token_ids)  # a prefill, or a long prompt's next chunk
+        for seq, view in zip(batch, views, strict=True):
+            tokens = int(seq.num_token_ids)  # decoding: the one token sampled last
             limit = seq.kv_token_limit
             if limit is not None:  # a long prompt's non-final chunk
                 tokens = min(tokens, int(limit) - int(seq.num_history_ids))
             counts.append(tokens)
-            prefill += tokens
-        if not self.tracks_steps or not (batch or preempted):
-            return
+            # one pending token is a decode step's, unless the turn has no output yet (a
+            # one-token prompt: a recomputed sequence has all its tokens pending)
+            if tokens > 1 or view.num_output_tokens == 0:
+                prefill += tokens
         report = report_of(views, counts, prefill, sum(counts) - prefill, preempted)
         key = self._open = object()
         self.open_step(key, report)

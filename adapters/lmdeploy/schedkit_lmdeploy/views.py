@@ -101,9 +101,7 @@ class LmdeployRequestView:
         "seq",
     )
 
-    def __init__(
-        self, seq: Any, arrival: float, trust: TrustConfig = DEFAULT_TRUST
-    ) -> None:
+    def __init__(self, seq: Any, arrival: float, trust: TrustConfig = DEFAULT_TRUST) -> None:
         self.seq = seq
         meta = request_meta(seq)
         bounded = trust.bound(meta, meta.get("priority"))

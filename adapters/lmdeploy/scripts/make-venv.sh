@@ -35,7 +35,10 @@ start=$(date +%s)
 install_schedkit() {
     extra=("${ADAPTER[@]}")
     for p in plugins/*/pyproject.toml; do extra+=(-e "$(dirname "$p")"); done
-    "$VENV/bin/pip" install -q -e . "${extra[@]}" pytest hypothesis mypy ruff
+    # prometheus_client: schedkit's metrics; fastapi, uvicorn, openai: what importing
+    # LMDeploy's api_server needs, for the request carrier's tests (no server runs here)
+    "$VENV/bin/pip" install -q -e . "${extra[@]}" pytest hypothesis mypy ruff \
+        prometheus_client fastapi uvicorn openai
     echo "$WANT" > "$STAMP"
 }
 if [[ -f "$STAMP" && "$(cut -d' ' -f1 "$STAMP")" == "$LMDEPLOY_DIST" ]]; then

@@ -32,16 +32,10 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from schedkit import PolicyFacade, SchedkitConfig
+from schedkit.adapter.environ import with_config
 from schedkit.errors import SchedkitError
 from schedkit.serving import metrics_dir, option_value, run_server
 
-from schedkit_sglang.config import (
-    CONFIG_VAR,
-    OPTIONS_VAR,
-    POLICY_VAR,
-    config_environ,
-    resolve_config,
-)
 from schedkit_sglang.cpu import pythonpath
 
 SERVER_MODULE = "sglang.launch_server"
@@ -97,18 +91,7 @@ def build_environ(
     """The server's environment: ``environ`` with the schedkit selection (and ``schedkit``
     added to an ``SGLANG_PLUGINS`` allow-list), the CPU stand-ins when SGLang runs on CPU,
     and ``metrics_dir`` as ``PROMETHEUS_MULTIPROC_DIR`` if given and none is set."""
-    env = dict(environ)
-    if any(env.get(var, "").strip() for var in (CONFIG_VAR, POLICY_VAR, OPTIONS_VAR)):
-        selected = resolve_config(env)
-        if selected is None or selected.model_dump() != config.model_dump():
-            raise SchedkitError(
-                f"the environment already selects a schedkit config ({CONFIG_VAR},"
-                f" {POLICY_VAR} or {OPTIONS_VAR}) that differs from --policy/--options;"
-                " unset those variables or select the policy there only"
-            )
-        for var in (CONFIG_VAR, POLICY_VAR, OPTIONS_VAR):
-            env.pop(var, None)
-    env.update(config_environ(config))
+    env = with_config(config, environ)
     allowed = [name.strip() for name in env.get("SGLANG_PLUGINS", "").split(",") if name.strip()]
     if allowed and "schedkit" not in allowed:  # SGLang's allow-list would skip the adapter
         env["SGLANG_PLUGINS"] = ",".join([*allowed, "schedkit"])
