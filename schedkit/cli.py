@@ -196,7 +196,8 @@ def serve(
         known = ", ".join(sorted(found)) or "none installed"
         raise SchedkitError(
             f"no server launcher for engine {engine!r} ({known}); install schedkit-vllm"
-            " (adapters/vllm) for vllm or schedkit-sglang (adapters/sglang) for sglang"
+            " (adapters/vllm) for vllm, schedkit-sglang (adapters/sglang) for sglang or"
+            " schedkit-lmdeploy (adapters/lmdeploy) for lmdeploy"
         )
     PolicyFacade.from_config(config)  # fail here, not inside the engine, on a bad selection
     raise typer.Exit(found[engine].load()(config, list(ctx.args)))

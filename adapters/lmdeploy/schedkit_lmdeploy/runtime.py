@@ -28,21 +28,9 @@ from schedkit.adapter.runtime import report_of
 from schedkit.facade import by_hook
 from schedkit.trust import DEFAULT_TRUST, TrustConfig
 
-from schedkit_lmdeploy.views import (
-    LmdeployEngineView,
-    LmdeployRequestView,
-    add_hit,
-    node_view,
-    touch,
-)
+from schedkit_lmdeploy.views import LmdeployEngineView, LmdeployRequestView, NodeStates
 
 __all__ = ["REJECTED", "LmdeployRuntime"]
-
-_VIEW = "_schedkit_view"  # the view rides on LMDeploy's sequence, one per turn
-_FINISHED = "_schedkit_finished"
-_REJECTED = "_schedkit_rejected"
-_ABORTED = "_schedkit_aborted"
-_MATCHED = "_schedkit_matched"  # trie nodes of the sequence's last (tentative) match
 
 
 class LmdeployRuntime(AdapterRuntime):
@@ -60,40 +48,41 @@ class LmdeployRuntime(AdapterRuntime):
         self.turn_budget: int | None = None  # the policy's prefill tokens, this turn
         self._open: object | None = None  # the dispatched step not reported yet
         self._preempted: list[RequestView] = []  # since the last dispatch
-        self._matched: dict[int, Any] = {}  # id -> sequence with a match not yet counted
+        # seq_id -> (sequence, trie nodes of its last match), not counted as hits yet
+        self._matched: dict[int, tuple[Any, list[Any]]] = {}
+        self._views: dict[int, LmdeployRequestView] = {}  # seq_id -> its turn's view
+        self.nodes = NodeStates()  # LMDeploy's objects get no attribute of ours
 
     # -- requests -------------------------------------------------------------------
 
     def view(self, seq: Any) -> LmdeployRequestView:
-        view: LmdeployRequestView | None = getattr(seq, _VIEW, None)
-        if view is None:  # a sequence that arrived before schedkit was installed
+        view = self._views.get(seq.seq_id)
+        if view is None or view.seq is not seq:  # arrived before schedkit was installed
             view = self._new_view(seq)
         return view
 
     def _new_view(self, seq: Any) -> LmdeployRequestView:
         arrival = self.engine.since_epoch(float(seq.arrive_time))
-        view = LmdeployRequestView(seq, arrival, self.trust)
-        seq._schedkit_trie = self.scheduler.block_trie  # for block_hashes
-        setattr(seq, _VIEW, view)
-        setattr(seq, _FINISHED, False)
-        setattr(seq, _REJECTED, None)
-        setattr(seq, _ABORTED, False)
+        trie = self.scheduler.block_trie
+        view = LmdeployRequestView(seq, arrival, self.trust, trie, self.nodes.ident)
+        self._views[seq.seq_id] = view
         return view
 
     def arrived(self, seq: Any) -> str | None:
         """A new request (a sequence, or a session's next turn) is waiting: observe it and
         decide its admission. A rejected one is stopped at once (never scheduled) and
         finishes ``rejected`` when its session ends; returns the reason, or None."""
-        reason = self.admission_reason(self._new_view(seq))
+        view = self._new_view(seq)
+        reason = self.admission_reason(view)
         if reason is not None:
-            setattr(seq, _REJECTED, reason)
+            view.rejected = reason
             seq.state.stop()
         return reason
 
-    @staticmethod
-    def rejection(seq: Any) -> str | None:
+    def rejection(self, seq: Any) -> str | None:
         """Why the policy rejected ``seq``'s current turn, or None."""
-        return cast("str | None", getattr(seq, _REJECTED, None))
+        view = self._views.get(seq.seq_id)
+        return view.rejected if view is not None and view.seq is seq else None
 
     # -- waiting order and batch budget ---------------------------------------------
 
@@ -144,9 +133,9 @@ class LmdeployRuntime(AdapterRuntime):
     def released(self, seq: Any) -> None:
         """``seq`` is about to free its blocks: its cached ones were used now (as
         LMDeploy stamps a block's access time when it is freed)."""
-        node, now = seq.prefix_cache.trie_cursor, self.engine.clock
+        node, now, nodes = seq.prefix_cache.trie_cursor, self.engine.clock, self.nodes
         while node is not None and node.parent is not None:
-            touch(node, now)
+            nodes.of(node).last_access = now
             node = node.parent
 
     # -- eviction -------------------------------------------------------------------
@@ -155,10 +144,9 @@ class LmdeployRuntime(AdapterRuntime):
         """``seq``'s tentative prefix match found ``nodes``; they count as hits if LMDeploy
         admits it with that match (``dispatched``)."""
         if nodes:
-            setattr(seq, _MATCHED, nodes)
-            self._matched[id(seq)] = seq
+            self._matched[seq.seq_id] = (seq, nodes)
         else:
-            setattr(seq, _MATCHED, None)
+            self._matched.pop(seq.seq_id, None)
 
     def _count_hits(self) -> None:
         """The sequences matched since the last dispatch that LMDeploy admitted (READY now)
@@ -166,17 +154,16 @@ class LmdeployRuntime(AdapterRuntime):
         from lmdeploy.pytorch.messages import MessageStatus
 
         now, pending = self.engine.clock, self._matched
-        for key, seq in list(pending.items()):
+        for key, (seq, nodes) in list(pending.items()):
             status = seq.status
             if status == MessageStatus.WAITING:
                 continue  # its next attempt matches again
             del pending[key]
-            nodes = getattr(seq, _MATCHED, None)
-            setattr(seq, _MATCHED, None)
-            if status == MessageStatus.READY and nodes:
+            if status == MessageStatus.READY:
                 for node in nodes:
-                    add_hit(node)
-                    touch(node, now)
+                    state = self.nodes.of(node)
+                    state.hits += 1
+                    state.last_access = now
 
     def eviction_ranks(self, leaves: Sequence[Any], num_blocks: int) -> dict[int, int] | None:
         """Position of each evictable trie leaf in the policy's eviction order (by ``id``),
@@ -186,7 +173,7 @@ class LmdeployRuntime(AdapterRuntime):
         def stamped(node: Any) -> float:  # LMDeploy's stamp: whole perf_counter seconds
             return engine.since_epoch(float(allocator.get_access_time(node.block_id)))
 
-        views = [node_view(n, engine.block_size, stamped) for n in leaves]
+        views = [self.nodes.view(n, engine.block_size, stamped) for n in leaves]
         started = time.perf_counter()
         chosen = self.facade.select_evictions(views, min(num_blocks, len(views)), self.engine)
         self.timed("select_evictions", started, chosen is not None)
@@ -211,7 +198,8 @@ class LmdeployRuntime(AdapterRuntime):
         preempted, self._preempted = self._preempted, []
         if not self.tracks_steps or not (batch or preempted):
             return
-        views = [getattr(s, _VIEW, None) or self.view(s) for s in batch]
+        known = self._views
+        views = [known.get(s.seq_id) or self.view(s) for s in batch]
         counts: list[int] = []
         prefill = 0
         for seq, view in zip(batch, views, strict=True):
@@ -239,19 +227,21 @@ class LmdeployRuntime(AdapterRuntime):
 
     def aborting(self, seq: Any) -> None:
         """LMDeploy stops ``seq``'s session before it finished (a client abort)."""
-        if not getattr(seq, _FINISHED, True):
-            setattr(seq, _ABORTED, True)
+        view = self._views.get(seq.seq_id)
+        if view is not None and view.seq is seq and not view.finished:
+            view.aborted = True
 
     def finish(self, seq: Any) -> None:
-        """``seq``'s session ends: its turn finished, was aborted or was rejected (reported
-        once per turn, after the turn's last step)."""
-        if getattr(seq, _FINISHED, True):
+        """``seq``'s session ends, or its next turn arrives: its turn finished, was
+        aborted or was rejected (reported once per turn, after the turn's last step)."""
+        view = self._views.pop(seq.seq_id, None)
+        self._matched.pop(seq.seq_id, None)
+        if view is None or view.seq is not seq or view.finished:
             return
-        setattr(seq, _FINISHED, True)
-        view = self.view(seq)
-        if getattr(seq, _REJECTED, None) is not None:
+        view.finished = True
+        if view.rejected is not None:
             reason = REJECTED
-        elif getattr(seq, _ABORTED, False):
+        elif view.aborted:
             reason = "aborted"
         elif view.num_output_tokens >= view.max_tokens:
             reason = "length"

@@ -3,7 +3,9 @@
 One ``LmdeployRequestView`` per request (a turn of a ``SchedulerSequence``: LMDeploy
 reuses a session's sequence for its next turn), one ``LmdeployEngineView`` per
 ``Scheduler``, and a ``BlockSnapshot`` per prefix-trie leaf that is an eviction
-candidate (``node_view``). LMDeploy objects are typed ``Any``: the adapter does not
+candidate (``NodeStates.view``). The adapter sets no attribute on LMDeploy's objects:
+its bookkeeping lives in the views and in the runtime, keyed by sequence id or held
+weakly by trie node. LMDeploy objects are typed ``Any``: the adapter does not
 type-check against LMDeploy's internals, and the version check guards their shape.
 """
 
@@ -11,27 +13,16 @@ from __future__ import annotations
 
 import itertools
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from schedkit.trust import DEFAULT_TRUST, TrustConfig
 from schedkit.views import BlockSnapshot
 
-__all__ = [
-    "LmdeployEngineView",
-    "LmdeployRequestView",
-    "node_hits",
-    "node_id",
-    "node_view",
-    "request_meta",
-    "touch",
-]
+__all__ = ["LmdeployEngineView", "LmdeployRequestView", "NodeState", "NodeStates", "request_meta"]
 
 _now = time.perf_counter  # LMDeploy stamps arrivals and block accesses with it
-_NODE_ID = "_schedkit_id"
-_NODE_HITS = "_schedkit_hits"
-_NODE_ACCESS = "_schedkit_access"  # engine-clock seconds of the last hit or release
-_ids = itertools.count(1)
 
 
 def request_meta(seq: Any) -> Mapping[str, Any]:
@@ -42,40 +33,44 @@ def request_meta(seq: Any) -> Mapping[str, Any]:
     return meta if isinstance(meta, Mapping) else {}
 
 
-def node_id(node: Any) -> int:
-    """A trie node's schedkit id: stable for the node's life, never reused (LMDeploy's
-    block ids are reused once a block is evicted)."""
-    ident: int | None = getattr(node, _NODE_ID, None)
-    if ident is None:
-        ident = next(_ids)
-        setattr(node, _NODE_ID, ident)
-    return ident
+class NodeState:
+    """What the adapter knows of one prefix-trie node: a schedkit id that is never reused
+    (LMDeploy reuses block ids once a block is evicted), how many admitted requests hit
+    it (LMDeploy keeps no count), and when it was last hit or released, in seconds on
+    the engine clock (LMDeploy stamps whole perf_counter seconds)."""
+
+    __slots__ = ("hits", "ident", "last_access")
+
+    def __init__(self, ident: int) -> None:
+        self.ident = ident
+        self.hits = 0
+        self.last_access: float | None = None
 
 
-def node_hits(node: Any) -> int:
-    """How many admitted requests found ``node`` in the prefix cache (the adapter counts
-    them: LMDeploy keeps no per-block count)."""
-    return int(getattr(node, _NODE_HITS, 0))
+class NodeStates:
+    """``NodeState`` per trie node, held weakly: a node LMDeploy drops takes its state."""
 
+    def __init__(self) -> None:
+        self._states: weakref.WeakKeyDictionary[Any, NodeState] = weakref.WeakKeyDictionary()
+        self._ids = itertools.count(1)
 
-def add_hit(node: Any) -> None:
-    setattr(node, _NODE_HITS, node_hits(node) + 1)
+    def of(self, node: Any) -> NodeState:
+        state = self._states.get(node)
+        if state is None:
+            state = self._states[node] = NodeState(next(self._ids))
+        return state
 
+    def ident(self, node: Any) -> int:
+        return self.of(node).ident
 
-def touch(node: Any, now: float) -> None:
-    """``node`` was hit or released at ``now`` (seconds on the engine clock)."""
-    setattr(node, _NODE_ACCESS, now)
-
-
-def node_view(node: Any, block_size: int, fallback: Callable[[Any], float]) -> BlockSnapshot:
-    """The ``BlockView`` of an evictable trie leaf. ``depth``: the block's index in its
-    prompt (``prefix_len`` counts tokens up to and including the block). ``last_access``:
-    when the adapter saw it hit or released, on the engine clock; ``fallback(node)`` for
-    a node cached before schedkit was installed."""
-    depth = max(0, int(node.prefix_len) // block_size - 1)
-    when = getattr(node, _NODE_ACCESS, None)
-    last_access = fallback(node) if when is None else float(when)
-    return BlockSnapshot(node_id(node), depth, last_access, node_hits(node))
+    def view(self, node: Any, block_size: int, fallback: Callable[[Any], float]) -> BlockSnapshot:
+        """The ``BlockView`` of an evictable trie leaf. ``depth``: the block's index in its
+        prompt (``prefix_len`` counts tokens up to and including the block).
+        ``fallback(node)``: the last access of a node cached before schedkit saw it."""
+        state = self.of(node)
+        depth = max(0, int(node.prefix_len) // block_size - 1)
+        when = fallback(node) if state.last_access is None else state.last_access
+        return BlockSnapshot(state.ident, depth, when, state.hits)
 
 
 class LmdeployRequestView:
@@ -90,6 +85,7 @@ class LmdeployRequestView:
 
     __slots__ = (
         "_arrival",
+        "_node_id",
         "_output0",
         "_priority",
         "_prompt",
@@ -97,12 +93,29 @@ class LmdeployRequestView:
         "_slo_tpot_ms",
         "_slo_ttft_ms",
         "_tenant",
+        "_trie",
+        "aborted",
+        "finished",
         "num_preemptions",
+        "rejected",
         "seq",
     )
 
-    def __init__(self, seq: Any, arrival: float, trust: TrustConfig = DEFAULT_TRUST) -> None:
+    def __init__(
+        self,
+        seq: Any,
+        arrival: float,
+        trust: TrustConfig = DEFAULT_TRUST,
+        trie: Any = None,
+        node_id: Callable[[Any], int] | None = None,
+    ) -> None:
         self.seq = seq
+        self._trie = trie  # for block_hashes, with node_id
+        self._node_id = node_id
+        # the adapter's bookkeeping of this turn (not for policies)
+        self.finished = False
+        self.rejected: str | None = None
+        self.aborted = False
         meta = request_meta(seq)
         bounded = trust.bound(meta, meta.get("priority"))
         self._tenant: str = bounded.tenant
@@ -166,8 +179,8 @@ class LmdeployRequestView:
         """Ids of the trie nodes (``BlockView.block_hash``) that hold a prefix of the
         prompt now, root first: the blocks the request will reuse if they stay cached.
         Walked afresh on each read (the trie changes as blocks are cached and evicted)."""
-        trie = getattr(self.seq, "_schedkit_trie", None)
-        if trie is None or not trie.enabled:
+        trie, node_id = self._trie, self._node_id
+        if trie is None or node_id is None or not trie.enabled:
             return ()
         node = trie._roots.get(self.seq.adapter_name)
         ids: list[int] = []
