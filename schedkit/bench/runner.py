@@ -231,9 +231,15 @@ def load_engine(name: str) -> ArmRunner:
             except Exception as exc:
                 raise SchedkitError(f"cannot load engine {name!r} from {ep.value}: {exc}") from exc
             return runner
+    hint = (
+        " LMDeploy's engine needs a GPU, so there is no lmdeploy bench engine: start servers"
+        " with `schedkit serve lmdeploy` and A/B them with --engine openai."
+        if name == "lmdeploy"
+        else ""
+    )
     raise SchedkitError(
         f"unknown engine {name!r}; installed: {', '.join(engines())}. vllm-twin and vllm come"
-        " with schedkit-vllm (adapters/vllm), sglang with schedkit-sglang."
+        f" with schedkit-vllm (adapters/vllm), sglang with schedkit-sglang.{hint}"
     )
 
 

@@ -199,6 +199,12 @@ def test_real_engine_refuses_settings_it_does_not_pass(tmp_path: Path) -> None:
     )
 
 
+def test_an_lmdeploy_bench_engine_points_to_serve_and_openai(tmp_path: Path) -> None:
+    message = bench_error(tmp_path, "--workload", SMALL, "--policy", "fcfs", "--engine", "lmdeploy")
+    assert message.startswith("unknown engine 'lmdeploy'; installed: sim, openai, import")
+    assert "`schedkit serve lmdeploy`" in message and "--engine openai" in message
+
+
 def test_markup_in_a_message_is_printed_as_is(tmp_path: Path) -> None:
     assert bench_error(tmp_path, "--workload", SMALL, "--policy", "fcfs", "--gpu", "[b]x") == (
         "unknown GPU '[b]x'; known GPUs: A100-80GB, H100-SXM, H200. Pick one of these or load"

@@ -20,8 +20,7 @@ What is patched, and what LMDeploy does without it:
 - victims: ``Scheduler.schedule_running``. LMDeploy walks the running sequences from
   the newest and preempts the one that cannot grow; with a victim policy the one that
   cannot grow first preempts the policy's victims, in order, until it fits;
-- prefix-cache eviction: ``KVBlockLifecycle.evict`` (least recently used trie leaf
-  first) takes the policy's leaves first; a parent that becomes a leaf follows its child;
+- prefix-cache eviction: ``KVBlockLifecycle.evict`` (``schedkit_lmdeploy.eviction``);
 - hits: ``BlockTrie._match_block_prefix`` notes the nodes a match found (counted when
   the sequence is dispatched: a rolled-back match is no hit);
 - steps, preemptions and finishes: ``Scheduler.activate_seqs``, ``preempt_seqs``,
@@ -31,7 +30,6 @@ What is patched, and what LMDeploy does without it:
 from __future__ import annotations
 
 import copy
-import heapq
 import logging
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -40,7 +38,7 @@ from schedkit.capabilities import warn_unsupported
 from schedkit.facade import PolicyFacade
 from schedkit.trust import TrustConfig
 
-from schedkit_lmdeploy import compat
+from schedkit_lmdeploy import compat, eviction
 from schedkit_lmdeploy.carrier import request_meta_of
 from schedkit_lmdeploy.runtime import LmdeployRuntime
 
@@ -132,7 +130,7 @@ def _patch_classes() -> None:
     _patch(cls, "stop_session", _stop_session)
     _patch(cls, "end_session", _end_session)
     _patch(trie.BlockTrie, "_match_block_prefix", _match_block_prefix)
-    _patch(kv_lifecycle.KVBlockLifecycle, "evict", _evict)
+    _patch(kv_lifecycle.KVBlockLifecycle, "evict", eviction.evict)
 
 
 def _runtime(obj: Any) -> LmdeployRuntime | None:
@@ -363,65 +361,3 @@ def _match_block_prefix(stock: Callable[..., Any]) -> Callable[..., Any]:
         runtime.matched(seq, nodes)
 
     return match_block_prefix
-
-
-def _evict(stock: Callable[..., Any]) -> Callable[..., Any]:
-    def evict(self: Any, max_num_blocks: int) -> int:
-        runtime = _runtime(self)
-        if runtime is None or not runtime.facade.has_evictions or not self.leaves:
-            return int(stock(self, max_num_blocks))
-        import numpy as np
-
-        allocator = self.allocator
-        leaves = [leaf for leaf in self.leaves if self._is_leaf_eviction_candidate(leaf)]
-        refs = allocator.get_ref_count(np.array([leaf.block_id for leaf in leaves], dtype=int))
-        free = [leaf for leaf, ref in zip(leaves, refs, strict=True) if int(ref) == 1]
-        ranks = runtime.eviction_ranks(free, max_num_blocks) if free else None
-        if ranks is None:
-            return int(stock(self, max_num_blocks))
-        self.leaves.intersection_update(leaves)
-        order = {key: (rank, 0) for key, rank in ranks.items()}
-
-        def item(node: Any) -> tuple[Any, ...]:
-            rank = order.get(id(node))
-            when = float(allocator.get_access_time(node.block_id))
-            return ((0, *rank) if rank is not None else (1, when, 0), id(node), node)
-
-        heap = [item(leaf) for leaf in free]
-        heapq.heapify(heap)
-        evicted: list[int] = []
-        chosen = 0
-        while heap and len(evicted) < max_num_blocks:
-            leaf = heapq.heappop(heap)[2]
-            if leaf not in self.leaves:
-                continue
-            if not self._is_leaf_eviction_candidate(leaf):
-                self.leaves.discard(leaf)
-                continue
-            if self.state_checkpoints.is_pinned(leaf):
-                continue
-            if int(allocator.get_ref_count(leaf.block_id)) != 1:
-                continue
-            evicted.append(leaf.block_id)
-            self.state_checkpoints.release_checkpoint(leaf)
-            parent = leaf.parent
-            if parent is not None:
-                leaf.detach_leaf()
-            self.leaves.discard(leaf)
-            rank = order.get(id(leaf))
-            chosen += rank is not None
-            if parent is None or parent.parent is None or parent.children:
-                continue
-            if not self._is_attached_leaf(parent) or parent in self.leaves:
-                continue
-            self.leaves.add(parent)  # as LMDeploy: the parent is a leaf now
-            if int(allocator.get_ref_count(parent.block_id)) == 1:
-                if rank is not None:  # it follows its child: the policy picks branches
-                    order.setdefault(id(parent), (rank[0], rank[1] + 1))
-                heapq.heappush(heap, item(parent))
-        if evicted:
-            allocator.free(np.array(evicted))
-            runtime.evicted(chosen)
-        return len(evicted)
-
-    return evict
