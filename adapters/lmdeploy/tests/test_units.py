@@ -244,3 +244,13 @@ def test_install_warns_about_hooks_lmdeploy_honours_in_part(
         patches.install(scheduler, PolicyFacade([("tight", Tight())]))
     text = caplog.text
     assert "plan_batch" in text and "lmdeploy" in text and "capability matrix" in text
+
+
+def test_schedkit_policies_lists_every_policy_in_the_lmdeploy_environment() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "schedkit", "policies"], capture_output=True, text=True,
+        timeout=120, env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    for name in ("fcfs", "priority", "lfu", "prefix-aware", "slo", "vtc"):
+        assert name in done.stdout, name
