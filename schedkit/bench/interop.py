@@ -9,11 +9,12 @@ comparison.
   smaller blocks are; requests without hashes get hashes of their own.
 - ``--engine import --target FILE`` (``run_import_arm``): an arm whose per-request
   results come from a file another tool wrote while replaying the same workload: aiperf's
-  ``profile_export.jsonl`` or a ``vllm bench serve --save-result --save-detailed`` JSON
-  (schedkit's ``vllm-bench-*.json`` too). Requests are matched by position (aiperf's
-  ``session_num``), and every one's prompt length must be the workload's, or the import
-  stops naming the first that differs: a paired comparison of different streams would
-  mean nothing. Times are the tool's: TTFT and E2E from when it sent the request, so the
+  ``profile_export.jsonl``, a ``vllm bench serve --save-result --save-detailed`` JSON
+  (schedkit's ``vllm-bench-*.json`` too) or guidellm's ``--output kind=json`` of a trace
+  replay. Requests are matched by position (aiperf's ``session_num``; guidellm's offset
+  in the trace), and every one's prompt length (guidellm: its offset) must be the
+  workload's, or the import stops naming the first that differs: a paired comparison of
+  different streams would mean nothing. Times are the tool's: TTFT and E2E from when it sent the request, so the
   tool's own send delay is not in them.
 """
 
@@ -142,8 +143,49 @@ def _read_vllm(data: dict[str, Any], path: Path) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
+def _read_guidellm(data: dict[str, Any], path: Path) -> list[dict[str, Any]]:
+    """guidellm's ``--output kind=json`` result of one trace replay: its requests in the
+    trace's order (``info.settings.relative_timestamp``, the request's offset in the trace),
+    paired by that offset rather than by prompt length: guidellm synthesizes each prompt's
+    text and counts its tokens again with its own tokenizer."""
+    benchmarks = data.get("benchmarks")
+    if not isinstance(benchmarks, list) or len(benchmarks) != 1:
+        count = len(benchmarks) if isinstance(benchmarks, list) else 0
+        raise SchedkitError(
+            f"{path}: a guidellm result with {count} benchmarks; an arm is one replay of the"
+            " workload: run guidellm with --profile kind=replay, one file per arm"
+        )
+    requests = benchmarks[0].get("requests") if isinstance(benchmarks[0], dict) else None
+    if not isinstance(requests, dict):
+        raise SchedkitError(f"{path}: a guidellm result without its per-request list")
+    rows: list[tuple[float, float, dict[str, Any]]] = []
+    for status in ("successful", "errored", "incomplete"):
+        for record in requests.get(status) or []:
+            info = record.get("info") or {}
+            offset = _num((info.get("settings") or {}).get("relative_timestamp"))
+            if offset is None:
+                raise SchedkitError(
+                    f"{path}: request {record.get('request_id')} has no trace offset"
+                    " (info.settings.relative_timestamp): replay the workload with"
+                    " --profile kind=replay and --data kind=mooncake (docs/interop.md)"
+                )
+            ttft = _num(record.get("time_to_first_token_ms"))
+            error = "" if status == "successful" else str(info.get("error") or status)
+            rows.append((offset, _num(record.get("request_start_time")) or 0.0, {
+                "prompt": None,  # guidellm's own count of its synthesized prompt
+                "offset_s": offset,
+                "output": int(record.get("output_tokens") or 0),
+                "ttft_s": None if ttft is None else ttft / 1e3,
+                "latency_s": _num(record.get("request_latency")),
+                "gaps_s": [],
+                "error": error,
+            }))  # fmt: skip
+    return [row for *_, row in sorted(rows, key=lambda item: (item[0], item[1]))]
+
+
 def read_results(path: Path) -> list[dict[str, Any]]:
-    """Per-request results from an aiperf ``profile_export.jsonl`` or a vLLM bench JSON."""
+    """Per-request results from an aiperf ``profile_export.jsonl``, a vLLM bench JSON or a
+    guidellm result JSON."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -156,10 +198,13 @@ def read_results(path: Path) -> list[dict[str, Any]]:
         return _read_aiperf(path)  # JSON Lines
     if isinstance(data, dict) and "input_lens" in data:
         return _read_vllm(data, path)
+    if isinstance(data, dict) and "benchmarks" in data:
+        return _read_guidellm(data, path)
     if isinstance(data, dict) and "metadata" in data:
         return _read_aiperf(path)  # a one-record JSONL file
     raise SchedkitError(
-        f"{path}: neither an aiperf profile_export.jsonl nor a vllm bench serve result JSON"
+        f"{path}: neither an aiperf profile_export.jsonl, a vllm bench serve result JSON nor"
+        " a guidellm result JSON"
     )
 
 
@@ -177,8 +222,20 @@ def run_import_arm(bench: Bench, index: int, rate_scale: float) -> RunResult:
     facade = PolicyFacade.from_config(bench.configs[index])
     result = RunResult(policy=facade.label, records=records, duration_s=0.0)
     recorder = Recorder(result, bench.sim_config.timeline_interval_s)
-    end = 0.0
+    end, start = 0.0, traces[0].arrival_s if traces else 0.0
     for i, (rec, row) in enumerate(zip(records, rows, strict=True)):
+        offset = row.get("offset_s")
+        if offset is not None and abs(offset - (rec.arrival_s - start)) > 1e-3:
+            hint = (
+                " (schedkit export writes milliseconds: give guidellm time_scale=0.001)"
+                if offset > 100 * (rec.arrival_s - start) > 0
+                else ""
+            )
+            raise SchedkitError(
+                f"{path}: request {i} was sent {offset:.3f} s into the trace, the workload's"
+                f" {rec.arrival_s - start:.3f} s: not the same request stream, so no paired"
+                f" comparison{hint}"
+            )
         if row["prompt"] is not None and row["prompt"] != rec.prompt_tokens:
             raise SchedkitError(
                 f"{path}: request {i} has a {row['prompt']}-token prompt, the workload's"

@@ -142,3 +142,69 @@ def test_the_export_command(tmp_path: Path) -> None:
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "wrote 20 requests" in proc.stdout and len(out.read_text().splitlines()) == 20
+
+
+# guidellm 0.8.1 replaying `schedkit export` output (tests/bench/data/guidellm-arm*.json):
+#   schedkit export "poisson:rate=20,n=12,prompt=64,output=8" trace.jsonl
+#   guidellm run --backend kind=openai_http,target=URL,model=stub,request_format=/v1/completions,\
+#       validate_backend=false --profile kind=replay --tokenizer kind=huggingface_auto,model=TOK \
+#       --data kind=mooncake,source.kind=json_file,source.path=trace.jsonl,time_scale=0.001 \
+#       --output kind=json,path=armN.json
+# against schedkit.testing.openai_stub (1 ms between tokens for arm 1, 4 ms for arm 2), with a
+# small byte-level BPE tokenizer trained offline; the files keep the fields schedkit reads.
+GUIDELLM_WORKLOAD = "poisson:rate=20,n=12,prompt=64,output=8"
+DATA = Path(__file__).parent / "data"
+
+
+def guidellm_spec(*targets: Path, **extra: object) -> BenchSpec:
+    policies = ["fcfs", "priority"][: len(targets)]
+    return BenchSpec(workload=GUIDELLM_WORKLOAD, policies=policies, engine="import",
+                     targets=[str(t) for t in targets], **extra)  # type: ignore[arg-type]  # fmt: skip
+
+
+def test_guidellm_replays_come_back_as_a_paired_comparison(tmp_path: Path) -> None:
+    files = [DATA / "guidellm-arm1.json", DATA / "guidellm-arm2.json"]
+    results = run_bench(guidellm_spec(*files), tmp_path)
+    for arm, path in zip(results["arms"], files, strict=True):
+        records = json.loads(path.read_text())["benchmarks"][0]["requests"]["successful"]
+        m = arm["metrics"]
+        assert m["completed"] == len(records) == 12 and m["failed"] == 0
+        ttfts = sorted(r["time_to_first_token_ms"] for r in records)
+        assert m["ttft_ms"]["p50"] == pytest.approx((ttfts[5] + ttfts[6]) / 2, rel=1e-6)
+        assert m["output_tokens"] == sum(r["output_tokens"] for r in records)
+    comparison = {c["metric"]: c for c in results["comparisons"][0]["metrics"]}
+    # arm 2's server waits 4 ms between tokens, arm 1's 1 ms: the verdict sees it
+    assert comparison["tpot_p50_ms"]["rel"] > 1.0 and comparison["e2e_p90_ms"]["rel"] > 0
+
+
+def test_a_guidellm_file_of_another_stream_or_shape_is_refused(tmp_path: Path) -> None:
+    data = json.loads((DATA / "guidellm-arm1.json").read_text())
+    for record in data["benchmarks"][0]["requests"]["successful"]:  # seconds read as ms
+        record["info"]["settings"]["relative_timestamp"] *= 1000
+    wrong = tmp_path / "ms.json"
+    wrong.write_text(json.dumps(data))
+    with pytest.raises(SchedkitError, match=r"request 1 was sent .* time_scale=0\.001"):
+        run_bench(guidellm_spec(wrong), tmp_path / "a")
+    two = {"benchmarks": [data["benchmarks"][0]] * 2}
+    (tmp_path / "two.json").write_text(json.dumps(two))
+    with pytest.raises(SchedkitError, match=r"with 2 benchmarks.*kind=replay"):
+        run_bench(guidellm_spec(tmp_path / "two.json"), tmp_path / "b")
+
+
+def test_guidellm_errored_requests_are_failures_with_their_reason(tmp_path: Path) -> None:
+    # The arm-1 file with its last two requests moved to "errored", as guidellm lists a
+    # request its server answered with an error (info.error: the message).
+    data = json.loads((DATA / "guidellm-arm1.json").read_text())
+    requests = data["benchmarks"][0]["requests"]
+    ordered = sorted(
+        requests["successful"], key=lambda r: r["info"]["settings"]["relative_timestamp"]
+    )
+    for record in ordered[-2:]:
+        requests["successful"].remove(record)
+        record["info"]["error"] = "HTTP 503: rejected: tenant over quota"
+    requests["errored"] = ordered[-2:]
+    path = tmp_path / "errored.json"
+    path.write_text(json.dumps(data))
+    m = run_bench(guidellm_spec(path), tmp_path / "out")["arms"][0]["metrics"]
+    assert m["completed"] == 10 and m["failed"] == 2
+    assert m["errors"] == {"HTTP 503: rejected: tenant over quota": 2}
