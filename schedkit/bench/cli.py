@@ -63,6 +63,16 @@ def bench(
         float | None,
         typer.Option(help="--engine openai: send no request that arrives later than this."),
     ] = None,
+    serve_command: Annotated[
+        str | None,
+        typer.Option(
+            help="--engine openai with one --target: start this server command for each arm"
+            " ({policy}: the arm's policy), replay once --target answers, then stop it."
+        ),
+    ] = None,
+    server_start_timeout_s: Annotated[
+        float, typer.Option(help="--serve-command: seconds a server may take to answer.")
+    ] = 600.0,
     model: Annotated[str, typer.Option(help="Model profile.")] = "Llama-3-8B",
     gpu: Annotated[str, typer.Option(help="GPU profile.")] = "H100-SXM",
     tp: Annotated[
@@ -242,6 +252,7 @@ def bench(
             kv_cache_dtype=cast(KvCacheDtype, kv_cache_dtype), targets=target or [],
             max_concurrency=max_concurrency,
             request_timeout_s=request_timeout_s, max_seconds=max_seconds,
+            serve_command=serve_command, server_start_timeout_s=server_start_timeout_s,
         )  # fmt: skip
     except ValidationError as exc:
         fields = "; ".join(

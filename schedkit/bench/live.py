@@ -59,9 +59,24 @@ SNIPPET = 200  # characters of an error body kept in a reason
 
 
 def run_live_arm(bench: Bench, index: int, rate_scale: float) -> RunResult:
-    """``--engine openai``: arm ``index`` against its target."""
-    targets = bench.spec.targets
-    url = targets[index] if len(targets) > 1 else targets[0]
+    """``--engine openai``: arm ``index`` against its target (with ``--serve-command``, a
+    server started for this arm: ``schedkit.bench.launch``)."""
+    spec = bench.spec
+    url = spec.targets[index] if len(spec.targets) > 1 else spec.targets[0]
+    if spec.serve_command is None:
+        return _replay_arm(bench, index, rate_scale, url)
+    from schedkit.bench.launch import arm_command, launched, log_name
+
+    label = bench.labels[index]
+    command = arm_command(spec.serve_command, label)
+    log = (bench.out_dir or Path(".")) / log_name(index, label)
+    with launched(command, url, spec.server_start_timeout_s, log):
+        result = _replay_arm(bench, index, rate_scale, url)
+    bench.engine_info["targets"][label]["launched"] = {"command": command, "log": log.name}
+    return result
+
+
+def _replay_arm(bench: Bench, index: int, rate_scale: float, url: str) -> RunResult:
     target = asyncio.run(probe(url, bench.spec.request_timeout_s))
     arm = LiveArm(bench, index, rate_scale, _info(bench.spec.model, target), target)
     return arm.run()

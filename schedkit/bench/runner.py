@@ -99,15 +99,15 @@ def _check_targets(spec: BenchSpec, arms: int) -> None:
         missing = [t for t in spec.targets if not Path(t).is_file()]
         if missing:
             raise SchedkitError(
-                f"--target {missing[0]!r} is not a file; give aiperf's profile_export.jsonl"
-                " or a vllm bench serve result JSON per arm"
+                f"--target {missing[0]!r} is not a file; give aiperf's profile_export.jsonl,"
+                " a vllm bench serve result JSON or a guidellm result JSON per arm"
             )
         return
     if spec.engine != "openai":
         given = [
             flag for flag, value in (
                 ("--target", spec.targets), ("--max-concurrency", spec.max_concurrency),
-                ("--max-seconds", spec.max_seconds),
+                ("--max-seconds", spec.max_seconds), ("--serve-command", spec.serve_command),
             ) if value
         ]  # fmt: skip
         if given:
@@ -127,6 +127,21 @@ def _check_targets(spec: BenchSpec, arms: int) -> None:
             f"--target {bad[0]!r} is not an http(s) URL; give the server's base URL, like"
             " http://127.0.0.1:8000"
         )
+    if spec.serve_command is not None:
+        from schedkit.bench.launch import POLICY_FIELD
+
+        if len(spec.targets) != 1:
+            raise SchedkitError(
+                f"--serve-command starts each arm's server behind one --target; got"
+                f" {len(spec.targets)}: give the one URL the command's server listens on"
+            )
+        if POLICY_FIELD not in spec.serve_command:
+            raise SchedkitError(
+                f"--serve-command has no {POLICY_FIELD}, so every arm would start the same"
+                f" server; write it where the policy goes, e.g. 'schedkit serve vllm --policy"
+                f" {POLICY_FIELD} -- --model M --port 8001'"
+            )
+        return
     if len(spec.targets) != arms:
         raise SchedkitError(
             f"--engine openai runs one arm per --target: {arms} arm(s), {len(spec.targets)}"
@@ -286,6 +301,8 @@ class BenchSpec(BaseModel):
     max_concurrency: int | None = Field(default=None, ge=1)
     request_timeout_s: float = Field(default=600.0, gt=0, allow_inf_nan=False)
     max_seconds: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    serve_command: str | None = None  # one --target: a server per arm ({policy})
+    server_start_timeout_s: float = Field(default=600.0, gt=0, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _some_arm(self) -> BenchSpec:
@@ -304,6 +321,7 @@ class Bench:
         check_engine_settings(spec)  # before loading it: refused whether installed or not
         self.runner = load_engine(spec.engine)
         self.spec = spec
+        self.out_dir: Path | None = None
         check_metrics(spec.verdict_metrics)
         # With --max-requests (and no --window), the trace is read no further than the
         # first SCAN_REQUESTS requests (or as many as kept): enough to find a busier stretch
@@ -579,6 +597,7 @@ def run_bench(spec: BenchSpec, out_dir: Path, progress: Progress | None = None) 
     (requests.csv without pyarrow) and the reports, all or nothing."""
     check_out_dir(out_dir)  # now, not after every arm ran
     bench = Bench(spec)
+    bench.out_dir = out_dir  # where arms write files of their own (--serve-command's logs)
     no_slo = spec.slo_ttft_ms is None and spec.slo_tpot_ms is None
     if (
         spec.goodput

@@ -40,9 +40,10 @@ class StubServer:
 
 @contextmanager
 def serve_stub(
-    owned_by: str = "vllm", token_delay_s: float = 0.0, max_model_len: int = 4096
+    owned_by: str = "vllm", token_delay_s: float = 0.0, max_model_len: int = 4096, port: int = 0
 ) -> Iterator[StubServer]:
-    """Run the stub on a free loopback port in a thread for the ``with`` block."""
+    """Run the stub on loopback (``port``; 0: a free one) in a thread for the ``with``
+    block."""
     from aiohttp import web
 
     stub = StubServer(owned_by=owned_by, token_delay_s=token_delay_s)
@@ -101,10 +102,10 @@ def serve_stub(
     def run() -> None:
         asyncio.set_event_loop(loop)
         loop.run_until_complete(runner.setup())
-        site = web.TCPSite(runner, "127.0.0.1", 0)
+        site = web.TCPSite(runner, "127.0.0.1", port)
         loop.run_until_complete(site.start())
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        stub.url = f"http://127.0.0.1:{port}"
+        bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        stub.url = f"http://127.0.0.1:{bound}"
         ready.set()
         loop.run_forever()
 
@@ -116,3 +117,26 @@ def serve_stub(
     finally:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(5)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m schedkit.testing.openai_stub --port P``: the stub as a server process,
+    until SIGTERM or SIGINT (what ``--serve-command`` tests start and stop)."""
+    import argparse
+    import signal
+
+    parser = argparse.ArgumentParser(description="schedkit's OpenAI-compatible test stub")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--owned-by", default="vllm", help="/v1/models' owned_by")
+    parser.add_argument("--token-delay-s", type=float, default=0.0)
+    args = parser.parse_args(argv)
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    with serve_stub(args.owned_by, args.token_delay_s, port=args.port) as stub:
+        print(f"openai stub on {stub.url} (owned_by {args.owned_by})", flush=True)
+        stop.wait()
+
+
+if __name__ == "__main__":
+    main()

@@ -165,3 +165,66 @@ def test_a_served_model_name_needs_no_profile(tmp_path: Path) -> None:
     assert results["engine"]["model"] == "org/Some-Model-7B"
     assert results["arms"][0]["metrics"]["completed"] == 40
     assert stub.received[0]["body"]["model"] == "stub"  # the id the server lists
+
+
+# --serve-command: one target, a server started per arm (the stub as a process of its own)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def stub_command(port: int, extra: str = "") -> str:
+    return f"{sys.executable} -m schedkit.testing.openai_stub --port {port} --owned-by {{policy}} {extra}"
+
+
+def test_each_arm_gets_a_server_started_with_its_policy(tmp_path: Path) -> None:
+    from schedkit.bench.launch import answers
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    results = live(tmp_path / "served", WORKLOAD, [url], policies=["fcfs", "vtc+lcf"],
+                   serve_command=stub_command(port), server_start_timeout_s=60)  # fmt: skip
+    for arm in results["arms"]:
+        assert arm["metrics"]["completed"] == 40
+    targets = results["engine"]["targets"]
+    for index, label in enumerate(["fcfs", "vtc+lcf"]):
+        launched = targets[label]["launched"]
+        assert launched["command"][-2:] == ["--owned-by", label]
+        log = (tmp_path / "served" / launched["log"]).read_text()
+        assert f"owned_by {label}" in log, log  # the server this arm replayed against
+        assert launched["log"] == f"server-{index}-{label}.log"
+    assert not answers(url), "the last arm's server is still up"
+
+
+def test_a_server_that_fails_or_is_in_the_way_stops_the_bench_with_its_log(tmp_path: Path) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    crash = f"{sys.executable} -c 'import sys; print(\"no such model\"); sys.exit(3)' {{policy}}"
+    with pytest.raises(SchedkitError, match=r"exited with status 3 before .*\n.*no such model"):
+        live(tmp_path / "crash", WORKLOAD, [url], serve_command=crash)
+    slow = f"{sys.executable} -c 'import time; time.sleep(60)' {{policy}}"
+    with pytest.raises(
+        SchedkitError, match=r"did not answer within 1 s .*--server-start-timeout-s"
+    ):
+        live(tmp_path / "slow", WORKLOAD, [url], serve_command=slow, server_start_timeout_s=1)
+    with serve_stub() as running, pytest.raises(SchedkitError, match="already answers at"):
+        live(tmp_path / "taken", WORKLOAD, [running.url], serve_command=stub_command(port))
+
+
+def test_serve_command_arguments_are_checked_before_anything_runs() -> None:
+    from schedkit.bench.runner import Bench
+
+    two = ["http://127.0.0.1:1", "http://127.0.0.1:2"]
+    with pytest.raises(SchedkitError, match="behind one --target; got 2"):
+        Bench(BenchSpec(workload=WORKLOAD, policies=["fcfs", "vtc"], engine="openai",
+                        targets=two, serve_command="serve {policy}"))  # fmt: skip
+    with pytest.raises(SchedkitError, match=r"has no \{policy\}"):
+        Bench(BenchSpec(workload=WORKLOAD, policies=["fcfs"], engine="openai",
+                        targets=two[:1], serve_command="schedkit serve vllm"))  # fmt: skip
+    with pytest.raises(SchedkitError, match="--serve-command drive running servers"):
+        Bench(BenchSpec(workload=WORKLOAD, policies=["fcfs"], serve_command="x {policy}"))

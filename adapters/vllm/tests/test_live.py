@@ -85,3 +85,37 @@ def test_live_ab_of_two_policies_on_two_servers(
     assert {targets[a]["server"] for a in targets} == {"vllm"}
     assert results["comparisons"][0]["policy"] == ECHO
     assert (out / "report.html").is_file()
+
+
+def test_one_target_with_a_server_started_per_arm(tiny_model: Path, tmp_path: Path) -> None:
+    """``--serve-command``: each arm starts ``schedkit serve vllm --policy {policy}`` on the
+    one target and stops it after; the echo policy's rejection shows which server ran."""
+    import shlex
+
+    port = _free_port()
+    command = shlex.join(
+        [SCHEDKIT, "serve", "vllm", "--policy", "{policy}", "--", *_engine_args(tiny_model, port)]
+    )
+    lines = [json.dumps({"workload": {"name": "one-target"}})]
+    for i in range(4):
+        lines.append(json.dumps({"arrival_s": 0.05 * i, "prompt_tokens": 24, "output_tokens": 4}))
+    lines.append(json.dumps({"arrival_s": 0.3, "prompt_tokens": 17, "output_tokens": 4}))
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "switch"
+    proc = subprocess.run(
+        [SCHEDKIT, "bench", "--engine", "openai", "--target", f"http://127.0.0.1:{port}",
+         "--serve-command", command, "--server-start-timeout-s", "300", "--policy", "fcfs",
+         "--policy", ECHO, "--model", str(tiny_model), "--workload", str(trace),
+         "--request-timeout-s", "120", "--out", str(out)],
+        capture_output=True, text=True, timeout=900, env={**_env(), "COLUMNS": "200"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    fcfs, echo = results["arms"]
+    assert fcfs["metrics"]["completed"] == 5 and not fcfs["metrics"]["rejections"]
+    assert echo["metrics"]["completed"] == 4 and len(echo["metrics"]["rejections"]) == 1
+    for label in ("fcfs", ECHO):
+        launched = results["engine"]["targets"][label]["launched"]
+        assert label in launched["command"]
+        assert (out / launched["log"]).stat().st_size > 0
