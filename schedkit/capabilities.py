@@ -78,7 +78,8 @@ MATRIX: dict[str, dict[str, Capability]] = {
         ),
         "lmdeploy": Capability(
             "partial",
-            "asked once per prefill turn: token_budget caps a prefill batch's later"
+            "asked at each prefill attempt (up to three a forward: LMDeploy may try a"
+            " short-only turn, then a long one): token_budget caps a prefill batch's later"
             " prompts (the first always enters; LMDeploy's max_prefill_token_num still sets"
             " chunk sizes), max_running caps ready plus running sequences (max_batches);"
             " prefill_chunk is not honoured; decode steps are not capped",
@@ -98,7 +99,8 @@ MATRIX: dict[str, dict[str, Capability]] = {
         "lmdeploy": Capability(
             "full",
             "a decode step's sequence that cannot grow preempts the victims (LMDeploy alone"
-            " preempts that sequence itself); recompute only",
+            " preempts that sequence itself), and itself too if they do not free enough;"
+            " recompute only",
         ),
     },
     "select_evictions": {

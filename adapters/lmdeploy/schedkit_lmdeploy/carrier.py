@@ -17,7 +17,8 @@ request body::
 2. In the engine process (``install_engine``): ``SamplingParam.from_gen_config`` copies it
    onto the ``SamplingParam``, and ``Engine._add_message`` gives it to the sequence
    (``seq.meta``) before admission, observes a session's next turn as a new request
-   (reporting the previous turn finished), and answers a rejected request at once with
+   (reporting the previous turn finished; ``Engine._on_end_session`` reports the turn of a
+   session that keeps its cache), and answers a rejected request at once with
    ``ResponseType.CANCEL`` (the client sees ``finish_reason: "abort"``; the reason is in
    the response's ``err_msg``, logged and counted).
 
@@ -136,6 +137,7 @@ def install_engine() -> None:
 
     SamplingParam.from_gen_config = classmethod(from_gen_config)
     module.Engine._add_message = _add_message(module.Engine.__dict__["_add_message"])
+    module.Engine._on_end_session = _on_end_session(module.Engine.__dict__["_on_end_session"])
     _DONE.add("engine")
 
 
@@ -151,22 +153,21 @@ def _add_message(stock: Callable[..., Any]) -> Callable[..., Any]:
         if runtime is None:
             stock(self, reqs)
             return
-        turns = set()  # a session's next turn reuses its sequence (no add_sequence)
-        for req in reqs:
-            session = scheduler.get_session(req.data["session_id"])
-            if session is not None and session.sequences:
-                turns.add(id(req))
-                for seq in session.sequences.values():
-                    runtime.finish(seq)  # the previous turn ended with its last token
-        stock(self, reqs)
         from lmdeploy.messages import ResponseType
 
-        for req in reqs:
+        for req in reqs:  # one at a time, as LMDeploy's loop takes them: a second
+            # request for a session in the same call is that session's next turn
+            session = scheduler.get_session(req.data["session_id"])
+            turn = session is not None and bool(session.sequences)
+            if turn:
+                for seq in session.sequences.values():
+                    runtime.finish(seq)  # the previous turn ended with its last token
+            stock(self, [req])
             session = scheduler.get_session(req.data["session_id"])
             if session is None or not session.sequences:
                 continue
             seq = next(iter(session.sequences.values()))
-            if id(req) in turns:
+            if turn:
                 seq.meta = request_meta_of(seq.sampling_param) or {}
                 runtime.arrived(seq)
             reason = runtime.rejection(seq)
@@ -174,3 +175,19 @@ def _add_message(stock: Callable[..., Any]) -> Callable[..., Any]:
                 self._response(seq.resp, ResponseType.CANCEL, err_msg=f"rejected: {reason}")
 
     return add_message
+
+
+def _on_end_session(stock: Callable[..., Any]) -> Callable[..., Any]:
+    def on_end_session(self: Any, reqs: list[Any], **kwargs: Any) -> None:
+        """A session whose sequence keeps its cache (``preserve_cache``) is not ended, only
+        its sequence finished: its turn is reported finished here."""
+        runtime = getattr(self.scheduler, "schedkit", None)
+        if runtime is not None:
+            for req in reqs:
+                session = self.scheduler.get_session(req.data["session_id"])
+                msgs = list(session.sequences.values()) if session is not None else []
+                if msgs and msgs[0].preserve_cache:
+                    runtime.finish(msgs[0])
+        stock(self, reqs, **kwargs)
+
+    return on_end_session

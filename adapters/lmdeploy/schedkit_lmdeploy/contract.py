@@ -20,6 +20,10 @@ Scenario mapping: ``max_num_seqs`` is ``max_batches``, ``max_num_batched_tokens`
 ``num_blocks`` GPU blocks of ``block_size`` tokens, prefix caching as configured.
 ``policies=None`` drives the stock scheduler (for equivalence checks). Every step
 lasts ``scenario.step_s`` on the engine clock the policies see.
+
+Not modelled: LMDeploy's prefetch (the real loop forms step N+1 while step N runs, with
+lengths one step old, and applies step N's outputs after). The driver is synchronous, as
+the vLLM driver's ``batch_queue=1``: the contract is checked on that schedule.
 """
 
 from __future__ import annotations
@@ -75,21 +79,27 @@ def build_scheduler(
 
 
 def check_blocks(scheduler: Any, num_blocks: int) -> None:
-    """Every GPU block is free, held by a sequence, or held by the prefix trie: none is
-    lost or counted twice (LMDeploy's ref counts agree with its owners)."""
-    held: set[int] = set()
+    """Every GPU block is free, held by a sequence, or held by the prefix trie, and each
+    held block's ref count is its number of owners (sequences holding it, plus one for
+    the trie): no block is lost, leaked or shared by mistake."""
+    owners: dict[int, int] = {}
     for seq in scheduler.seq_manager.get_all_sequences():
-        held.update(int(b) for b in seq.logical_blocks.get_real_blocks())
+        for block in seq.logical_blocks.get_real_blocks():
+            owners[int(block)] = owners.get(int(block), 0) + 1
     stack = list(scheduler.block_trie._roots.values())
     while stack:
         node = stack.pop()
         stack.extend(node.children.values())
         if node.block_id >= 0:
-            held.add(int(node.block_id))
+            owners[int(node.block_id)] = owners.get(int(node.block_id), 0) + 1
     free = int(scheduler.block_manager.get_num_free_gpu_blocks())
-    assert free + len(held) == num_blocks, (
-        f"{free} free and {len(held)} held blocks of {num_blocks}: blocks lost or shared"
+    assert free + len(owners) == num_blocks, (
+        f"{free} free and {len(owners)} held blocks of {num_blocks}: blocks lost or shared"
     )
+    allocator = scheduler.block_manager.allocator
+    wrong = {b: (n, int(allocator.get_ref_count(b))) for b, n in owners.items()
+             if int(allocator.get_ref_count(b)) != n}  # fmt: skip
+    assert not wrong, f"blocks whose ref count is not their owners' number: {wrong}"
 
 
 def cached_only_blocks(scheduler: Any) -> int:
@@ -127,9 +137,12 @@ class _Loop:
 
     def wants_prefill(self) -> bool:  # do_prefill_default
         scheduler = self.scheduler
-        if not scheduler.has_waiting():
+        pending_last_chunk = self.chunked is not None and self.last_chunk()
+        if not scheduler.has_waiting() and not pending_last_chunk:
             self.decode_count = 0
             return False
+        if pending_last_chunk:
+            return True
         if self.decode_count >= PREFILL_INTERVAL:
             return True
         tokens = 0

@@ -215,20 +215,28 @@ def _prefill_schedule(stock: Callable[..., Any]) -> Callable[..., Any]:
 
 def _budget_gate(stock: Callable[..., Any]) -> Callable[..., Any]:
     def apply_gate(self: Any) -> Any:
-        """LMDeploy's gate, then the policy's tighter budget: a prefill after the
-        batch's first must fit it, counted as LMDeploy charges it."""
+        """LMDeploy's gate, then the policy's tighter budget the way LMDeploy applies its
+        own: a prefill after the batch's first must fit, counted after a tentative prefix
+        match when it does not fit without one (the cached prefix is not computed)."""
         rejection = stock(self)
         prefill = self.prefill_scheduler
         runtime = _runtime(prefill)
         budget = None if runtime is None else runtime.turn_budget
         if rejection is not None or budget is None or not self.batch_has_prefill:
             return rejection
-        tokens = int(prefill._prefill_admission_token_count(self.seq))
-        if self.batch_prefill_tokens + tokens <= budget:
+        if self.batch_prefill_tokens + prefill._prefill_admission_token_count(self.seq) <= budget:
             return None
-        if self._prefix_match.is_matched:
+        refused = self._token_budget_rejection()
+        if self._prefix_match.is_matched:  # matched already, and still too long
             self._prefix_match.rollback("exceeds the policy's prefill token budget")
-        return self._token_budget_rejection()
+            return refused
+        if not self._try_match_prefix_for_prefill_gate():
+            return refused
+        if self.batch_prefill_tokens + prefill._prefill_admission_token_count(self.seq) > budget:
+            self._prefix_match.rollback("exceeds the policy's prefill token budget")
+            return refused
+        self._accept_gate_enabling_match(refused)  # as LMDeploy: the match let it in
+        return None
 
     return apply_gate
 

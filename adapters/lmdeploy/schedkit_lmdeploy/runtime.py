@@ -12,8 +12,9 @@ A step is opened when LMDeploy dispatches its batch (``Scheduler.activate_seqs``
 the engine loop calls for every batch it sends to the model) and reported when the
 scheduler next dispatches, or when a session ends (so a request's last step is reported
 before its finish). LMDeploy's loop prefetches the next batch before the outputs of the
-current one are applied, so a report may reach policies before the step's outputs do;
-each step is still reported exactly once, with what it scheduled.
+current one are applied, so a report may reach policies before the step's outputs do,
+and a prefetched batch may hold a sequence that finished meanwhile: LMDeploy's forward
+skips it, and its report leaves it out (only READY and RUNNING sequences count).
 """
 
 from __future__ import annotations
@@ -198,20 +199,31 @@ class LmdeployRuntime(AdapterRuntime):
         preempted, self._preempted = self._preempted, []
         if not self.tracks_steps or not (batch or preempted):
             return
+        from lmdeploy.pytorch.messages import MessageStatus
+
+        live = (MessageStatus.READY, MessageStatus.RUNNING)
         known = self._views
-        views = [known.get(s.seq_id) or self.view(s) for s in batch]
+        views: list[LmdeployRequestView] = []
         counts: list[int] = []
         prefill = 0
-        for seq, view in zip(batch, views, strict=True):
+        for seq in batch:
+            if seq.status not in live:  # finished or stopped while its batch was prefetched:
+                continue  # LMDeploy's forward skips it, and so does the report
+            view = known.get(seq.seq_id)
+            if view is None or view.seq is not seq:
+                view = self._new_view(seq)  # running since before schedkit was installed
             tokens = int(seq.num_token_ids)  # decoding: the one token sampled last
             limit = seq.kv_token_limit
             if limit is not None:  # a long prompt's non-final chunk
                 tokens = min(tokens, int(limit) - int(seq.num_history_ids))
+            views.append(view)
             counts.append(tokens)
             # one pending token is a decode step's, unless the turn has no output yet (a
             # one-token prompt: a recomputed sequence has all its tokens pending)
             if tokens > 1 or view.num_output_tokens == 0:
                 prefill += tokens
+        if not views and not preempted:
+            return
         report = report_of(views, counts, prefill, sum(counts) - prefill, preempted)
         key = self._open = object()
         self.open_step(key, report)

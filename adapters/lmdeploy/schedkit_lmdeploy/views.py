@@ -171,7 +171,8 @@ class LmdeployRequestView:
     @property
     def num_cached_tokens(self) -> int:
         """Prompt tokens LMDeploy found in its prefix cache at admission (``cached_tokens``;
-        0 after a preemption, whose recompute LMDeploy does not count as a hit)."""
+        0 after a preemption: LMDeploy does not count a recompute's match here, while the
+        blocks it matched do count the hit, ``BlockView.num_hits``)."""
         return int(self.seq.cached_tokens)
 
     @property
@@ -211,7 +212,15 @@ class LmdeployEngineView:
     prefill batch is READY until dispatched), ``num_waiting`` WAITING ones.
     """
 
-    __slots__ = ("_now", "_scheduler", "block_size", "epoch", "kv_blocks_total", "step_index")
+    __slots__ = (
+        "_free_memo",
+        "_now",
+        "_scheduler",
+        "block_size",
+        "epoch",
+        "kv_blocks_total",
+        "step_index",
+    )
 
     def __init__(self, scheduler: Any) -> None:
         self._scheduler = scheduler
@@ -220,6 +229,7 @@ class LmdeployEngineView:
         self.block_size: int = int(scheduler.cache_config.block_size)
         self.kv_blocks_total: int = int(scheduler.block_manager.num_gpu_blocks)
         self.step_index = 0
+        self._free_memo: tuple[tuple[int, int, int], int] | None = None
 
     def use_clock(self, now: Callable[[], float], epoch: float = 0.0) -> None:
         """Read the clock from ``now`` from here on (before any request arrives): a
@@ -236,19 +246,27 @@ class LmdeployEngineView:
 
     @property
     def kv_blocks_free(self) -> int:
+        """Walks the trie once per step and free count (remembered: policies may read it
+        for every request they look at)."""
         scheduler = self._scheduler
         free = int(scheduler.block_manager.get_num_free_gpu_blocks())
         trie = scheduler.block_trie
         if not trie.enabled:
             return free
+        stamp = (self.step_index, free, scheduler.num_waiting())
+        if self._free_memo is not None and self._free_memo[0] == stamp:
+            return self._free_memo[1]
         allocator = scheduler.block_manager.allocator
+        pinned = trie.state_checkpoints.is_pinned
+        evictable = 0
         stack = list(trie._roots.values())
         while stack:
             node = stack.pop()
             stack.extend(node.children.values())
             if node.block_id >= 0 and int(allocator.get_ref_count(node.block_id)) == 1:
-                free += 1
-        return free
+                evictable += not pinned(node)
+        self._free_memo = (stamp, free + evictable)
+        return free + evictable
 
     @property
     def num_running(self) -> int:

@@ -53,18 +53,27 @@ def chain(*names: str, fault_rate: float, seed: int) -> list[Any]:
 @pytest.mark.parametrize("fault_rate", [0.1, 0.3])
 def test_a_faulty_policy_loses_no_request_and_no_block(seed: int, fault_rate: float) -> None:
     scenario = workload(seed)
+    seen: list[Any] = []
     outcome = run_lmdeploy(
-        scenario, chain("priority", "lfu", fault_rate=fault_rate, seed=seed), conserve=True
-    )
+        scenario, chain("priority", "lfu", fault_rate=fault_rate, seed=seed), conserve=True,
+        probe=seen.append,
+    )  # fmt: skip
     check_outcome(scenario, outcome)
     assert outcome.policy_errors > 0
     assert any(outcome.preempted), "no preemption: the victim hook was never asked"
+    runtime = seen[0].schedkit
+    assert runtime.num_evicted_by_policy > 0, "lfu never chose an eviction"
+    assert runtime.num_victims_placed > 0, "priority never chose a victim"
 
 
 def test_the_workload_presses_lmdeploy() -> None:
     """The random workload makes LMDeploy preempt, evict and chunk, stock too."""
     scenario = workload(1)
-    stock = run_lmdeploy(scenario, None, conserve=True)
+    seen: list[Any] = []
+    stock = run_lmdeploy(scenario, None, conserve=True, probe=seen.append)
     assert any(stock.preempted)
+    trie_hits = seen[0].block_trie.stats.num_hit_tokens
+    assert trie_hits > 0  # shared prefixes were cached and reused
+    assert sum(r.prompt_tokens for r in scenario.requests) > 40 * 32  # more than KV holds
     budget = scenario.config.max_num_batched_tokens
     assert any(n == budget for step in stock.steps for n in step.values()), "no chunk ran"

@@ -227,3 +227,21 @@ def test_a_sessions_next_turn_is_a_new_request() -> None:
     assert list(recorder.finished) == ["r5-gold"]
     view = scheduler.schedkit.view(seq)
     assert (view.request_id, view.tenant, view.num_prompt_tokens) == ("r5-silver", "silver", 52)
+
+
+def test_ending_a_session_that_keeps_its_cache_finishes_its_turn() -> None:
+    from lmdeploy.pytorch.engine.engine import Engine
+
+    recorder = ContractRecorder()
+    engine, _ = engine_for(recorder)
+    scheduler = engine.scheduler
+    scheduler.add_session(4)
+    req = message(4, "gold")
+    Engine._add_message(engine, [req])
+    seq = next(iter(scheduler.sessions[4].sequences.values()))
+    seq.preserve_cache = True
+    scheduler.activate_seqs(scheduler.schedule(is_prefill=True).running)  # it runs
+    end = SimpleNamespace(data={"session_id": 4, "response": False}, resp=object())
+    Engine._on_end_session(engine, [end])
+    assert recorder.finished == {"r4-gold": ["aborted"]}  # no token yet: it did not finish
+    assert 4 in scheduler.sessions  # LMDeploy keeps the session and its cache

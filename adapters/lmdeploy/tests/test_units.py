@@ -14,7 +14,7 @@ import pytest
 from schedkit import BatchBudget, Policy, PolicyFacade, PolicyRegistry, hookimpl
 from schedkit.sim.config import SimConfig
 from schedkit.sim.workloads import TraceRequest
-from schedkit.testing.contract import SCENARIOS, Scenario, check_outcome
+from schedkit.testing.contract import SCENARIOS, ContractRecorder, Scenario, check_outcome
 from schedkit.trust import TrustConfig
 
 from schedkit_lmdeploy import compat, patches
@@ -183,6 +183,54 @@ def test_plan_batch_caps_prefill_tokens_and_running_requests() -> None:
     # LMDeploy's own chunk size stands: the 700-token prompt goes in chunks of 256
     chunks = [step["long"] for step in tight.steps if step.get("long", 0) > 1]
     assert chunks == [256, 256, 188], chunks
+
+
+def test_the_policy_budget_counts_a_prompt_after_its_prefix_match() -> None:
+    """b1 shares 3 of its 4 blocks with b0: after b0 ran, b1 fits a 64-token budget next to
+    another prompt only because its cached prefix is not computed, as LMDeploy counts."""
+    shared = (1, 2, 3)
+    requests = (
+        TraceRequest("b0", 0.0, 128, 2, hash_ids=(*shared, 10)),
+        TraceRequest("x", 0.5, 40, 2, hash_ids=(20, 21)),
+        TraceRequest("b1", 0.5, 128, 2, hash_ids=(*shared, 11)),
+    )
+    config = SimConfig(num_blocks=64, block_size=32, max_num_seqs=4, max_num_batched_tokens=256,
+                       hash_block_tokens=32)  # fmt: skip
+
+    class Budget(Policy):
+        @hookimpl
+        def plan_batch(self, default: BatchBudget) -> BatchBudget:
+            return BatchBudget(token_budget=80, max_running=default.max_running)
+
+    outcome = run_lmdeploy(Scenario("match", requests, config), [("budget", Budget())])
+    together = [step for step in outcome.steps if {"x", "b1"} <= set(step)]
+    assert together and together[0]["b1"] == 32, outcome.steps  # 96 cached, 32 computed
+
+
+def test_a_finished_sequence_in_a_prefetched_batch_is_not_reported() -> None:
+    """LMDeploy forms step N+1 before step N's outputs arrive: a sequence that finished on
+    step N can be in it; its forward skips it, and so does the step report."""
+    recorder = ContractRecorder()
+    scheduler = build_scheduler(64, 32, 4, 256)
+    runtime = patches.install(scheduler, PolicyFacade([("rec", recorder)]))
+    import numpy as np
+
+    seqs = [
+        scheduler.add_session(i).add_sequence(
+            np.arange(40) + 100 * i, schedkit_meta={"request_id": f"r{i}"}
+        )
+        for i in range(2)
+    ]
+    from lmdeploy.pytorch.messages import UpdateTokenMode
+
+    batch = list(scheduler.schedule(is_prefill=True, prealloc_size=16).running)
+    scheduler.activate_seqs(batch)  # step 1: both prompts
+    for seq in seqs:  # step 1's outputs arrive after step 2 was formed from the same batch
+        seq.update_token_ids(np.array([7]), mode=UpdateTokenMode.PREFILL)
+    seqs[1].state.finish()  # r1 had one token to generate
+    scheduler.activate_seqs(batch)  # step 2: r0 decodes, r1 is skipped
+    runtime.report_open()
+    assert dict(recorder.reported) == {"r0": 41, "r1": 40}  # r1: its prompt only
 
 
 # -- requests, trust, prefix blocks ---------------------------------------------------------
