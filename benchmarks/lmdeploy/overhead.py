@@ -87,12 +87,18 @@ def main(argv: list[str] | None = None) -> None:
         json.dump(run_arm(args.arm, args.sequences, args.output), sys.stdout)
         return
     steps: dict[str, list[float]] = {arm: [] for arm in ARMS}
+    paired: dict[str, list[float]] = {arm: [] for arm in ARMS}  # per round: median / stock's
     for _ in range(args.rounds):
+        medians = {}
         for arm in ARMS:
             command = [sys.executable, __file__, "--arm", arm, "--sequences",
                        str(args.sequences), "--output", str(args.output)]  # fmt: skip
             done = subprocess.run(command, capture_output=True, text=True, check=True)
-            steps[arm].extend(json.loads(done.stdout))
+            values = json.loads(done.stdout)
+            steps[arm].extend(values)
+            medians[arm] = statistics.median(values)
+        for arm in ARMS:
+            paired[arm].append(medians[arm] / medians["stock"])
     stock: Any = None
     print(f"{args.sequences} sequences x {args.output} tokens, {args.rounds} rounds")
     print(f"{'arm':<9} {'steps':>6} {'median us':>9} {'p90 us':>7} {'mean us':>8}"
@@ -105,6 +111,13 @@ def main(argv: list[str] | None = None) -> None:
         print(
             f"{arm:<9} {len(values):>6} {median * 1e6:>9.0f} {p90 * 1e6:>7.0f} {mean * 1e6:>8.0f}"
             f" {median / stock[0]:>6.3f}x {p90 / stock[1]:>6.3f}x {mean / stock[2]:>6.3f}x"
+        )
+    print("per round, median step vs the same round's stock (median of rounds, min-max):")
+    for arm in ARMS[1:]:
+        ratios = paired[arm]
+        print(
+            f"  {arm:<9} {statistics.median(ratios):.3f}x"
+            f" ({min(ratios):.3f}-{max(ratios):.3f}x over {len(ratios)} rounds)"
         )
 
 

@@ -252,49 +252,61 @@ def _schedule_running(stock: Callable[..., Any]) -> Callable[..., Any]:
         if runtime is None or not runtime.facade.has_victims:
             mask: list[bool] = stock(self, running, num_required_tokens, prealloc_size)
             return mask
-        from lmdeploy.pytorch.messages import MessageStatus
+        from torch.profiler import record_function
 
-        live_status = MessageStatus.RUNNING
-        manager = self.block_manager
-
-        def grow(seq: Any) -> bool:
-            evictable = self.hanging + self.waiting
-            if self.eviction_helper.try_make_capacity_for(seq, evictable, prealloc_size):
-                manager.allocate(seq, prealloc_size)
-                self.block_trie.allocate(seq)
-                return True
-            return False
-
-        valid = [True] * len(running)
-        for idx in reversed(range(len(running))):  # LMDeploy's walk: the newest first
-            seq = running[idx]
-            if seq.status != live_status:
-                valid[idx] = False
-                continue
-            if manager.num_required_blocks(seq, num_required_tokens) == 0 or grow(seq):
-                continue
-            live = [s for s in running if s.status == live_status]
-            position = {id(s): i for i, s in enumerate(running)}
-            fitted = False
-            for victim in runtime.victims(live, seq) or ():
-                if victim is seq:
-                    runtime.victims_placed()
-                    break
-                if victim.status != live_status:
-                    runtime.victims_skipped(1)
-                    continue
-                self.preempt_seqs((victim,))
-                valid[position[id(victim)]] = False
-                runtime.victims_placed()
-                if grow(seq):
-                    fitted = True
-                    break
-            if not fitted:  # LMDeploy's default: the sequence that cannot grow goes
-                self.preempt_seqs((seq,))
-                valid[idx] = False
-        return valid
+        with record_function("schedule_running"):  # LMDeploy's profiler scope, kept
+            return _with_victims(self, runtime, running, num_required_tokens, prealloc_size)
 
     return schedule_running
+
+
+def _with_victims(
+    self: Any, runtime: LmdeployRuntime, running: list[Any], num_required_tokens: int,
+    prealloc_size: int,
+) -> list[bool]:  # fmt: skip
+    """LMDeploy's ``schedule_running`` walk, where the sequence that cannot grow first
+    preempts the policy's victims."""
+    from lmdeploy.pytorch.messages import MessageStatus
+
+    live_status = MessageStatus.RUNNING
+    manager = self.block_manager
+
+    def grow(seq: Any) -> bool:
+        evictable = self.hanging + self.waiting
+        if self.eviction_helper.try_make_capacity_for(seq, evictable, prealloc_size):
+            manager.allocate(seq, prealloc_size)
+            self.block_trie.allocate(seq)
+            return True
+        return False
+
+    valid = [True] * len(running)
+    for idx in reversed(range(len(running))):  # LMDeploy's walk: the newest first
+        seq = running[idx]
+        if seq.status != live_status:
+            valid[idx] = False
+            continue
+        if manager.num_required_blocks(seq, num_required_tokens) == 0 or grow(seq):
+            continue
+        live = [s for s in running if s.status == live_status]
+        position = {id(s): i for i, s in enumerate(running)}
+        fitted = False
+        for victim in runtime.victims(live, seq) or ():
+            if victim is seq:
+                runtime.victims_placed()
+                break
+            if victim.status != live_status:
+                runtime.victims_skipped(1)
+                continue
+            self.preempt_seqs((victim,))
+            valid[position[id(victim)]] = False
+            runtime.victims_placed()
+            if grow(seq):
+                fitted = True
+                break
+        if not fitted:  # LMDeploy's default: the sequence that cannot grow goes
+            self.preempt_seqs((seq,))
+            valid[idx] = False
+    return valid
 
 
 def _preempt_seqs(stock: Callable[..., Any]) -> Callable[..., Any]:

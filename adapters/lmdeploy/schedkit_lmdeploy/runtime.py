@@ -190,7 +190,8 @@ class LmdeployRuntime(AdapterRuntime):
         this one opened. Each sequence computes its pending tokens (``num_token_ids``: a
         prompt, the next chunk of a long one up to ``kv_token_limit``, or the one token
         a decode step feeds back); it prefills unless it decodes that one token. Costs
-        one attribute read per sequence when no policy observes steps."""
+        nothing per sequence when no policy observes steps (waiting keys need only the
+        preempted requests)."""
         self.report_open()
         self.num_steps += 1
         self.engine.step_index = self.num_steps
@@ -198,6 +199,12 @@ class LmdeployRuntime(AdapterRuntime):
             self._count_hits()
         preempted, self._preempted = self._preempted, []
         if not self.tracks_steps or not (batch or preempted):
+            return
+        if self.recorder is None and "on_step_finished" not in self.facade.implemented:
+            # only waiting keys listen (the facade re-keys the preempted): no per-sequence work
+            if preempted:
+                key = self._open = object()
+                self.open_step(key, report_of((), (), 0, 0, preempted))
             return
         from lmdeploy.pytorch.messages import MessageStatus
 
