@@ -89,7 +89,7 @@ test-sglang:
 
 # The LMDeploy adapter's suites drive LMDeploy's real Scheduler model-less (its engine has
 # no CPU backend) in their own environment (.venv-lmdeploy, created on first use by
-# adapters/lmdeploy/scripts/make-venv.sh, ~100 s).
+# adapters/lmdeploy/scripts/make-venv.sh, ~2 min).
 LMDEPLOY_VENV := .venv-lmdeploy
 .PHONY: test-lmdeploy lint-lmdeploy
 lint-lmdeploy:
