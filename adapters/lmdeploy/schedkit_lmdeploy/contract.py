@@ -35,6 +35,8 @@ from schedkit.bench.replay import output_token_id, prompt_token_ids, request_met
 from schedkit.policy import Policy
 from schedkit.testing.contract import Outcome, Scenario, facade_of
 
+from schedkit_lmdeploy.views import trie_blocks
+
 __all__ = [
     "PREFILL_INTERVAL",
     "build_scheduler",
@@ -86,12 +88,8 @@ def check_blocks(scheduler: Any, num_blocks: int) -> None:
     for seq in scheduler.seq_manager.get_all_sequences():
         for block in seq.logical_blocks.get_real_blocks():
             owners[int(block)] = owners.get(int(block), 0) + 1
-    stack = list(scheduler.block_trie._roots.values())
-    while stack:
-        node = stack.pop()
-        stack.extend(node.children.values())
-        if node.block_id >= 0:
-            owners[int(node.block_id)] = owners.get(int(node.block_id), 0) + 1
+    for node in trie_blocks(scheduler.block_trie):
+        owners[int(node.block_id)] = owners.get(int(node.block_id), 0) + 1
     free = int(scheduler.block_manager.get_num_free_gpu_blocks())
     assert free + len(owners) == num_blocks, (
         f"{free} free and {len(owners)} held blocks of {num_blocks}: blocks lost or shared"
@@ -105,13 +103,8 @@ def check_blocks(scheduler: Any, num_blocks: int) -> None:
 def cached_only_blocks(scheduler: Any) -> int:
     """Blocks the prefix trie alone holds (cached, evictable)."""
     allocator = scheduler.block_manager.allocator
-    stack, count = list(scheduler.block_trie._roots.values()), 0
-    while stack:
-        node = stack.pop()
-        stack.extend(node.children.values())
-        if node.block_id >= 0 and int(allocator.get_ref_count(node.block_id)) == 1:
-            count += 1
-    return count
+    trie = scheduler.block_trie
+    return sum(1 for n in trie_blocks(trie) if int(allocator.get_ref_count(n.block_id)) == 1)
 
 
 class _Loop:

@@ -14,13 +14,20 @@ from __future__ import annotations
 import itertools
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from schedkit.trust import DEFAULT_TRUST, TrustConfig
 from schedkit.views import BlockSnapshot
 
-__all__ = ["LmdeployEngineView", "LmdeployRequestView", "NodeState", "NodeStates", "request_meta"]
+__all__ = [
+    "LmdeployEngineView",
+    "LmdeployRequestView",
+    "NodeState",
+    "NodeStates",
+    "request_meta",
+    "trie_blocks",
+]
 
 _now = time.perf_counter  # LMDeploy stamps arrivals and block accesses with it
 
@@ -31,6 +38,16 @@ def request_meta(seq: Any) -> Mapping[str, Any]:
     ``slo_tpot_ms``); empty when it holds anything else."""
     meta = getattr(seq, "meta", None)
     return meta if isinstance(meta, Mapping) else {}
+
+
+def trie_blocks(trie: Any) -> Iterator[Any]:
+    """Every node of LMDeploy's prefix trie that holds a block (the roots hold none)."""
+    stack = list(trie._roots.values())
+    while stack:
+        node = stack.pop()
+        stack.extend(node.children.values())
+        if node.block_id >= 0:
+            yield node
 
 
 class NodeState:
@@ -258,13 +275,11 @@ class LmdeployEngineView:
             return self._free_memo[1]
         allocator = scheduler.block_manager.allocator
         pinned = trie.state_checkpoints.is_pinned
-        evictable = 0
-        stack = list(trie._roots.values())
-        while stack:
-            node = stack.pop()
-            stack.extend(node.children.values())
-            if node.block_id >= 0 and int(allocator.get_ref_count(node.block_id)) == 1:
-                evictable += not pinned(node)
+        evictable = sum(
+            1
+            for node in trie_blocks(trie)
+            if int(allocator.get_ref_count(node.block_id)) == 1 and not pinned(node)
+        )
         self._free_memo = (stamp, free + evictable)
         return free + evictable
 
