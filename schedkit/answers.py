@@ -255,6 +255,21 @@ def flat_key(parts: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple(out)
 
 
+def flat_plain(key: Any) -> list[Any] | None:
+    """``flat_key(((0, canonical_key(key)),))`` for the common key, a tuple of at most
+    ``MAX_KEY_ITEMS`` ints and floats without NaN, built in one pass; None for any other
+    key (``canonical_key`` judges it)."""
+    if type(key) is not tuple or len(key) > MAX_KEY_ITEMS:
+        return None
+    out: list[Any] = [0, 3]
+    for x in key:
+        if type(x) not in _PLAIN or x != x:
+            return None
+        out += (0, x)
+    out.append(_END)
+    return out
+
+
 def _flatten(key: tuple[Any, ...], out: list[Any]) -> None:
     """Append canonical ``key`` (``(rank, value)``; rank 3: a tuple of canonical keys)."""
     rank = key[0]

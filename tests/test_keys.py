@@ -203,3 +203,35 @@ def test_flat_keys_order_and_equal_as_the_combined_keys_do(a: list[Any], b: list
     x, y = combined(a[:n]), combined(b[:n])
     fx, fy = flat_key(x), flat_key(y)
     assert (fx < fy) == (x < y) and (fx == fy) == (x == y) and (fx > fy) == (x > y)
+
+
+answers = st.one_of(
+    st.just(None),
+    keys,
+    st.tuples(st.integers(-5, 5), st.just(math.nan)),  # NaN: not a key
+    st.tuples(st.booleans(), st.integers()),  # bools: keyed as ints, by the general path
+    st.just([1, 2]),
+    st.just(RuntimeError("policy bug")),  # raised
+)
+
+
+@settings(max_examples=300)
+@given(st.lists(answers, min_size=1, max_size=3))
+def test_flat_eviction_keys_equal_the_flattened_combined_keys(values: list[Any]) -> None:
+    """The simulator's one-pass path (``flat_eviction_key``) gives what flattening the
+    combined key gives, and counts the same faults, for any answers of any policies."""
+    from schedkit.answers import flat_key
+
+    def answer(value: Any) -> Any:
+        if isinstance(value, Exception):
+            return lambda block, engine: (_ for _ in ()).throw(value)
+        return value
+
+    def facade() -> PolicyFacade:
+        policies = [(f"p{i}", scripted(eviction_key=answer(v))) for i, v in enumerate(values)]
+        return PolicyFacade(policies)  # type: ignore[arg-type]
+
+    block, engine = make_blocks(1)[0], EngineState(100, 16)
+    nested, flat = facade(), facade()
+    assert flat.flat_eviction_key(block, engine) == flat_key(nested.eviction_key(block, engine))
+    assert flat.errors == nested.errors

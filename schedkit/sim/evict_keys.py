@@ -17,7 +17,9 @@ Keys are kept flat (``schedkit.answers.flat_key``: the same order, cheaper to co
 A policy whose key reads only ``num_hits`` and ``last_access`` (``Policy.
 eviction_key_reads``) keys a span as a whole (``SpanKeyedEvictions``): its key is asked
 once per distinct pair of those fields, and the spans alike in them share one bucket in
-LRU order under one heap item per key. The order is the same; only the cost differs.
+LRU order under one heap item per key; a release's spans go in as runs (consecutive spans
+alike in key), one bucket entry per run rather than per span. The order is the same; only
+the cost differs.
 A key that reads depth only through ``depth_class`` (``depth.bit_length()``) is keyed
 likewise a class at a time (``ClassKeyedEvictions``): a span goes in the bucket of its
 tail block's class, and evicting takes its blocks in that class, then ranks it again.
@@ -28,7 +30,6 @@ from __future__ import annotations
 from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Any
 
-from schedkit.answers import flat_key
 from schedkit.sim.blocks import OwnSpan, Span, own_block_hash
 from schedkit.views import BlockSnapshot
 
@@ -39,7 +40,8 @@ __all__ = ["ClassKeyedEvictions", "KeyedEvictions", "SpanKeyedEvictions", "keyed
 
 MEMO_LIMIT = 1 << 16  # span keys remembered; forgotten all at once beyond
 Item = tuple[tuple[Any, ...], tuple[int, int, int], int, Any]  # key, LRU rank, serial, span
-Entry = tuple[tuple[int, int, int], int, Any, int]  # a bucket's: LRU rank, serial, span, stop
+RunItem = tuple[tuple[int, int, int], Span | OwnSpan, int]  # a span in a run: LRU rank, span, stop
+Entry = tuple[tuple[int, int, int], int, list[RunItem], int]  # rank, serial, run, its next
 
 
 def keyed_evictions(kv: KVCache) -> KeyedEvictions:
@@ -93,7 +95,7 @@ class KeyedEvictions:
             if len(self.memo) >= MEMO_LIMIT:
                 self.memo.clear()
             kv = self.kv
-            key = flat_key(kv._facade.eviction_key(self._view(span, j), kv._engine) or ())
+            key = kv._facade.flat_eviction_key(self._view(span, j), kv._engine)
             self.memo[fields] = key
         return key
 
@@ -118,6 +120,12 @@ class KeyedEvictions:
         self.serial += 1
         span.serial = self.serial
         heappush(self.heap, (key, (rank[0], rank[1], -hi), self.serial, span))
+
+    def mark_freed(self, spans: list[Span]) -> None:
+        """The shared spans one release freed are evictable now: ``mark(s, s.rank,
+        fresh=True)`` for each (the bucketed orders inline it: it runs per span freed)."""
+        for span in spans:
+            self.mark(span, span.rank, fresh=True)
 
     def split(self, low: Span, top: Span) -> None:
         """A free span was cut in two: both rank anew, with its key if it was uniform."""
@@ -195,87 +203,37 @@ class KeyedEvictions:
 
 class SpanKeyedEvictions(KeyedEvictions):
     """Evictable spans keyed as a whole, bucketed by key: a heap of the distinct keys,
-    and per key a heap of its spans by LRU rank (cheap to compare: three ints). An entry
-    also holds where the span's run under that key starts (``stop``; its ``lo`` here)."""
+    and per key a heap of *runs* by LRU rank. A run is spans of one release alike in key,
+    in LRU order (rank, span, and where its blocks under the key start: ``stop``, its
+    ``lo`` here), all with the run's serial; the entry holds the run and its next span.
+    A release pushes a run, not each span, and evicting walks a run while its next span
+    still ranks before the bucket's next entry: the order is the per-span heap's."""
 
     span_keys = True
+    by_class = False  # keys read depth_class: a span is keyed by its tail block's class
 
     def __init__(self, kv: KVCache) -> None:
         super().__init__(kv)
         self.buckets: dict[tuple[Any, ...], list[Entry]] = {}
         self.keys: list[tuple[Any, ...]] = []  # heap of the buckets' keys
 
-    def mark(
-        self, span: Span | OwnSpan, rank: tuple[int, int, int], *, fresh: bool = False
-    ) -> None:
-        lo, hi = self._bounds(span)
-        if hi <= lo:
-            return
-        key = None if fresh else span.ukey
-        if key is None:
-            key = span.ukey = self._key(span, hi - 1)
-        self._push(span, rank, key, lo, hi)
+    def _place(self, span: Span | OwnSpan, lo: int, hi: int, base: int) -> tuple[Any, int]:
+        """The key of the span's blocks from its tail back, and where they start."""
+        if not self.by_class:
+            key = self.memo.get((span.num_hits, span.last_access))
+            return (self._key(span, hi - 1) if key is None else key), lo
+        depth_class = (base + hi - 1).bit_length()
+        key = self.memo.get((span.num_hits, span.last_access, depth_class))
+        if key is None:  # the tail may be in another class now: keyed anew
+            key = self._key(span, hi - 1)
+        return key, (1 << (depth_class - 1) if depth_class else 0) - base
 
-    def _push(
-        self, span: Span | OwnSpan, rank: tuple[int, int, int], key: tuple[Any, ...], stop: int,
-        hi: int,
-    ) -> None:  # fmt: skip
+    def _bucket(self, key: tuple[Any, ...]) -> list[Entry]:
         bucket = self.buckets.get(key)
         if bucket is None:
             bucket = self.buckets[key] = []
             heappush(self.keys, key)
-        self.serial += 1
-        span.serial = self.serial
-        heappush(bucket, ((rank[0], rank[1], -hi), self.serial, span, stop))
-
-    def evict(self, count: int) -> int:
-        freed = 0
-        keys, buckets, cached_free = self.keys, self.buckets, self.kv.cached_free
-        while freed < count and keys:
-            key = keys[0]
-            bucket = buckets[key]
-            if not bucket:
-                heappop(keys)
-                del buckets[key]
-                continue
-            rank, serial, span, stop = heappop(bucket)
-            if span.serial != serial:  # stale: re-ranked, referenced or dropped since
-                continue
-            if isinstance(span, OwnSpan):
-                lo, hi = 0, span.count if cached_free.get(span.key) is span else 0
-            else:
-                lo, hi = span.lo, span.hi if span.refs == 0 else span.lo
-            if hi <= lo:
-                continue
-            run = hi - (stop if stop > lo else lo)  # the tail blocks under this key
-            take = run if run <= count - freed else count - freed
-            self._drop_tail(span, take)
-            freed += take
-            if take < hi - lo:
-                self.mark(span, rank)
-            else:
-                self.forget(span)
-        self.kv.cached_blocks -= freed
-        return freed
-
-
-class ClassKeyedEvictions(SpanKeyedEvictions):
-    """Span keys that also read ``depth_class``: a span is keyed by its tail block's
-    class, asked once per distinct (hits, last access, class), and evicted a class at a
-    time, from the class's smallest depth (``2 ** (class - 1)``) on. Deeper classes must
-    not rank after shallower ones (as for bisecting above)."""
-
-    def _key(self, span: Span | OwnSpan, j: int) -> tuple[Any, ...]:
-        base = span.first_depth if isinstance(span, OwnSpan) else span.depth0
-        fields = (span.num_hits, span.last_access, (base + j).bit_length())
-        key = self.memo.get(fields)
-        if key is None:
-            if len(self.memo) >= MEMO_LIMIT:
-                self.memo.clear()
-            kv = self.kv
-            key = flat_key(kv._facade.eviction_key(self._view(span, j), kv._engine) or ())
-            self.memo[fields] = key
-        return key
+        return bucket
 
     def mark(
         self, span: Span | OwnSpan, rank: tuple[int, int, int], *, fresh: bool = False
@@ -286,16 +244,111 @@ class ClassKeyedEvictions(SpanKeyedEvictions):
             lo, hi, base = span.lo, span.hi, span.depth0
         if hi <= lo:
             return
-        tail = base + hi - 1
-        depth_class = tail.bit_length()
-        key = self.memo.get((span.num_hits, span.last_access, depth_class))
-        if key is None:  # the tail may be in another class now: keyed anew
-            key = self._key(span, hi - 1)
-        first = 1 << (depth_class - 1) if depth_class else 0
-        bucket = self.buckets.get(key)  # _push, inlined: this runs once per run freed
-        if bucket is None:
-            bucket = self.buckets[key] = []
-            heappush(self.keys, key)
+        key, stop = span.ukey, lo
+        if key is None or fresh or self.by_class:
+            key, stop = self._place(span, lo, hi, base)
+            span.ukey = key
         self.serial += 1
         span.serial = self.serial
-        heappush(bucket, ((rank[0], rank[1], -hi), self.serial, span, first - base))
+        at = (rank[0], rank[1], -hi)
+        heappush(self._bucket(key), (at, self.serial, [(at, span, stop)], 0))
+
+    def mark_freed(self, spans: list[Span]) -> None:
+        serial, run_key = self.serial, None
+        run: list[RunItem] = []
+        for span in spans:
+            lo, hi = span.lo, span.hi
+            if hi <= lo:
+                continue
+            key, stop = self._place(span, lo, hi, span.depth0)
+            span.ukey = key
+            rank = span.rank
+            at = (rank[0], rank[1], -hi)
+            if key != run_key:
+                serial += 1
+                run, run_key = [], key
+                heappush(self._bucket(key), (at, serial, run, 0))
+            span.serial = serial
+            run.append((at, span, stop))
+        self.serial = serial
+
+    def evict(self, count: int) -> int:
+        # ``_drop_tail`` and ``forget`` inlined: this loop runs once per span evicted
+        freed = 0
+        kv = self.kv
+        keys, buckets, cached_free = self.keys, self.buckets, kv.cached_free
+        while freed < count and keys:
+            key = keys[0]
+            bucket = buckets[key]
+            if not bucket:
+                heappop(keys)
+                del buckets[key]
+                continue
+            _, serial, run, i = heappop(bucket)
+            end = len(run)
+            while i < end:
+                if i and bucket and bucket[0][0] < run[i][0]:  # the bucket's next goes first
+                    heappush(bucket, (run[i][0], serial, run, i))
+                    break
+                rank, span, stop = run[i]
+                i += 1
+                if span.serial != serial:  # stale: re-ranked, referenced or dropped since
+                    continue
+                if isinstance(span, OwnSpan):
+                    if span is not cached_free.get(span.key):
+                        continue
+                    lo, hi = 0, span.count
+                elif span.refs:
+                    continue
+                else:
+                    lo, hi = span.lo, span.hi
+                if hi <= lo:
+                    continue
+                under = hi - (stop if stop > lo else lo)  # the tail blocks under this key
+                take = under if under <= count - freed else count - freed
+                freed += take
+                if take < hi - lo:  # its head stays: ranked again, and the run waits
+                    if isinstance(span, OwnSpan):
+                        span.count -= take
+                    else:
+                        span.hi -= take
+                    self.mark(span, rank)
+                    if i < end:
+                        heappush(bucket, (run[i][0], serial, run, i))
+                    break
+                span.serial = 0
+                span.ukey = None
+                if isinstance(span, OwnSpan):
+                    span.count = 0
+                    del cached_free[span.key]
+                else:
+                    span.hi = lo
+                    kv._unlist(span)
+                    kv._drop(span)
+                if freed >= count:
+                    if i < end:
+                        heappush(bucket, (run[i][0], serial, run, i))
+                    break
+        kv.cached_blocks -= freed
+        return freed
+
+
+class ClassKeyedEvictions(SpanKeyedEvictions):
+    """Span keys that also read ``depth_class``: a span is keyed by its tail block's
+    class, asked once per distinct (hits, last access, class), and evicted a class at a
+    time, from the class's smallest depth (``2 ** (class - 1)``) on. Deeper classes must
+    not rank after shallower ones (as for bisecting above)."""
+
+    by_class = True
+
+    def _key(self, span: Span | OwnSpan, j: int) -> tuple[Any, ...]:
+        base = span.first_depth if isinstance(span, OwnSpan) else span.depth0
+        fields = (span.num_hits, span.last_access, (base + j).bit_length())
+        key = self.memo.get(fields)
+        if key is None:
+            if len(self.memo) >= MEMO_LIMIT:
+                self.memo.clear()
+            kv = self.kv
+            key = kv._facade.flat_eviction_key(self._view(span, j), kv._engine)
+            self.memo[fields] = key
+        return key

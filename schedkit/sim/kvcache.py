@@ -258,8 +258,7 @@ class KVCache:
                 cached_free[entry] = freed_list
                 self._lru_seq += 1
                 if keyed is not None:
-                    for s in freed_list:
-                        keyed.mark(s, s.rank, fresh=True)
+                    keyed.mark_freed(freed_list)
         table.clear()
 
     # -- taking blocks, evicting cached ones ----------------------------------------------

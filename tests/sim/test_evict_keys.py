@@ -23,6 +23,8 @@ KEYS: dict[str, Key] = {
     "deepest-first": lambda b: (b.num_hits, -b.depth, b.last_access),
     "deepest-class-first": lambda b: (b.num_hits, -b.depth_class, b.last_access),
     "newest-first": lambda b: -b.last_access,
+    "fewest-hits": lambda b: b.num_hits,  # ties across releases: LRU among them
+    "alike": lambda b: 0,  # one bucket: LRU order
 }
 
 
@@ -31,6 +33,8 @@ READS: dict[str, tuple[str, ...]] = {  # what each key reads, for eviction_key_r
     "deepest-first": ("num_hits", "depth", "last_access"),
     "deepest-class-first": ("num_hits", "depth_class", "last_access"),
     "newest-first": ("last_access",),
+    "fewest-hits": ("num_hits",),
+    "alike": (),
 }
 
 
@@ -142,3 +146,34 @@ def test_class_keys_are_asked_once_per_distinct_hits_last_access_and_class() -> 
     per_block, _ = run(key_policy(counted), 2_000)
     assert len(calls) > 3 * asked
     assert per_class.prefix_hit_tokens == per_block.prefix_hit_tokens
+
+
+def test_a_run_of_spans_waits_for_a_piece_cut_from_its_middle() -> None:
+    """One release frees its spans as one run under one key; a span cut from the middle
+    of the run while free ranks again as two pieces, and the rest of the run must not be
+    evicted before them: the order stays LRU's, block by block."""
+    from schedkit import EngineState
+    from schedkit.sim.blocks import BlockTable
+    from schedkit.sim.kvcache import KVCache
+
+    kv = KVCache(
+        6, 16, prefix_caching=True, facade=PolicyFacade([("p", key_policy(KEYS["alike"], ()))]),
+        engine=EngineState(6, 16), eviction_window=0, group_blocks=2,
+    )  # fmt: skip
+    assert isinstance(kv.keyed, SpanKeyedEvictions)
+    t = BlockTable(-1, (10, 11, 12), 6)
+    kv.take(6)
+    kv.add_blocks(t, 6)
+    kv.publish(t, 0, 6)
+    kv.release(t, 1.0)  # one run: groups 12, 11, 10, tail first
+
+    def free() -> list[tuple[int, int]]:  # LRU order, block by block
+        return [(s.group, j) for e in kv.cached_free.values() for s in e  # type: ignore[union-attr]
+                for j in reversed(range(s.lo, s.hi))]  # fmt: skip
+
+    kv._cut(kv.groups[11], 1)  # group 11 in two pieces, both free, ranked again
+    lru = free()
+    assert lru == [(12, 1), (12, 0), (11, 1), (11, 0), (10, 1), (10, 0)]
+    for n in range(1, 6):
+        kv.take(1)  # evicts one block
+        assert free() == lru[n:], n
