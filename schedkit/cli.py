@@ -134,6 +134,10 @@ def export(
         int | None, typer.Option(help="Only the first N requests.", min=1)
     ] = None,
     rate_scale: Annotated[float, typer.Option(help="Multiply the arrival rate.")] = 1.0,
+    tokenizer: Annotated[
+        str | None,
+        typer.Option(help="Counts the tokens of a request file with prompt text."),
+    ] = None,
 ) -> None:
     """Write a workload as a Mooncake trace, for aiperf to replay (docs/interop.md)."""
     from pathlib import Path
@@ -143,7 +147,7 @@ def export(
 
     if not rate_scale > 0:
         raise SchedkitError(f"--rate-scale must be > 0, got {rate_scale}")
-    loaded = load_workload(workload, max_requests=max_requests)
+    loaded = load_workload(workload, max_requests=max_requests, tokenizer=tokenizer)
     if rate_scale != 1.0:
         loaded = loaded.scaled(rate_scale)
     n = export_mooncake(loaded, Path(out))

@@ -89,6 +89,13 @@ def bench(
         str | None,
         typer.Option(help="GPU/model profile file, or a cost profile from `schedkit calibrate`."),
     ] = None,
+    tokenizer: Annotated[
+        str | None,
+        typer.Option(
+            help="Counts the tokens of a request file with prompt text (vllm bench custom"
+            " JSONL or ShareGPT, guidellm data): a Hugging Face name or a local directory."
+        ),
+    ] = None,
     rate_scale: Annotated[
         str,
         typer.Option(help="Multiply the arrival rate; several (0.5,1,2,4) make a load sweep."),
@@ -241,7 +248,7 @@ def bench(
         spec = BenchSpec(
             workload=workload, policies=policy or [], arms=[parse_arm(a) for a in arm or []],
             engine=engine, model=model, gpu=gpu, tp=tp, replicas=replicas,
-            profile=profile, rate_scale=scales[0] if len(scales) == 1 else 1.0, max_requests=max_requests, seed=seed,
+            profile=profile, rate_scale=scales[0] if len(scales) == 1 else 1.0, max_requests=max_requests, seed=seed, tokenizer=tokenizer,
             slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, goodput=goodput,
             max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
             gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,

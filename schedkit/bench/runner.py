@@ -279,6 +279,7 @@ class BenchSpec(BaseModel):
     rate_scale: float = Field(default=1.0, gt=0)
     max_requests: int | None = Field(default=None, gt=0)
     seed: int = 0
+    tokenizer: str | None = None  # request files with prompt text: counts their tokens
     slo_ttft_ms: float | None = Field(default=None, gt=0)
     slo_tpot_ms: float | None = Field(default=None, gt=0)
     goodput: bool = False
@@ -329,7 +330,9 @@ class Bench:
         cap = None
         if spec.max_requests and spec.window is None:
             cap = max(spec.max_requests, SCAN_REQUESTS)
-        base = load_workload(spec.workload, seed=spec.seed, max_requests=cap)
+        base = load_workload(
+            spec.workload, seed=spec.seed, max_requests=cap, tokenizer=spec.tokenizer
+        )
         if not base.requests:
             raise SchedkitError(f"workload {spec.workload!r} has no requests")
         if spec.window is not None:

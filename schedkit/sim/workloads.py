@@ -7,7 +7,9 @@ format (header ``TIMESTAMP,ContextTokens,GeneratedTokens``, 2023's times or 2024
 offset, other columns ignored, quoted cells as CSV quotes them) or BurstGPT's (header
 ``Timestamp,Model,Request tokens,Response tokens,...``, :mod:`schedkit.sim.burstgpt`), told apart
 by the header, or ``.jsonl``/``.jsonl.gz`` in the Mooncake format (``timestamp`` ms, ``input_length``, ``output_length``, ``hash_ids``) or schedkit's
-own, told apart by the keys of the first object; or a synthetic stream (``poisson:...``,
+own, told apart by the keys of the first object; a request file with prompt text (vllm bench's
+ShareGPT ``.json`` and custom ``.jsonl``, guidellm's ``.jsonl``/``.csv``: :mod:`schedkit.sim.
+text_requests`, counted with ``tokenizer``); or a synthetic stream (``poisson:...``,
 ``gamma:...``) or ``.toml``/``.json`` multi-tenant spec, both described in
 :mod:`schedkit.sim.synthetic`. ``seed`` is added to a spec's own seed; traces ignore it.
 
@@ -266,10 +268,18 @@ def _trace_source(path: Path | None, filename: str) -> TraceSource:
 
 
 def _load(
-    path: Path | None, filename: str, name: str, source: str, seed: int, max_requests: int | None
-) -> Workload:
+    path: Path | None, filename: str, name: str, source: str, seed: int, max_requests: int | None,
+    tokenizer: str | None = None,
+) -> Workload:  # fmt: skip
     """Parse a workload file (``path=None``: ``schedkit/data/<filename>``) by its suffix."""
     lowered = filename.lower()
+    from schedkit.sim import text_requests  # deferred: it builds on this module
+
+    if path is not None and lowered.endswith(".json") and text_requests.starts_list(path):
+        sharegpt = text_requests.sharegpt_rows(path)
+        return text_requests.text_workload(
+            sharegpt, name, str(path), "ShareGPT", tokenizer, seed, max_requests
+        )
     if lowered.endswith(_SPEC_SUFFIXES):
         from schedkit.sim import synthetic  # deferred: synthetic builds on this module's types
 
@@ -286,8 +296,16 @@ def _load(
 
         if burstgpt.is_burstgpt_header(trace):
             return burstgpt.parse_burstgpt_csv(trace, name, max_requests)
+        if (rows := text_requests.csv_rows(trace)) is not None:
+            return text_requests.text_workload(
+                rows, name, trace.origin, "CSV", tokenizer, seed, max_requests
+            )
         requests = tuple(azure_csv.parse_azure_csv(trace, name, max_requests))
         return Workload(name, requests, 0, source or f"Azure-format trace {trace.origin}")
+    if (rows := text_requests.jsonl_rows(trace)) is not None:
+        return text_requests.text_workload(
+            rows, name, trace.origin, "JSONL", tokenizer, seed, max_requests
+        )
     return trace_formats.parse_jsonl(trace, name, source, max_requests)
 
 
@@ -299,19 +317,22 @@ def _load_bundled(name: str, seed: int, max_requests: int | None) -> Workload:
 
 @functools.lru_cache(maxsize=16)
 def _load_file(
-    path_str: str, _mtime_ns: int, _size: int, seed: int, max_requests: int | None
-) -> Workload:
+    path_str: str, _mtime_ns: int, _size: int, seed: int, max_requests: int | None,
+    tokenizer: str | None = None,
+) -> Workload:  # fmt: skip
     # mtime and size are in the cache key so that an edited file is parsed again.
     path = Path(path_str)
     lowered = path.name.lower()
     stem = next((path.name[: -len(s)] for s in _SUFFIXES if lowered.endswith(s)), path.stem)
-    return _load(path, path.name, stem or path.name, "", seed, max_requests)
+    return _load(path, path.name, stem or path.name, "", seed, max_requests, tokenizer)
 
 
 # --- entry point -------------------------------------------------------------------------------
 
 
-def load_workload(spec: str, *, seed: int = 0, max_requests: int | None = None) -> Workload:
+def load_workload(
+    spec: str, *, seed: int = 0, max_requests: int | None = None, tokenizer: str | None = None
+) -> Workload:
     """Load a workload by bundled name, file path, or synthetic spec (see the module docstring).
 
     ``max_requests`` keeps only the first requests, as :meth:`Workload.truncated` does; a
@@ -359,8 +380,9 @@ def load_workload(spec: str, *, seed: int = 0, max_requests: int | None = None) 
             ) from None
         spec_seed = seed if text.lower().endswith(_SPEC_SUFFIXES) else 0  # traces ignore it
         return _load_file(
-            str(path.resolve()), stat.st_mtime_ns, stat.st_size, spec_seed, max_requests
-        )
+            str(path.resolve()), stat.st_mtime_ns, stat.st_size, spec_seed, max_requests,
+            tokenizer,
+        )  # fmt: skip
     raise SchedkitError(
         f"unknown workload {quote(text)}. Known workloads: {', '.join(KNOWN_WORKLOADS)}. Also"
         f" accepted: {_SYNTAX_HELP}"

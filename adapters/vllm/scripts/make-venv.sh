@@ -26,7 +26,8 @@ start=$(date +%s)
 install_schedkit() {
     extra=()
     for p in plugins/*/pyproject.toml; do extra+=(-e "$(dirname "$p")"); done
-    "$VENV/bin/pip" install -q -e . -e adapters/vllm "${extra[@]}" pytest hypothesis mypy ruff
+    # pandas: vllm bench's custom dataset reads JSONL with it (tests/test_request_files.py)
+    "$VENV/bin/pip" install -q -e . -e adapters/vllm "${extra[@]}" pytest hypothesis mypy ruff pandas
     echo "$WANT" > "$STAMP"
 }
 if [[ -f "$STAMP" && "$(cut -d' ' -f1 "$STAMP")" == "$VLLM_DIST" ]]; then
