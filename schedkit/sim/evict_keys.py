@@ -254,13 +254,23 @@ class SpanKeyedEvictions(KeyedEvictions):
         heappush(self._bucket(key), (at, self.serial, [(at, span, stop)], 0))
 
     def mark_freed(self, spans: list[Span]) -> None:
-        serial, run_key = self.serial, None
+        serial, run_key, memo, by_class = self.serial, None, self.memo, self.by_class
         run: list[RunItem] = []
         for span in spans:
             lo, hi = span.lo, span.hi
             if hi <= lo:
                 continue
-            key, stop = self._place(span, lo, hi, span.depth0)
+            if by_class:  # _place, inlined: this runs once per span freed
+                base = span.depth0
+                depth_class = (base + hi - 1).bit_length()
+                key = memo.get((span.num_hits, span.last_access, depth_class))
+                if key is None:
+                    key = self._key(span, hi - 1)
+                stop = (1 << (depth_class - 1) if depth_class else 0) - base
+            else:
+                key, stop = memo.get((span.num_hits, span.last_access)), lo
+                if key is None:
+                    key = self._key(span, hi - 1)
             span.ukey = key
             rank = span.rank
             at = (rank[0], rank[1], -hi)
