@@ -58,7 +58,7 @@ lint-vllm:
 	$(VLLM_VENV)/bin/ruff format --check adapters/vllm
 	$(VLLM_VENV)/bin/mypy --strict --config-file adapters/vllm/pyproject.toml adapters/vllm/schedkit_vllm
 
-test-vllm:
+test-vllm: browser promtool  # test_dashboard.py draws the dashboard from a real Prometheus
 	adapters/vllm/scripts/make-venv.sh
 	HF_HUB_OFFLINE=1 $(VLLM_VENV)/bin/pytest -q adapters/vllm/tests
 

@@ -26,6 +26,7 @@ selected=(
     "$T/test_contract.py"
     "$T/test_chaos.py"
     "$T"/test_device*.py
+    "$T/test_request_files.py"  # vllm bench's own dataset classes, no engine
     # The model-less tests of the real-engine files: argument checks and command building.
     "$T/test_real.py::test_engine_vllm_needs_a_model_directory"
     "$T/test_real.py::test_requests_longer_than_the_model_are_clipped"
@@ -43,7 +44,8 @@ cat <<EOF
 test-modelless: vLLM $version from $VENV, model-less suites only
   selected (real vLLM scheduler, no model, VLLM_TARGET_DEVICE unset):
 $(printf '    %s\n' "${selected[@]#"$T/"}")
-  NOT run here: test_llm.py, test_contract_engine.py, and the engine/server
+  NOT run here: test_llm.py, test_contract_engine.py, test_live.py,
+  test_dashboard.py, and the engine/server
   tests of test_real.py and test_server.py. They run a real model, and the
   official CUDA wheel cannot on a machine without a GPU: vLLM's engine arguments
   fail with "Failed to infer device type", and with VLLM_TARGET_DEVICE=cpu the
