@@ -71,7 +71,8 @@ def test_the_dashboard_drawn_from_a_real_server_and_prometheus(
     config = tmp_path / "prometheus.yml"
     config.write_text(
         "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-        f"scrape_configs: [{{job_name: vllm, static_configs: [{{targets: ['127.0.0.1:{port}']}}]}}]\n"
+        "scrape_configs: [{job_name: vllm, static_configs:"
+        f" [{{targets: ['127.0.0.1:{port}']}}]}}]\n"
     )
     server_log, prom_log = tmp_path / "server.log", tmp_path / "prometheus.log"
     with server_log.open("wb") as out:
@@ -92,7 +93,8 @@ def test_the_dashboard_drawn_from_a_real_server_and_prometheus(
         _workload(trace)
         start = time.time()
         site = str(Path(__file__).with_name("site"))  # names the echo policy
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([site, os.environ.get("PYTHONPATH", "")])}
+        path = os.pathsep.join([site, os.environ.get("PYTHONPATH", "")])
+        env = {**os.environ, "PYTHONPATH": path}
         load = subprocess.run(
             [SCHEDKIT, "bench", "--engine", "openai", "--target", base, "--policy", POLICY,
              "--model", str(tiny_model), "--workload", str(trace), "--request-timeout-s", "120",
