@@ -34,6 +34,7 @@ from schedkit.errors import SchedkitError
 from schedkit.serving import find_option, metrics_dir, run_server
 from schedkit.trust import DEFAULT_TRUST
 
+from schedkit_vllm.tracing import LABEL_VAR
 from schedkit_vllm.trust import MIDDLEWARE, TRUST_VAR
 
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
@@ -143,6 +144,7 @@ def serve(config: SchedkitConfig, engine_args: list[str]) -> int:
     command = build_command(config, engine_args)
     env = dict(os.environ)
     env[TRUST_VAR] = config.trust.model_dump_json()
+    env[LABEL_VAR] = config.label  # for the request spans (schedkit_vllm.tracing)
     print(f"schedkit: {' '.join(command[:3])} ... --scheduler-cls {command[-3]}", file=sys.stderr)
     with metrics_dir("schedkit-vllm-metrics-", METRICS_DIR_VAR not in env) as path:
         if path is not None:

@@ -75,6 +75,7 @@ class TrustMiddleware(_EdgeMiddleware):
 
     def __init__(self, app: ASGIApp, trust: TrustConfig | None = None) -> None:
         super().__init__(app, trust_from_environ() if trust is None else trust, rewrite)
-        from schedkit_vllm import streaming
+        from schedkit_vllm import streaming, tracing
 
         streaming.install()  # vLLM builds the middleware in the API server process
+        tracing.install()
