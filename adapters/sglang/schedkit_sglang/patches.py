@@ -156,8 +156,10 @@ def _add_request(
     if runtime.timing:
         req.time_stats.has_timing_data = True
     if not runtime.facade.sees_arrivals:
+        _trace_admission(req, runtime, None)
         return original(self, req, is_retracted)
     reason = runtime.admission_reason(runtime.view(req))
+    _trace_admission(req, runtime, reason)
     if reason is None:
         return original(self, req, is_retracted)
     # As SGLang's own _abort_on_queued_limit answers a full queue.
@@ -170,6 +172,22 @@ def _add_request(
     req.time_stats.trace_ctx.abort(abort_info={"reason": message})
     self._release_aborted_request(req)
     return None
+
+
+def _trace_admission(req: Any, runtime: SchedkitRuntime, reason: str | None) -> None:
+    """The admission decision on the request's scheduler span, when SGLang traces
+    requests (``--enable-trace``): ``schedkit.policy``, ``schedkit.rejected`` and the
+    reason, ``schedkit.rejection`` (``docs/observability.md``)."""
+    trace = getattr(getattr(req, "time_stats", None), "trace_ctx", None)
+    if trace is None or not getattr(trace, "tracing_enable", False):
+        return
+    attributes: dict[str, Any] = {
+        "schedkit.policy": runtime.facade.label,
+        "schedkit.rejected": reason is not None,
+    }
+    if reason is not None:
+        attributes["schedkit.rejection"] = reason
+    trace.trace_set_thread_attrs(attributes)
 
 
 # -- order and budget -----------------------------------------------------------------

@@ -25,7 +25,9 @@ start=$(date +%s)
 install_schedkit() {
     extra=()
     for p in plugins/*/pyproject.toml; do extra+=(-e "$(dirname "$p")"); done
-    "$VENV/bin/pip" install -q -e . -e adapters/sglang "${extra[@]}" pytest hypothesis mypy ruff
+    # opentelemetry: SGLang's request tracing (--enable-trace), tests/test_tracing.py
+    "$VENV/bin/pip" install -q -e . -e adapters/sglang "${extra[@]}" pytest hypothesis mypy ruff \
+        opentelemetry-sdk opentelemetry-exporter-otlp
     echo "$WANT" > "$STAMP"
 }
 if [[ -f "$STAMP" && "$(cut -d' ' -f1 "$STAMP")" == "$SGLANG_DIST" ]]; then

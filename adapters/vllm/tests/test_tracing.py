@@ -8,15 +8,13 @@ their preemption count. The server runs in its own session and is killed in a
 from __future__ import annotations
 
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from schedkit.testing.otlp import otlp_receiver
 from test_server import (
     ECHO_PROMPT,
     POLICY,
@@ -31,40 +29,10 @@ from test_server import (
 )  # fmt: skip
 
 
-class _Receiver(BaseHTTPRequestHandler):
-    spans: list[dict[str, Any]] = []
-
-    def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        request = ExportTraceServiceRequest.FromString(body)
-        for resource in request.resource_spans:
-            for scope in resource.scope_spans:
-                for span in scope.spans:
-                    values = {kv.key: _value(kv.value) for kv in span.attributes}
-                    self.spans.append({"name": span.name, **values})
-        self.send_response(200)
-        self.send_header("Content-Type", "application/x-protobuf")
-        self.end_headers()
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
-def _value(v: Any) -> Any:
-    kind = v.WhichOneof("value")
-    return getattr(v, kind) if kind else None
-
-
 @pytest.fixture
 def receiver() -> Iterator[tuple[str, list[dict[str, Any]]]]:
-    _Receiver.spans = []
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Receiver)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}/v1/traces", _Receiver.spans
-    finally:
-        httpd.shutdown()
+    with otlp_receiver() as received:
+        yield received
 
 
 def test_request_spans_carry_schedkit_decisions(
