@@ -36,7 +36,7 @@ import numpy as np
 
 from schedkit.errors import SchedkitError, quote
 from schedkit.inputs import MAX_LINE_BYTES, parse_document
-from schedkit.sim.trace_formats import TraceSource, trace_lines
+from schedkit.sim.trace_formats import RowError, TraceSource, json_row, trace_lines
 from schedkit.sim.workloads import TraceRequest, Workload
 
 __all__ = [
@@ -117,20 +117,11 @@ def jsonl_rows(trace: TraceSource) -> Iterator[Row] | None:
 
     def objects() -> Iterator[Row]:
         for lineno, line in enumerate(trace_lines(trace), start=1):
-            if not line.strip():
-                continue
-            where = f"{trace.origin}: line {lineno:,}"
-            try:
-                obj = parse_document(line, "json")
-            except json.JSONDecodeError as exc:
-                raise SchedkitError(
-                    f"{where}: not valid JSON ({exc.msg}, column {exc.colno})"
-                ) from None
-            except ValueError as exc:  # NestingError, or an integer of over 4,300 digits
-                raise SchedkitError(f"{where}: not a request: {exc}") from None
-            if not isinstance(obj, dict):
-                raise SchedkitError(f"{where}: expected a JSON object, got {type(obj).__name__}")
-            yield f"line {lineno:,}", obj
+            if line.strip():
+                try:
+                    yield f"line {lineno:,}", json_row(line)
+                except RowError as exc:
+                    raise SchedkitError(f"{trace.origin}: line {lineno:,}: {exc}") from None
 
     try:
         first = next(objects(), None)

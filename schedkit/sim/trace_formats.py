@@ -234,6 +234,19 @@ def _jsonl_header(obj: dict[str, object]) -> tuple[str, str, int]:
     return name, source, _count(meta.get("hash_block_tokens", 0), "hash_block_tokens")
 
 
+def json_row(line: str) -> dict[str, object]:
+    """One JSONL line as an object; ``RowError`` saying what it is instead."""
+    try:
+        obj = parse_document(line, "json")
+    except json.JSONDecodeError as exc:
+        raise RowError(f"not valid JSON ({exc.msg}, column {exc.colno})") from None
+    except ValueError as exc:  # NestingError, or an integer of over 4,300 digits
+        raise RowError(f"not a request: {exc}") from None
+    if not isinstance(obj, dict):
+        raise RowError(f"expected a JSON object, got {type(obj).__name__}")
+    return obj
+
+
 def parse_jsonl(
     source: TraceSource, stem: str, attribution: str = "", max_rows: int | None = None
 ) -> Workload:
@@ -248,14 +261,7 @@ def parse_jsonl(
         if not line.strip():
             continue
         try:
-            try:
-                obj = parse_document(line, "json")
-            except json.JSONDecodeError as exc:
-                raise RowError(f"not valid JSON ({exc.msg}, column {exc.colno})") from None
-            except ValueError as exc:  # NestingError, or an integer of over 4,300 digits
-                raise RowError(f"not a request: {exc}") from None
-            if not isinstance(obj, dict):
-                raise RowError(f"expected a JSON object, got {type(obj).__name__}")
+            obj = json_row(line)
             if not fmt and "workload" in obj:
                 header_name, header_source, block_tokens = _jsonl_header(obj)
                 name, attribution = header_name or name, header_source or attribution

@@ -113,15 +113,13 @@ def test_sharegpt_takes_the_first_two_turns_within_vllms_limits(tmp_path: Path) 
 
 
 def test_a_workload_spec_json_is_still_a_spec(tmp_path: Path) -> None:
-    spec = {"duration_s": 5, "tenants": [{"name": "a", "rate": 2, "prompt": 100, "output": 10}]}
+    spec = {"name": "spec", "duration_s": 5, "seed": 0,
+            "tenant": [{"name": "a", "rate": 2.0, "prompt_mean": 100, "output_mean": 10}]}  # fmt: skip
     path = tmp_path / "spec.json"
     path.write_text(json.dumps(spec))
-    try:
-        w = load_workload(str(path))
-    except SchedkitError as exc:  # a spec error, not a ShareGPT one
-        assert "ShareGPT" not in str(exc)
-    else:
-        assert "request file" not in w.source
+    w = load_workload(str(path))  # a JSON object: the multi-tenant spec, not ShareGPT
+    assert w.requests and "request file" not in w.source
+    assert {r.tenant for r in w.requests} == {"a"}
 
 
 @pytest.mark.parametrize(

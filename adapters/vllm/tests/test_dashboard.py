@@ -17,12 +17,9 @@ import shutil
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
-import pytest
-from test_server import SCHEDKIT, _engine_args, _env, _free_port, _kill, _tail, _wait_healthy
+from test_server import SCHEDKIT, _engine_args, _env, _free_port, _kill, _wait_healthy
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "deploy" / "grafana"))
@@ -44,21 +41,6 @@ def _workload(path: Path) -> None:
         lines.append(json.dumps({"arrival_s": 0.1 * i, "prompt_tokens": prompt,
                                  "output_tokens": 48, "tenant": "ab"[i % 2]}))  # fmt: skip
     path.write_text("\n".join(lines) + "\n")
-
-
-def _wait_ready(process: subprocess.Popen[bytes], base: str, log: Path) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            pytest.fail(f"prometheus exited with {process.returncode}:\n{_tail(log)}")
-        try:
-            with urllib.request.urlopen(f"{base}/-/ready", timeout=2) as response:
-                if response.status == 200:
-                    return
-        except (urllib.error.URLError, OSError):
-            pass
-        time.sleep(0.5)
-    pytest.fail(f"prometheus not ready in 60 s:\n{_tail(log)}")
 
 
 def test_the_dashboard_drawn_from_a_real_server_and_prometheus(
@@ -88,7 +70,7 @@ def test_the_dashboard_drawn_from_a_real_server_and_prometheus(
         )  # fmt: skip
     try:
         _wait_healthy(server, base, server_log)
-        _wait_ready(prom_process, prom, prom_log)
+        _wait_healthy(prom_process, prom, prom_log, path="/-/ready")
         trace = tmp_path / "trace.jsonl"
         _workload(trace)
         start = time.time()

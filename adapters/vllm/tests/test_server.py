@@ -80,15 +80,17 @@ def _tail(log: Path, n: int = 4000) -> str:
     return log.read_text(errors="replace")[-n:]
 
 
-def _wait_healthy(process: subprocess.Popen[bytes], base: str, log: Path) -> None:
-    """Until ``base/health`` answers 200; fails with the log's tail if the server exits or
+def _wait_healthy(
+    process: subprocess.Popen[bytes], base: str, log: Path, path: str = "/health"
+) -> None:
+    """Until ``base + path`` answers 200; fails with the log's tail if the server exits or
     is not healthy within ``STARTUP_S``."""
     deadline = time.monotonic() + STARTUP_S
     while True:
         if process.poll() is not None:
             pytest.fail(f"server exited with {process.returncode}:\n{_tail(log)}")
         try:
-            with urllib.request.urlopen(f"{base}/health", timeout=2) as response:
+            with urllib.request.urlopen(f"{base}{path}", timeout=2) as response:
                 if response.status == 200:
                     return
         except (urllib.error.URLError, OSError):
