@@ -2,13 +2,13 @@
 SGLang) on one trace, fit a cost profile, then replay different traces on the simulator
 with that profile and on the real engine, and compare.
 
-On this machine (CPU, a random-weight 2-layer Llama, hidden 256, as the adapters' tests
-use)::
+On this machine (CPU; by default a random-weight 43M-parameter Llama, ``--random mid``,
+whose steps are long enough that the engine's own loop is a small share)::
 
     HF_HUB_OFFLINE=1 taskset -c 1 .venv-vllm/bin/python benchmarks/fidelity/loop.py \\
-        --json benchmarks/fidelity/cpu-loop.json
+        --json benchmarks/fidelity/vllm-cpu.json
     HF_HUB_OFFLINE=1 taskset -c 1 .venv-sglang/bin/python benchmarks/fidelity/loop.py \\
-        --engine sglang --json benchmarks/fidelity/cpu-loop-sglang.json
+        --engine sglang --json benchmarks/fidelity/sglang-cpu.json
 
 On a GPU, with your model (the same code path; ``--gpu`` names the GPU profile of the
 roofline reference that coefficients nothing varies for fall back to)::
@@ -17,41 +17,61 @@ roofline reference that coefficients nothing varies for fall back to)::
 
 The training trace and the test traces differ in seed and rate. The simulator gets the
 real engine's KV capacity and block size, so that both schedule under the same limits.
-Each test trace is replayed under fcfs and sjf, which change the schedule, to compare
-the simulated A/B difference with the real one.
+Each test trace is replayed under fcfs and sjf: on the simulator once (it is
+deterministic), on the real engine ``--rounds`` times with the arms' order alternating,
+and the real figure is the median over the rounds; their spread is the real engine
+against itself, the floor under any comparison. The simulator runs once more with
+every coefficient 5% larger: how much each latency moves per unit of step-time error
+(its elasticity), which is large wherever requests queue.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from schedkit.bench.runner import BenchSpec, run_bench
 from schedkit.sim.calibration import read_steps, save_cost_profile
-from schedkit.sim.costmodel import RooflineCostModel
-from schedkit.sim.fit import fit_steps
+from schedkit.sim.costmodel import LINEAR_COEFFICIENTS, LinearCostModel, RooflineCostModel
+from schedkit.sim.fit import StepRow, fit_steps, with_gaps
 from schedkit.sim.profiles import get_gpu, get_model, register_model_dir
 
 TRAIN = "poisson:rate=12,n=400,prompt=96,output=24,seed=11"
-TESTS = {
-    "same-rate": "poisson:rate=12,n=300,prompt=96,output=24,seed=23",
-    "busier": "gamma:rate=18,cv=2,n=300,prompt=128,output=24,seed=37",
+# name -> (workload, engine settings). The first two run the engine as configured by
+# default (256 sequences, 8,192 tokens a step), where nothing waits at these loads and
+# the order cannot matter; "queued" caps the batch at 8 sequences so that bursts queue
+# and sjf reorders them: the A/B test.
+TESTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "same-rate": ("poisson:rate=12,n=300,prompt=96,output=24,seed=23", {}),
+    "busier": ("gamma:rate=18,cv=2,n=300,prompt=128,output=24,seed=37", {}),
+    "queued": ("gamma:rate=10,cv=2,n=300,prompt=96,output=24,seed=41", {"max_num_seqs": 8}),
 }
 POLICIES = ["fcfs", "sjf"]
 METRICS = (("ttft_ms", "p50"), ("ttft_ms", "p90"), ("tpot_ms", "p50"), ("tpot_ms", "p90"),
            ("e2e_ms", "p50"), ("e2e_ms", "p90"))  # fmt: skip
+# the real engines' settings of every run: vLLM's CPU backend reserves this share of the
+# memory for its KV cache, and arms run one after another in one process
+ENGINE: dict[str, dict[str, Any]] = {"vllm": {"gpu_memory_utilization": 0.5}, "sglang": {}}
+SLOWER = 1.05  # the sensitivity run: every coefficient of the profile 5% larger
+# random-weight Llamas: "tiny" as the adapters' tests use; "mid" (43M parameters) makes
+# steps long enough (15 ms a decode step on one core) that the engine's own loop is a
+# small share of the time
+MODELS = {
+    "tiny": {"hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 4,
+             "num_key_value_heads": 4, "num_hidden_layers": 2},
+    "mid": {"hidden_size": 768, "intermediate_size": 2048, "num_attention_heads": 12,
+            "num_key_value_heads": 12, "num_hidden_layers": 6},
+}  # fmt: skip
 
 
-def tiny_model(path: Path) -> Path:
+def random_model(path: Path, size: str) -> Path:
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(
-        hidden_size=256, intermediate_size=512, num_attention_heads=4, num_key_value_heads=4,
-        num_hidden_layers=2, vocab_size=512, max_position_embeddings=1024,
-    )  # fmt: skip
+    config = LlamaConfig(vocab_size=512, max_position_embeddings=1024, **MODELS[size])
     LlamaForCausalLM(config).save_pretrained(path, safe_serialization=True)
     return path
 
@@ -63,22 +83,76 @@ def metrics(results: dict[str, Any]) -> dict[str, dict[str, float]]:
     }
 
 
+def median_rounds(rounds: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
+    """Per policy and metric, the median over the rounds."""
+    return {
+        policy: {k: statistics.median(r[policy][k] for r in rounds) for k in rounds[0][policy]}
+        for policy in rounds[0]
+    }
+
+
+def spread(rounds: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
+    """Per policy and metric, (max - min) / median over the rounds: the real engine
+    against itself, the floor under any simulator error."""
+    med = median_rounds(rounds)
+    return {
+        policy: {
+            k: (max(r[policy][k] for r in rounds) - min(r[policy][k] for r in rounds)) / v
+            for k, v in med[policy].items()
+            if v
+        }
+        for policy in med
+    }
+
+
+def relative(a: dict[str, dict[str, float]], b: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """a / b - 1 per policy and metric."""
+    return {p: {k: a[p][k] / v - 1 for k, v in b[p].items() if v} for p in b}
+
+
+def sjf_vs_fcfs(m: dict[str, dict[str, float]]) -> dict[str, float]:
+    return {k: m["sjf"][k] / v - 1 for k, v in m["fcfs"].items() if v}
+
+
+def step_bias(model: LinearCostModel, rows: list[StepRow]) -> dict[str, float]:
+    """How the profile predicts steps it was not fitted on: total predicted / measured
+    time (above 1: the simulator's steps are slower) and the mean absolute error."""
+    predicted = [
+        model.step_time(r.prefill_tokens, r.decode_tokens, r.kv_tokens, r.attn_pairs) for r in rows
+    ]
+    measured = [r.seconds for r in rows]
+    mape = statistics.fmean(abs(a - b) / b for a, b in zip(predicted, measured, strict=True))
+    return {"steps": len(rows), "time_ratio": sum(predicted) / sum(measured), "mape": mape}
+
+
+def scaled_profile(profile: Path, factor: float) -> Path:
+    data = json.loads(profile.read_text())
+    for name in LINEAR_COEFFICIENTS:
+        data[name] *= factor
+    out = profile.with_name(f"{profile.stem}-x{factor:g}.json")
+    out.write_text(json.dumps(data))
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--model", default=None, help="model directory (default: a tiny one)")
+    parser.add_argument("--model", default=None, help="model directory (default: --random)")
+    parser.add_argument("--random", choices=sorted(MODELS), default="mid",
+                        help="the random-weight model made when --model is not given")  # fmt: skip
     parser.add_argument("--gpu", default="H100-SXM", help="GPU profile of the reference")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--engine", choices=("vllm", "sglang"), default="vllm")
+    parser.add_argument("--rounds", type=int, default=3, help="real runs of each test")
     args = parser.parse_args()
     engine = args.engine
     out = args.out or Path(tempfile.mkdtemp(prefix="cpu-loop-"))
-    model = args.model or str(tiny_model(out / "model"))
+    model = args.model or str(random_model(out / "model", args.random))
     register_model_dir(model)
     # 1. record the real engine on the training trace
     train = run_bench(
         BenchSpec(workload=TRAIN, policies=["fcfs"], engine=engine, model=model,
-                  record_steps=str(out / "steps")),
+                  record_steps=str(out / "steps"), **ENGINE[engine]),
         out / "train",
     )  # fmt: skip
     real = train["engine"]["real"]
@@ -87,6 +161,7 @@ def main() -> None:
     fit = fit_steps(rows, reference)
     profile = out / "cpu-profile.json"
     save_cost_profile(fit, profile, source="steps/fcfs.csv", recorded_for=meta)
+    slower = scaled_profile(profile, SLOWER)
     print(f"recorded {len(rows)} steps; held-out {fit.holdout}")
     for warning in fit.warnings:
         print("warning:", warning)
@@ -98,45 +173,76 @@ def main() -> None:
     else:
         kv_blocks, block_size = real["kv_tokens"] // 16, 16
     report: dict[str, Any] = {
-        "engine": engine, "train": TRAIN, "steps": len(rows), "fit": fit.describe(),
-        "coefficients": fit.model.describe(), "kv_blocks": kv_blocks,
-        "block_size": block_size, "tests": {},
+        "engine": engine, "model": args.model or f"random {args.random}", "train": TRAIN,
+        "steps": len(rows), "fit": fit.describe(), "coefficients": fit.model.describe(),
+        "kv_blocks": kv_blocks, "block_size": block_size, "rounds": args.rounds, "tests": {},
     }  # fmt: skip
-    common = {"model": model, "kv_blocks": kv_blocks, "block_size": block_size}
-    for name, workload in TESTS.items():
-        sim = run_bench(
+    for name, (workload, settings) in TESTS.items():
+        common = {"model": model, "kv_blocks": kv_blocks, "block_size": block_size, **settings}
+        sim = metrics(run_bench(
             BenchSpec(workload=workload, policies=POLICIES, profile=str(profile), **common),
             out / f"{name}-sim",
-        )
-        live = run_bench(
-            BenchSpec(workload=workload, policies=POLICIES, engine=engine, **common),
-            out / f"{name}-real",
-        )
-        s, r = metrics(sim), metrics(live)
-        errors = {
-            policy: {k: s[policy][k] / r[policy][k] - 1 for k in r[policy] if r[policy][k]}
-            for policy in POLICIES
+        ))  # fmt: skip
+        sim_slower = metrics(run_bench(
+            BenchSpec(workload=workload, policies=POLICIES, profile=str(slower), **common),
+            out / f"{name}-sim-slower",
+        ))  # fmt: skip
+        rounds, steps = [], []
+        for i in range(args.rounds):  # the arms' order alternates between rounds
+            order = POLICIES if i % 2 == 0 else POLICIES[::-1]
+            recorded = out / f"{name}-steps-{i}"
+            rounds.append(metrics(run_bench(
+                BenchSpec(workload=workload, policies=order, engine=engine,
+                          record_steps=str(recorded), **common, **ENGINE[engine]),
+                out / f"{name}-real-{i}",
+            )))  # fmt: skip
+            steps.append({p: with_gaps(read_steps(recorded / f"{p}.csv")[0])[0] for p in order})
+        live = median_rounds(rounds)
+        # the steps of these runs, which the profile was not fitted on: how far the
+        # machine's speed moved from the training run's ...
+        bias = [{p: step_bias(fit.model, rows) for p, rows in r.items()} for r in steps]
+        # ... and the simulator given steps that are right: a profile fitted on all of
+        # this test's real steps, which shows the replay's own error (batches, queues)
+        oracle_fit = fit_steps([r for d in steps for rows in d.values() for r in rows], reference)
+        oracle_profile = out / f"{name}-oracle-profile.json"
+        save_cost_profile(oracle_fit, oracle_profile, source=name, recorded_for=meta)
+        oracle = metrics(run_bench(
+            BenchSpec(workload=workload, policies=POLICIES, profile=str(oracle_profile),
+                      **common),
+            out / f"{name}-sim-oracle",
+        ))  # fmt: skip
+        elasticity = {
+            p: {k: v / (SLOWER - 1) for k, v in d.items()}
+            for p, d in relative(sim_slower, sim).items()
         }
-        ab = {
-            k: {"sim": s["sjf"][k] / s["fcfs"][k] - 1, "real": r["sjf"][k] / r["fcfs"][k] - 1}
-            for k in r["fcfs"]
-            if r["fcfs"][k] and s["fcfs"][k]
-        }
-        report["tests"][name] = {
-            "workload": workload,
-            "sim": s,
-            "real": r,
-            "error": errors,
-            "ab": ab,
-        }
-        print(f"\n{name} ({workload})")
+        result = {
+            "workload": workload, "settings": settings, "sim": sim, "real": live,
+            "real_rounds": rounds, "error": relative(sim, live), "real_spread": spread(rounds),
+            "elasticity": elasticity, "step_bias": bias, "oracle_sim": oracle,
+            "oracle_error": relative(oracle, live), "oracle_coefficients": oracle_fit.model.describe(),
+            "ab": {"sim": sjf_vs_fcfs(sim), "real": sjf_vs_fcfs(live),
+                   "real_rounds": [sjf_vs_fcfs(r) for r in rounds]},
+        }  # fmt: skip
+        report["tests"][name] = result
+        print(f"\n{name} ({workload}, {settings or 'default engine'})")
         for policy in POLICIES:
-            cells = ", ".join(f"{k} {v:+.1%}" for k, v in errors[policy].items())
+            cells = ", ".join(f"{k} {v:+.1%}" for k, v in result["error"][policy].items())
             print(f"  {policy}: sim vs real: {cells}")
-        for k, v in ab.items():
-            print(f"  sjf vs fcfs {k}: sim {v['sim']:+.1%}, real {v['real']:+.1%}")
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=2, default=str))
+            cells = ", ".join(f"{k} {v:.1%}" for k, v in result["real_spread"][policy].items())
+            print(f"  {policy}: real spread over {args.rounds} rounds: {cells}")
+            cells = ", ".join(f"{k} {v:+.1%}" for k, v in result["oracle_error"][policy].items())
+            print(f"  {policy}: sim with this test's own steps vs real: {cells}")
+        for i, b in enumerate(bias):
+            cells = ", ".join(
+                f"{p} {v['time_ratio']:.3f} (MAPE {v['mape']:.1%})" for p, v in b.items()
+            )
+            print(f"  round {i}: profile's predicted / measured step time: {cells}")
+        for k, v in result["ab"]["sim"].items():
+            per_round = ", ".join(f"{r[k]:+.1%}" for r in result["ab"]["real_rounds"])
+            print(f"  sjf vs fcfs {k}: sim {v:+.1%}, real {result['ab']['real'][k]:+.1%}"
+                  f" (rounds {per_round})")  # fmt: skip
+        if args.json:  # after every test: a long run keeps what it measured
+            args.json.write_text(json.dumps(report, indent=2, default=str))
 
 
 if __name__ == "__main__":

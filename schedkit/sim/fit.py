@@ -3,8 +3,12 @@
 The model is the linear cost model (``LinearCostModel``): a per-step constant plus
 seconds per prefill token (compute), per decode token, per KV token read (memory
 traffic) and per query-key pair (attention). Those are the roofline's terms, made
-linear. The fit is ``scipy.optimize.nnls`` on relative errors: each row is divided by
-its measured time, so a 2 ms decode step weighs as much as a 2 s prefill. The steps are
+linear. The fit is ``scipy.optimize.nnls``, each row weighted by 1/sqrt(its measured
+time): the noise of a step grows with its length (variance about proportional to it),
+and the simulator's latencies are sums of step times, so a long step may not be
+fitted worse than a short one in proportion (pure relative error, which fits many
+short decode steps and underestimates the long mixed ones that queues wait behind) nor
+outweigh a thousand short ones (absolute error). The steps are
 split by time: the first ``1 - test_share`` are fitted, and the error is measured on
 the rest. A feature that never varies in the fitted steps (no attention column, batch
 size always 1) cannot be told apart from the constant. Its coefficient stays at the
@@ -169,10 +173,11 @@ def fit_steps(
         if name in fixed:
             offset += x[:, j] * fixed[name]
     target = y - offset
-    a = x[:, free] / y[:, None]  # relative errors: each row divided by its time
+    weight = 1.0 / np.sqrt(y)  # variance about proportional to the step's time
+    a = x[:, free] * weight[:, None]
     scale = np.abs(a).max(axis=0)
     scale[scale == 0] = 1.0
-    solution, _ = nnls(a / scale, target / y)
+    solution, _ = nnls(a / scale, target * weight)
     coef = dict(fixed)
     for j, value in zip(free, solution / scale, strict=True):
         coef[LINEAR_COEFFICIENTS[j]] = float(max(value, 0.0))
