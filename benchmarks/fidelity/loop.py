@@ -15,14 +15,19 @@ roofline reference that coefficients nothing varies for fall back to)::
 
     python benchmarks/fidelity/loop.py --model /path/to/model --gpu H100-SXM --json gpu-loop.json
 
-The training trace and the test traces differ in seed and rate. The simulator gets the
+A warm-up run comes first and is not recorded (a process's first engine is slower). The
+training trace and the test traces differ in seed and rate. The simulator gets the
 real engine's KV capacity and block size, so that both schedule under the same limits.
 Each test trace is replayed under fcfs and sjf: on the simulator once (it is
 deterministic), on the real engine ``--rounds`` times with the arms' order alternating,
 and the real figure is the median over the rounds; their spread is the real engine
 against itself, the floor under any comparison. The simulator runs once more with
 every coefficient 5% larger: how much each latency moves per unit of step-time error
-(its elasticity), which is large wherever requests queue.
+(its elasticity), which is large wherever requests queue. Every real run records its
+steps too: the profile's predicted / measured time on them says how far the machine's
+speed moved from the training run's, and a profile fitted on them (the test's own
+steps, so not a held-out figure) shows the replay's own error, batches and queues,
+apart from the step profile's. ``--table F.json`` prints the tables of a finished run.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from schedkit.sim.fit import StepRow, fit_steps, with_gaps
 from schedkit.sim.profiles import get_gpu, get_model, register_model_dir
 
 TRAIN = "poisson:rate=12,n=400,prompt=96,output=24,seed=11"
+WARMUP = "poisson:rate=12,n=100,prompt=96,output=24,seed=5"
 # name -> (workload, engine settings). The first two run the engine as configured by
 # default (256 sequences, 8,192 tokens a step), where nothing waits at these loads and
 # the order cannot matter; "queued" caps the batch at 8 sequences so that bursts queue
@@ -134,6 +140,43 @@ def scaled_profile(profile: Path, factor: float) -> Path:
     return out
 
 
+TARGET = 0.10  # the issue's: within 10% on p50 and p90 of TTFT and TPOT
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """The results tables of ``report`` (what ``--json`` wrote), in Markdown."""
+    cells = [k for k in report["tests"][next(iter(report["tests"]))]["sim"]["fcfs"]]
+    head = " | ".join(k.replace("_ms_", " ") for k in cells)
+    lines = [f"| test | policy | {head} |", "|---|---|" + "---:|" * len(cells)]
+    within = own_within = total = 0
+    for name, test in report["tests"].items():
+        for policy in POLICIES:
+            row = []
+            for k in cells:
+                e, own = test["error"][policy][k], test["oracle_error"][policy][k]
+                row.append(f"{e:+.1%} ({own:+.1%}) [{test['real_spread'][policy][k]:.0%}]")
+                if k.startswith(("ttft", "tpot")):
+                    total += 1
+                    within += abs(e) <= TARGET
+                    own_within += abs(own) <= TARGET
+            lines.append(f"| {name} | {policy} | " + " | ".join(row) + " |")
+    lines += ["", f"TTFT/TPOT cells within {TARGET:.0%}: {within} of {total} ({own_within} with"
+              " the test's own steps)", ""]  # fmt: skip
+    lines += ["| test | metric | simulated sjf vs fcfs | real (median) | real, each round |",
+              "|---|---|---:|---:|---|"]  # fmt: skip
+    for name, test in report["tests"].items():
+        for k, v in test["ab"]["sim"].items():
+            rounds = ", ".join(f"{r[k]:+.1%}" for r in test["ab"]["real_rounds"])
+            lines.append(f"| {name} | {k} | {v:+.1%} | {test['ab']['real'][k]:+.1%} | {rounds} |")
+    lines += ["", "| test | round | profile's predicted / measured step time (fcfs, sjf) |",
+              "|---|---:|---|"]  # fmt: skip
+    for name, test in report["tests"].items():
+        for i, b in enumerate(test["step_bias"]):
+            ratios = ", ".join(f"{b[p]['time_ratio']:.3f}" for p in POLICIES)
+            lines.append(f"| {name} | {i} | {ratios} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, default=None)
@@ -144,15 +187,30 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--engine", choices=("vllm", "sglang"), default="vllm")
     parser.add_argument("--rounds", type=int, default=3, help="real runs of each test")
+    parser.add_argument("--rate-scale", type=float, default=1.0,
+                        help="every trace's arrival rate times this (a slower engine: < 1)")  # fmt: skip
+    parser.add_argument("--table", type=Path, default=None,
+                        help="print the tables of a --json file this script wrote, and stop")  # fmt: skip
     args = parser.parse_args()
+    if args.table is not None:
+        print(markdown(json.loads(args.table.read_text())))
+        return
     engine = args.engine
     out = args.out or Path(tempfile.mkdtemp(prefix="cpu-loop-"))
     model = args.model or str(random_model(out / "model", args.random))
     register_model_dir(model)
+    # 0. a warm-up run, not recorded: the first engine of a process is slower (its
+    # kernels' first calls), and a profile fitted on it would be too
+    run_bench(
+        BenchSpec(workload=WARMUP, policies=["fcfs"], engine=engine, model=model,
+                  rate_scale=args.rate_scale, **ENGINE[engine]),
+        out / "warmup",
+    )  # fmt: skip
     # 1. record the real engine on the training trace
     train = run_bench(
         BenchSpec(workload=TRAIN, policies=["fcfs"], engine=engine, model=model,
-                  record_steps=str(out / "steps"), **ENGINE[engine]),
+                  record_steps=str(out / "steps"), rate_scale=args.rate_scale,
+                  **ENGINE[engine]),
         out / "train",
     )  # fmt: skip
     real = train["engine"]["real"]
@@ -175,10 +233,12 @@ def main() -> None:
     report: dict[str, Any] = {
         "engine": engine, "model": args.model or f"random {args.random}", "train": TRAIN,
         "steps": len(rows), "fit": fit.describe(), "coefficients": fit.model.describe(),
-        "kv_blocks": kv_blocks, "block_size": block_size, "rounds": args.rounds, "tests": {},
+        "kv_blocks": kv_blocks, "block_size": block_size, "rounds": args.rounds,
+        "rate_scale": args.rate_scale, "tests": {},
     }  # fmt: skip
     for name, (workload, settings) in TESTS.items():
-        common = {"model": model, "kv_blocks": kv_blocks, "block_size": block_size, **settings}
+        common = {"model": model, "kv_blocks": kv_blocks, "block_size": block_size,
+                  "rate_scale": args.rate_scale, **settings}  # fmt: skip
         sim = metrics(run_bench(
             BenchSpec(workload=workload, policies=POLICIES, profile=str(profile), **common),
             out / f"{name}-sim",
@@ -243,6 +303,7 @@ def main() -> None:
                   f" (rounds {per_round})")  # fmt: skip
         if args.json:  # after every test: a long run keeps what it measured
             args.json.write_text(json.dumps(report, indent=2, default=str))
+    print(markdown(report))
 
 
 if __name__ == "__main__":
