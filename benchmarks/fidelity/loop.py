@@ -59,9 +59,6 @@ TESTS: dict[str, tuple[str, dict[str, Any]]] = {
 POLICIES = ["fcfs", "sjf"]
 METRICS = (("ttft_ms", "p50"), ("ttft_ms", "p90"), ("tpot_ms", "p50"), ("tpot_ms", "p90"),
            ("e2e_ms", "p50"), ("e2e_ms", "p90"))  # fmt: skip
-# the real engines' settings of every run: vLLM's CPU backend reserves this share of the
-# memory for its KV cache, and arms run one after another in one process
-ENGINE: dict[str, dict[str, Any]] = {"vllm": {"gpu_memory_utilization": 0.5}, "sglang": {}}
 SLOWER = 1.05  # the sensitivity run: every coefficient of the profile 5% larger
 # random-weight Llamas: "tiny" as the adapters' tests use; "mid" (43M parameters) makes
 # steps long enough (15 ms a decode step on one core) that the engine's own loop is a
@@ -191,11 +188,17 @@ def main() -> None:
                         help="every trace's arrival rate times this (a slower engine: < 1)")  # fmt: skip
     parser.add_argument("--table", type=Path, default=None,
                         help="print the tables of a --json file this script wrote, and stop")  # fmt: skip
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.5,
+                        help="vLLM's; on CPU the share of the memory its KV cache takes, and"
+                        " the arms run one after another in one process")  # fmt: skip
     args = parser.parse_args()
     if args.table is not None:
         print(markdown(json.loads(args.table.read_text())))
         return
     engine = args.engine
+    real_settings: dict[str, dict[str, Any]] = {  # the real engine's, on every run
+        "vllm": {"gpu_memory_utilization": args.gpu_memory_utilization}, "sglang": {},
+    }  # fmt: skip
     out = args.out or Path(tempfile.mkdtemp(prefix="cpu-loop-"))
     model = args.model or str(random_model(out / "model", args.random))
     register_model_dir(model)
@@ -203,14 +206,14 @@ def main() -> None:
     # kernels' first calls), and a profile fitted on it would be too
     run_bench(
         BenchSpec(workload=WARMUP, policies=["fcfs"], engine=engine, model=model,
-                  rate_scale=args.rate_scale, **ENGINE[engine]),
+                  rate_scale=args.rate_scale, **real_settings[engine]),
         out / "warmup",
     )  # fmt: skip
     # 1. record the real engine on the training trace
     train = run_bench(
         BenchSpec(workload=TRAIN, policies=["fcfs"], engine=engine, model=model,
                   record_steps=str(out / "steps"), rate_scale=args.rate_scale,
-                  **ENGINE[engine]),
+                  **real_settings[engine]),
         out / "train",
     )  # fmt: skip
     real = train["engine"]["real"]
@@ -253,7 +256,7 @@ def main() -> None:
             recorded = out / f"{name}-steps-{i}"
             rounds.append(metrics(run_bench(
                 BenchSpec(workload=workload, policies=order, engine=engine,
-                          record_steps=str(recorded), **common, **ENGINE[engine]),
+                          record_steps=str(recorded), **common, **real_settings[engine]),
                 out / f"{name}-real-{i}",
             )))  # fmt: skip
             steps.append({p: with_gaps(read_steps(recorded / f"{p}.csv")[0])[0] for p in order})
