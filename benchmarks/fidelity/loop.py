@@ -59,6 +59,8 @@ TESTS: dict[str, tuple[str, dict[str, Any]]] = {
 POLICIES = ["fcfs", "sjf"]
 METRICS = (("ttft_ms", "p50"), ("ttft_ms", "p90"), ("tpot_ms", "p50"), ("tpot_ms", "p90"),
            ("e2e_ms", "p50"), ("e2e_ms", "p90"))  # fmt: skip
+# the simulator's settings for each engine: SGLang runs prefill-only steps ahead of decode
+SIM: dict[str, dict[str, Any]] = {"vllm": {}, "sglang": {"mixed_prefill": False}}
 SLOWER = 1.05  # the sensitivity run: every coefficient of the profile 5% larger
 # random-weight Llamas: "tiny" as the adapters' tests use; "mid" (43M parameters) makes
 # steps long enough (15 ms a decode step on one core) that the engine's own loop is a
@@ -128,6 +130,40 @@ def step_bias(model: LinearCostModel, rows: list[StepRow]) -> dict[str, float]:
     return {"steps": len(rows), "time_ratio": sum(predicted) / sum(measured), "mape": mape}
 
 
+def simulate(workload: str, profile: Path, settings: dict[str, Any], out: Path) -> Any:
+    """The simulator's fcfs and sjf arms with ``profile``."""
+    spec = BenchSpec(workload=workload, policies=POLICIES, profile=str(profile), **settings)
+    return metrics(run_bench(spec, out))
+
+
+def resimulate(report: dict[str, Any], model: str, out: Path) -> None:
+    """The simulator's side of every test of ``report`` again, with this checkout's
+    simulator and the profiles the report recorded; the real figures stay as measured."""
+    engine = report["engine"]
+    for name, test in report["tests"].items():
+        common = {"model": model, "kv_blocks": report["kv_blocks"],
+                  "block_size": report["block_size"], "rate_scale": report.get("rate_scale", 1.0),
+                  **test["settings"], **SIM[engine]}  # fmt: skip
+        figures = {}
+        for label, coefficients in (("sim", report["coefficients"]),
+                                    ("oracle_sim", test["oracle_coefficients"])):  # fmt: skip
+            profile = out / f"{name}-{label}.json"
+            profile.write_text(json.dumps(coefficients))
+            figures[label] = simulate(test["workload"], profile, common, out / f"{name}-{label}")
+            if label == "sim":
+                slower = simulate(test["workload"], scaled_profile(profile, SLOWER), common,
+                                  out / f"{name}-sim-slower")  # fmt: skip
+        live = test["real"]
+        test.update(
+            sim=figures["sim"], error=relative(figures["sim"], live),
+            oracle_sim=figures["oracle_sim"], oracle_error=relative(figures["oracle_sim"], live),
+            elasticity={p: {k: v / (SLOWER - 1) for k, v in d.items()}
+                        for p, d in relative(slower, figures["sim"]).items()},
+        )  # fmt: skip
+        test["ab"]["sim"] = sjf_vs_fcfs(figures["sim"])
+    report["simulator"] = {"resimulated": True, **SIM[engine]}
+
+
 def scaled_profile(profile: Path, factor: float) -> Path:
     data = json.loads(profile.read_text())
     for name in LINEAR_COEFFICIENTS:
@@ -191,9 +227,22 @@ def main() -> None:
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.5,
                         help="vLLM's; on CPU the share of the memory its KV cache takes, and"
                         " the arms run one after another in one process")  # fmt: skip
+    parser.add_argument("--resimulate", type=Path, default=None,
+                        help="redo the simulator's side of a --json file (its real figures"
+                        " stay), write it to --json, and stop")  # fmt: skip
     args = parser.parse_args()
     if args.table is not None:
         print(markdown(json.loads(args.table.read_text())))
+        return
+    if args.resimulate is not None:
+        report = json.loads(args.resimulate.read_text())
+        out = args.out or Path(tempfile.mkdtemp(prefix="cpu-loop-"))
+        model = args.model or str(random_model(out / "model", args.random))
+        register_model_dir(model)
+        resimulate(report, model, out)
+        if args.json:
+            args.json.write_text(json.dumps(report, indent=2, default=str))
+        print(markdown(report))
         return
     engine = args.engine
     real_settings: dict[str, dict[str, Any]] = {  # the real engine's, on every run
@@ -237,19 +286,15 @@ def main() -> None:
         "engine": engine, "model": args.model or f"random {args.random}", "train": TRAIN,
         "steps": len(rows), "fit": fit.describe(), "coefficients": fit.model.describe(),
         "kv_blocks": kv_blocks, "block_size": block_size, "rounds": args.rounds,
-        "rate_scale": args.rate_scale, "tests": {},
+        "rate_scale": args.rate_scale, "simulator": SIM[engine], "tests": {},
     }  # fmt: skip
     for name, (workload, settings) in TESTS.items():
         common = {"model": model, "kv_blocks": kv_blocks, "block_size": block_size,
                   "rate_scale": args.rate_scale, **settings}  # fmt: skip
-        sim = metrics(run_bench(
-            BenchSpec(workload=workload, policies=POLICIES, profile=str(profile), **common),
-            out / f"{name}-sim",
-        ))  # fmt: skip
-        sim_slower = metrics(run_bench(
-            BenchSpec(workload=workload, policies=POLICIES, profile=str(slower), **common),
-            out / f"{name}-sim-slower",
-        ))  # fmt: skip
+        sim = simulate(workload, profile, {**common, **SIM[engine]}, out / f"{name}-sim")
+        sim_slower = simulate(
+            workload, slower, {**common, **SIM[engine]}, out / f"{name}-sim-slower"
+        )
         rounds, steps = [], []
         for i in range(args.rounds):  # the arms' order alternates between rounds
             order = POLICIES if i % 2 == 0 else POLICIES[::-1]
@@ -269,11 +314,9 @@ def main() -> None:
         oracle_fit = fit_steps([r for d in steps for rows in d.values() for r in rows], reference)
         oracle_profile = out / f"{name}-oracle-profile.json"
         save_cost_profile(oracle_fit, oracle_profile, source=name, recorded_for=meta)
-        oracle = metrics(run_bench(
-            BenchSpec(workload=workload, policies=POLICIES, profile=str(oracle_profile),
-                      **common),
-            out / f"{name}-sim-oracle",
-        ))  # fmt: skip
+        oracle = simulate(
+            workload, oracle_profile, {**common, **SIM[engine]}, out / f"{name}-sim-oracle"
+        )
         elasticity = {
             p: {k: v / (SLOWER - 1) for k, v in d.items()}
             for p, d in relative(sim_slower, sim).items()

@@ -164,6 +164,14 @@ def bench(
     long_prefill_token_threshold: Annotated[
         int, typer.Option(help="vLLM --long-prefill-token-threshold (0: no cap).")
     ] = 0,
+    mixed_prefill: Annotated[
+        bool | None,
+        typer.Option(
+            "--mixed-prefill/--no-mixed-prefill",
+            help="The simulator's batches: prefill chunks in decode steps, as vLLM (default),"
+            " or prefill-only steps ahead of decode, as SGLang (--no-mixed-prefill).",
+        ),
+    ] = None,
     no_prefix_caching: Annotated[
         bool,
         typer.Option(
@@ -252,7 +260,7 @@ def bench(
             slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, goodput=goodput,
             max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
             gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
-            long_prefill_token_threshold=long_prefill_token_threshold, prefix_caching=not no_prefix_caching, kv_blocks=kv_blocks,
+            long_prefill_token_threshold=long_prefill_token_threshold, prefix_caching=not no_prefix_caching, kv_blocks=kv_blocks, mixed_prefill=mixed_prefill,
             eviction_window=eviction_window, window=_window(window),
             min_effect=min_effect, verdict_metrics=verdict_metrics, jobs=jobs,
             record_steps=None if record_steps is None else str(record_steps),

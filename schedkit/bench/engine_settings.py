@@ -24,6 +24,11 @@ _OWN_EVICTION = "the adapter's eviction hook keeps its own window of 4,096 block
 _RUNNING = "the servers run with the settings they were launched with"
 _MEASURED = "the results were measured elsewhere, with the settings used there"
 _KV_DTYPE = "the in-process engine is started with its default KV cache dtype"
+_OWN_SCHEDULE = (
+    "the engine batches prefills by its own rules (vLLM mixes them into decode steps,"
+    " SGLang runs prefill-only steps first); --no-mixed-prefill makes the simulator do as"
+    " SGLang does"
+)
 
 #: engine -> BenchSpec field -> why that engine does not honour it
 IGNORED_SETTINGS: dict[str, dict[str, str]] = {
@@ -34,6 +39,7 @@ IGNORED_SETTINGS: dict[str, dict[str, str]] = {
         "profile": _WALL_CLOCK,
         "eviction_window": _OWN_EVICTION,
         "kv_cache_dtype": _KV_DTYPE,
+        "mixed_prefill": _OWN_SCHEDULE,
     },
     "sglang": {
         "tp": _ONE_ENGINE,
@@ -43,8 +49,13 @@ IGNORED_SETTINGS: dict[str, dict[str, str]] = {
         "gpu_memory_utilization": "SGLang sizes its pools with its own mem_fraction_static",
         "eviction_window": "SGLang's radix cache evicts by its own rules",
         "kv_cache_dtype": _KV_DTYPE,
+        "mixed_prefill": _OWN_SCHEDULE,
     },
-    "vllm-twin": {"eviction_window": _OWN_EVICTION, "replicas": _ONE_ENGINE},
+    "vllm-twin": {
+        "eviction_window": _OWN_EVICTION,
+        "replicas": _ONE_ENGINE,
+        "mixed_prefill": _OWN_SCHEDULE,
+    },
     "openai": {
         "tp": _RUNNING,
         "replicas": _RUNNING,
@@ -58,6 +69,7 @@ IGNORED_SETTINGS: dict[str, dict[str, str]] = {
         "kv_blocks": _RUNNING,
         "eviction_window": _RUNNING,
         "kv_cache_dtype": _RUNNING,
+        "mixed_prefill": _RUNNING,
     },
     "import": {
         "tp": _MEASURED,
@@ -72,6 +84,7 @@ IGNORED_SETTINGS: dict[str, dict[str, str]] = {
         "kv_blocks": _MEASURED,
         "eviction_window": _MEASURED,
         "kv_cache_dtype": _MEASURED,
+        "mixed_prefill": _MEASURED,
     },
 }
 
@@ -81,6 +94,7 @@ _FLAGS = {
     "tp": "--tensor-parallel-size",
     "kv_blocks": "--num-gpu-blocks-override",
     "prefix_caching": "--no-enable-prefix-caching",
+    "mixed_prefill": "--[no-]mixed-prefill",
 }
 
 

@@ -290,6 +290,9 @@ class BenchSpec(BaseModel):
     prefix_caching: bool = True
     kv_blocks: int | None = Field(default=None, gt=0)
     long_prefill_token_threshold: int = Field(default=0, ge=0)
+    # the simulator's batches: None or True mix prefill chunks into decode steps (vLLM);
+    # False runs prefill-only steps ahead of decode (SGLang). Real engines run their own.
+    mixed_prefill: bool | None = None
     eviction_window: int | None = Field(default=None, ge=0)
     kv_cache_dtype: KvCacheDtype = "auto"  # vLLM's: its element size sizes the KV cache
     window: tuple[float, float] | None = None  # seconds of the trace, before --rate-scale
@@ -440,6 +443,9 @@ class Bench:
             max_num_batched_tokens=s["max_num_batched_tokens"],
             long_prefill_token_threshold=s["long_prefill_token_threshold"],
             enable_prefix_caching=s["prefix_caching"],
+            mixed_prefill=(  # as the engine batches: what results.json records
+                spec.engine != "sglang" if spec.mixed_prefill is None else spec.mixed_prefill
+            ),
             hash_block_tokens=self.base.hash_block_tokens,
             eviction_window=(
                 DEFAULT_EVICTION_WINDOW if s["eviction_window"] is None else s["eviction_window"]

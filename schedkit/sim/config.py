@@ -42,6 +42,12 @@ class SimConfig(BaseModel):
     hash_block_tokens: int = Field(
         default=0, ge=0, description="tokens per trace hash id (Mooncake: 512)"
     )
+    mixed_prefill: bool = Field(
+        default=True,
+        description="prefill chunks run in the same step as decodes (vLLM); False: a step"
+        " that can prefill runs prefills only, ahead of decode (SGLang's default, without"
+        " --enable-mixed-chunk)",
+    )
     timeline_interval_s: float = Field(default=1.0, gt=0)
     eviction_window: int = Field(
         default=DEFAULT_EVICTION_WINDOW,

@@ -2,7 +2,8 @@
 
 Each step schedules running requests first (decode, or the next prefill chunk), then
 admits waiting ones, under a token budget and a cap on running requests; when KV blocks
-run out, running requests are preempted by recompute. Step durations come from a cost
+run out, running requests are preempted by recompute. With ``mixed_prefill=False``
+(SGLang's schedule) a step that can prefill runs prefills only, ahead of decode. Step durations come from a cost
 model. Arrivals are processed in trace order before the step that starts at or after
 them, so a seed and a trace give one event order and one result.
 
@@ -168,14 +169,22 @@ class SimEngine(DecodeStretches):
         return self.facade.plan_batch(self.view, self.default_budget)
 
     def _step(self, budget: BatchBudget) -> None:
+        mixed = self.cfg.mixed_prefill
+        if not mixed and self._prefill_step(budget):
+            return
         token_budget = budget.token_budget
         chunk = budget.prefill_chunk
         scheduled: dict[SimRequest, int] = {}
         preempted: list[SimRequest] = []
         running = self.running
+        # unmixed, a decode step leaves a chunk that found no blocks to the next prefill step
+        decode_only = not mixed and not all(_in_prefill(r) for r in running)
         i = 0
         while i < len(running) and token_budget > 0:
             req = running[i]
+            if decode_only and _in_prefill(req):
+                i += 1
+                continue
             num_new = req.num_tokens - req._num_computed_tokens
             if chunk and num_new > chunk:
                 num_new = chunk
@@ -189,6 +198,8 @@ class SimEngine(DecodeStretches):
                 if victim in scheduled:
                     token_budget += scheduled.pop(victim)
                     i -= 1
+                elif decode_only and running.index(victim) < i:
+                    i -= 1  # a skipped chunk before this request
                 self._preempt(victim)
                 preempted.append(victim)
                 if victim is req:
@@ -200,9 +211,31 @@ class SimEngine(DecodeStretches):
             self._publish(req, num_new)
             token_budget -= num_new
             i += 1
-        if not preempted:
+        if not preempted and mixed:
             self._admit_waiting(scheduled, token_budget, budget, chunk)
         self._execute(scheduled, preempted)
+
+    def _prefill_step(self, budget: BatchBudget) -> bool:
+        """``mixed_prefill=False`` (SGLang's schedule): a step that can prefill runs only
+        prefills, the running requests' next chunks and then admissions, and no decode.
+        False when there is nothing to prefill, and the caller runs a decode step."""
+        token_budget, chunk = budget.token_budget, budget.prefill_chunk
+        scheduled: dict[SimRequest, int] = {}
+        for req in self.running:
+            if token_budget <= 0 or not _in_prefill(req):
+                continue
+            num_new = req.num_tokens - req._num_computed_tokens
+            num_new = min(num_new, chunk or num_new, token_budget)
+            if not self._grow(req, num_new):
+                break  # no blocks for the next chunk: it waits for a decode step to end
+            scheduled[req] = num_new
+            self._publish(req, num_new)
+            token_budget -= num_new
+        self._admit_waiting(scheduled, token_budget, budget, chunk)
+        if not scheduled:
+            return False
+        self._execute(scheduled, [])
+        return True
 
     def _admit_waiting(
         self, scheduled: dict[SimRequest, int], token_budget: int, budget: BatchBudget, chunk: int
@@ -379,6 +412,13 @@ class SimEngine(DecodeStretches):
         self.kv.check([r.blocks for r in live])
         assert all(not r.blocks.nblocks for r in self.waiting), "a waiting request holds blocks"
         assert len(self.running) <= self.cfg.max_num_seqs or self.facade.has_plan
+
+
+def _in_prefill(req: SimRequest) -> bool:
+    """Whether ``req`` has prompt tokens left (a decoding request has one new token, and
+    has emitted output; a recomputed one re-prefills what it had)."""
+    num_new = req.num_tokens - req._num_computed_tokens
+    return num_new > 1 or (num_new == 1 and not req._num_output_tokens)
 
 
 @contextmanager

@@ -82,6 +82,9 @@ class DecodeStretches:
 
     def _waiting_blocked(self, n: int, budget: BatchBudget) -> bool:
         """Whether no waiting request can be admitted during the run (in any order)."""
+        mixed = self.cfg.mixed_prefill  # else a prefill step has the whole budget
+        if not mixed:
+            n = 0
         if len(self.running) >= budget.max_running or budget.token_budget <= n:
             return True
         if self.facade.has_order_list:  # any of them could be first; keyed, the head is
@@ -94,7 +97,8 @@ class DecodeStretches:
             num_new = min(num_new, budget.prefill_chunk)
         need = blocks_for(computed + num_new, bs) - hit - own
         need = max(need, self._reserve(head, hit + own))
-        need += _blocks_needed(self.running, 1, bs)
+        if mixed:  # the decodes grow in the same step
+            need += _blocks_needed(self.running, 1, bs)
         # Decoding only shrinks the free pool, so a head that does not fit now never will.
         return not self.kv.can_allocate(reclaim + own, need)
 

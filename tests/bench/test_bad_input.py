@@ -194,9 +194,13 @@ def test_real_engine_refuses_settings_it_does_not_pass(tmp_path: Path) -> None:
         "--engine vllm does not pass these settings to the engine, so results.json would"
         " record settings the run did not use: --tensor-parallel-size 2 (it runs one in-process"
         " engine on one device). Drop them (the engine ignores --tensor-parallel-size,"
-        " --replicas, --gpu, --profile, --eviction-window, --kv-cache-dtype), or use --engine"
-        " sim, which honours every setting"
+        " --replicas, --gpu, --profile, --eviction-window, --kv-cache-dtype,"
+        " --[no-]mixed-prefill), or use --engine sim, which honours every setting"
     )
+    # SGLang batches by its own rules: the simulator's SGLang schedule is not an SGLang knob
+    args = ("--workload", SMALL, "--policy", "fcfs", "--engine", "sglang", "--no-mixed-prefill")
+    message = bench_error(tmp_path, *args)
+    assert "--[no-]mixed-prefill False (the engine batches prefills by its own rules" in message
 
 
 def test_an_lmdeploy_bench_engine_points_to_serve_and_openai(tmp_path: Path) -> None:
@@ -454,8 +458,8 @@ def test_engine_settings(monkeypatch: pytest.MonkeyPatch) -> None:
         " this machine, not by a GPU profile); --gpu-memory-utilization 0.5 (SGLang sizes its"
         " pools with its own mem_fraction_static). Drop them (the engine ignores"
         " --tensor-parallel-size, --replicas, --gpu, --profile, --gpu-memory-utilization,"
-        " --eviction-window, --kv-cache-dtype), or use --engine sim, which honours every"
-        " setting"
+        " --eviction-window, --kv-cache-dtype, --[no-]mixed-prefill), or use --engine sim,"
+        " which honours every setting"
     )
     with pytest.raises(SchedkitError, match=r"^--engine vllm-twin .*--eviction-window 0 \("):
         check_engine_settings(spec(engine="vllm-twin", eviction_window=0))

@@ -222,3 +222,13 @@ def test_policies_reports_a_broken_plugin_and_lists_the_rest(tmp_path: Path) -> 
     assert "schedkit-broken_policy" in rows["broken"]["error"]
     assert "missing dep" in proc.stderr
     assert rows["priority"]["hooks"]
+
+
+def test_no_mixed_prefill_runs_sglangs_schedule_and_records_it(tmp_path: Path) -> None:
+    # SGLang's batches pause every decode for each prefill-only step: TPOT grows.
+    args = ("--workload", "poisson:rate=20,n=60,prompt=512,output=64,seed=3", "--policy", "fcfs")
+    mixed = bench(tmp_path / "mixed", *args)
+    unmixed = bench(tmp_path / "unmixed", *args, "--no-mixed-prefill")
+    assert (mixed["engine"]["mixed_prefill"], unmixed["engine"]["mixed_prefill"]) == (True, False)
+    tpot = [r["arms"][0]["metrics"]["tpot_ms"]["p50"] for r in (mixed, unmixed)]
+    assert tpot[1] > tpot[0]

@@ -395,6 +395,7 @@ def configs(draw: st.DrawFn, *, min_blocks: int = 4, max_blocks: int = 96) -> Si
         max_num_batched_tokens=draw(st.sampled_from([16, 48, 100, 8192])),
         long_prefill_token_threshold=draw(st.sampled_from([0, 0, 24])),
         enable_prefix_caching=draw(st.booleans()),
+        mixed_prefill=draw(st.booleans()),
         # 16, 32, 64: per-hash blocks of 1, 2, 4; 24 is no multiple of 16, so hashes are ignored.
         hash_block_tokens=draw(st.sampled_from([0, 16, 32, 64, 64, 24])),
     )

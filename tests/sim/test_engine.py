@@ -785,3 +785,19 @@ def test_priority_makes_progress_with_tied_requests() -> None:
     eng = engine(requests, config, priority(), stretch=False, step_cap=5_000)
     result = eng.run()
     assert all(r.output_tokens == 30 for r in result.records)
+
+
+@pytest.mark.parametrize("mixed", [True, False])
+def test_unmixed_prefill_runs_alone_ahead_of_decode(mixed: bool) -> None:
+    """SGLang's schedule (mixed_prefill=False): the step after an arrival prefills it
+    alone, and the decoding request gets no token in it; vLLM's mixes the two."""
+    observer = Observer()
+    config = SimConfig(num_blocks=1000, mixed_prefill=mixed)
+    requests = [req("r0", 0.0, 32, 20), req("r1", 0.045, 64, 3)]
+    result, _ = run_probed(requests, config, [("observer", observer)], stretch=False)
+    steps = [(s.prefill, s.decode) for s in observer.steps]
+    joined = steps.index(next(s for s in steps if s[0] == 64))
+    assert steps[joined] == ((64, 0) if mixed is False else (64, 1))
+    assert all(p == 0 or d == 0 for p, d in steps) is (not mixed)
+    r0 = by_id(result)["r0"]
+    assert r0.finish_s == pytest.approx(0.01 * (20 + (0 if mixed else 1)))
