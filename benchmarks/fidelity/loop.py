@@ -27,7 +27,8 @@ every coefficient 5% larger: how much each latency moves per unit of step-time e
 steps too: the profile's predicted / measured time on them says how far the machine's
 speed moved from the training run's, and a profile fitted on them (the test's own
 steps, so not a held-out figure) shows the replay's own error, batches and queues,
-apart from the step profile's. ``--table F.json`` prints the tables of a finished run.
+apart from the step profile's. ``--table F.json`` prints the tables of a finished run;
+``--tests queued`` runs only the tests named.
 """
 
 from __future__ import annotations
@@ -220,6 +221,8 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--engine", choices=("vllm", "sglang"), default="vllm")
     parser.add_argument("--rounds", type=int, default=3, help="real runs of each test")
+    parser.add_argument("--tests", default=",".join(TESTS),
+                        help=f"the tests to run, comma-separated (default: all of {', '.join(TESTS)})")  # fmt: skip
     parser.add_argument("--rate-scale", type=float, default=1.0,
                         help="every trace's arrival rate times this (a slower engine: < 1)")  # fmt: skip
     parser.add_argument("--table", type=Path, default=None,
@@ -231,6 +234,11 @@ def main() -> None:
                         help="redo the simulator's side of a --json file (its real figures"
                         " stay), write it to --json, and stop")  # fmt: skip
     args = parser.parse_args()
+    tests = [t for t in args.tests.split(",") if t]
+    unknown = sorted(set(tests) - set(TESTS))
+    if unknown or not tests:
+        parser.error(f"--tests: unknown {', '.join(unknown) or 'none given'}; choose from"
+                     f" {', '.join(TESTS)}")  # fmt: skip
     if args.table is not None:
         print(markdown(json.loads(args.table.read_text())))
         return
@@ -288,7 +296,8 @@ def main() -> None:
         "kv_blocks": kv_blocks, "block_size": block_size, "rounds": args.rounds,
         "rate_scale": args.rate_scale, "simulator": SIM[engine], "tests": {},
     }  # fmt: skip
-    for name, (workload, settings) in TESTS.items():
+    for name in tests:
+        workload, settings = TESTS[name]
         common = {"model": model, "kv_blocks": kv_blocks, "block_size": block_size,
                   "rate_scale": args.rate_scale, **settings}  # fmt: skip
         sim = simulate(workload, profile, {**common, **SIM[engine]}, out / f"{name}-sim")
