@@ -24,6 +24,7 @@ the simulator's driver is ``run_sim``.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import random
 from collections import Counter
 from collections.abc import Sequence
@@ -36,7 +37,7 @@ from schedkit.facade import PolicyFacade
 from schedkit.policy import Policy, PolicyOptions
 from schedkit.sim.config import SimConfig
 from schedkit.sim.workloads import TraceRequest
-from schedkit.views import BlockView, RequestView
+from schedkit.views import BlockView, EngineView, RequestView
 
 __all__ = [
     "SCENARIOS",
@@ -191,17 +192,20 @@ class ContractRecorder(Policy):
         self.reports = 0
         self.finished: dict[str, list[str]] = {}
         self.preempted: list[str] = []
+        # per step report: the requests it scheduled, and engine.num_running then
+        self.steps: list[tuple[list[str], int]] = []
 
     @hookimpl
     def on_request_arrived(self, request: RequestView) -> None:
         self.arrived[request.request_id] += 1
 
     @hookimpl
-    def on_step_finished(self, report: StepReport) -> None:
+    def on_step_finished(self, report: StepReport, engine: EngineView) -> None:
         self.reports += 1
         for request, tokens in zip(report.scheduled, report.num_scheduled_tokens, strict=True):
             self.reported[request.request_id] += tokens
         self.preempted.extend(r.request_id for r in report.preempted)
+        self.steps.append(([r.request_id for r in report.scheduled], engine.num_running))
 
     @hookimpl
     def on_request_finished(self, request: RequestView, reason: str) -> None:
@@ -328,7 +332,28 @@ def check_outcome(scenario: Scenario, outcome: Outcome, aborted: Sequence[str] =
     )
     preempted = sorted(r for step in outcome.preempted for r in step)
     assert sorted(rec.preempted) == preempted, f"{where}: preemptions reported {rec.preempted}"
+    _check_running(rec.steps, where, set(aborted))
     assert outcome.blocks_leaked == 0, f"{where}: {outcome.blocks_leaked} KV blocks leaked"
+
+
+def _check_running(
+    steps: Sequence[tuple[Sequence[str], int]], where: str, aborted: set[str]
+) -> None:
+    """``engine.num_running`` when a step is reported counts the requests still running
+    after it (the step file's ``num_running``, which calibration reads to tell busy gaps
+    from idle ones): a request scheduled in this step and the next ran across the
+    boundary (unless aborted in between, its batch in flight), and after the last step
+    nothing runs unless a request was aborted."""
+    for i, ((ids, running), (later, _)) in enumerate(itertools.pairwise(steps)):
+        carried = len(set(ids) & set(later) - aborted)
+        assert running >= carried, (
+            f"{where}: step report {i} says {running} running, but {carried} of its"
+            f" requests ran in the next step too"
+        )
+    if steps and not aborted:
+        assert steps[-1][1] == 0, (
+            f"{where}: {steps[-1][1]} running after the last step, when every request ended"
+        )
 
 
 def compare_outcomes(a: Outcome, b: Outcome, scenario: Scenario) -> None:

@@ -320,6 +320,7 @@ def _read_state(outcome: Outcome, state: Mapping[str, Any]) -> None:
     rec.reports = int(seen["reports"])
     rec.finished = {rid: list(reasons) for rid, reasons in seen["finished"].items()}
     rec.preempted = list(seen["preempted"])
+    rec.steps = [(list(ids), int(running)) for ids, running in seen["steps"]]
 
 
 # -------------------------------------------------------------------------
@@ -457,6 +458,7 @@ def _recorded(rec: ContractRecorder) -> dict[str, Any]:
         "reports": rec.reports,
         "finished": rec.finished,
         "preempted": rec.preempted,
+        "steps": rec.steps,
     }
 
 

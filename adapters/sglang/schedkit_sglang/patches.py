@@ -348,7 +348,7 @@ def _batch_result(
     out = original(self, batch, result, *args, **kwargs)
     runtime: SchedkitRuntime | None = self.schedkit
     if runtime is not None:
-        _observe(runtime, lambda: runtime.step_finished(result))
+        _observe(runtime, lambda: runtime.step_finished(result, batch))
     return out
 
 

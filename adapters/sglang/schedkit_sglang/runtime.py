@@ -253,20 +253,23 @@ class SchedkitRuntime(AdapterRuntime):
         while len(index) > self.steps.limit:  # batches whose results never came
             index.popitem(last=False)
 
-    def step_finished(self, key: Any) -> None:
-        """SGLang processed the results of the batch whose ``run_batch`` returned ``key``:
-        report that step, with ``engine.step_index`` its own index meanwhile (in the
-        overlap loop the next batch is already formed; decisions see its index)."""
+    def step_finished(self, key: Any, batch: Any = None) -> None:
+        """SGLang processed the results of ``batch``, whose ``run_batch`` returned
+        ``key``: report that step, with ``engine.step_index`` its own index meanwhile (in
+        the overlap loop the next batch is already formed; decisions see its index) and
+        ``batch``'s requests counted in ``engine.num_running`` until they finish."""
         self.sync_metrics()
         index = self._batch_index.pop(id(key), None)
         if index is None:
             return
         engine = self.engine
         current, engine.step_index = engine.step_index, index
+        engine.closing = batch
         try:
             self.close_step(key)
         finally:
             engine.step_index = current
+            engine.closing = None
 
     # -- finishing ------------------------------------------------------------------
 

@@ -182,6 +182,7 @@ class SglangEngineView:
         "_now",
         "_scheduler",
         "block_size",
+        "closing",
         "epoch",
         "kv_blocks_total",
         "step_index",
@@ -196,6 +197,7 @@ class SglangEngineView:
         allocator = scheduler.token_to_kv_pool_allocator
         self.kv_blocks_total: int = int(allocator.size) // self.block_size
         self.step_index = 0
+        self.closing: Any = None  # the batch whose step is being reported, meanwhile
 
     def node(self, node_id: int) -> Any:
         """The radix tree's node ``node_id`` now, or None (evicted, or another cache)."""
@@ -228,7 +230,15 @@ class SglangEngineView:
 
     @property
     def num_running(self) -> int:
-        return len(self._scheduler.running_batch.reqs)
+        """Requests admitted and not finished. SGLang drops finished requests from its
+        running batch, and merges a prefill batch into it, only when it forms the next
+        batch; so when a step is reported (``closing``), its finished requests are still
+        in the running batch and its new ones not yet, and both are corrected for."""
+        reqs = list(self._scheduler.running_batch.reqs)
+        if self.closing is not None:
+            seen = {id(r) for r in reqs}
+            reqs += [r for r in self.closing.reqs if id(r) not in seen]
+        return sum(1 for r in reqs if not r.finished())
 
     @property
     def num_waiting(self) -> int:

@@ -5,6 +5,7 @@ so both run here on the real engine."""
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,13 @@ def test_each_batch_is_reported_once_with_its_requests_tokens_and_index(
         assert not set(line["preempted"]) & set(scheduled), line
         tokens.update({rid: n for rid, n in line["tokens"]})
         preempted.update(line["preempted"])
+    # engine.num_running when a step is reported counts the requests still running
+    # after it: SGLang drops finished requests, and merges a prefill batch into the
+    # running one, only when it forms the next batch; the view corrects for both
+    for line, nxt in itertools.pairwise(steps):
+        carried = {rid for rid, _ in line["tokens"]} & {rid for rid, _ in nxt["tokens"]}
+        assert line["running"] >= len(carried), (line["step"], line["running"], carried)
+    assert steps[-1]["running"] == 0, steps[-1]
     retracted = 0
     for out in outputs:
         meta = out["meta_info"]
