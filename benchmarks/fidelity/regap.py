@@ -17,6 +17,8 @@ import dataclasses
 import json
 from pathlib import Path
 
+from loop import step_bias  # this directory's loop.py: run as a script, it is on the path
+
 from schedkit.sim.calibration import read_steps
 from schedkit.sim.costmodel import RooflineCostModel
 from schedkit.sim.fit import StepRow, fit_steps, with_gaps
@@ -50,17 +52,10 @@ def main() -> None:
         test["oracle_coefficients"] = fit_steps(rows, reference).model.describe()
         for i, rounds in enumerate(test["step_bias"]):
             for policy in rounds:
-                steps = with_gaps(load(args.out / f"{name}-steps-{i}" / f"{policy}.csv", args.cap))[
-                    0
-                ]
-                predicted = sum(
-                    fit.model.step_time(
-                        r.prefill_tokens, r.decode_tokens, r.kv_tokens, r.attn_pairs
-                    )
-                    for r in steps
+                steps, _ = with_gaps(
+                    load(args.out / f"{name}-steps-{i}" / f"{policy}.csv", args.cap)
                 )
-                rounds[policy] = {"steps": len(steps),
-                                  "time_ratio": predicted / sum(r.seconds for r in steps)}  # fmt: skip
+                rounds[policy] = step_bias(fit.model, steps)
     report["regapped"] = f"profiles refitted with gaps over {args.cap:g} s counted as idle"
     args.dest.write_text(json.dumps(report, indent=2))
     print(f"held-out {fit.holdout['all']}, gap share {fit.gap_share:.3f}")

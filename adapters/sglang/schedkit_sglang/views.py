@@ -234,11 +234,12 @@ class SglangEngineView:
         running batch, and merges a prefill batch into it, only when it forms the next
         batch; so when a step is reported (``closing``), its finished requests are still
         in the running batch and its new ones not yet, and both are corrected for."""
-        reqs = list(self._scheduler.running_batch.reqs)
+        reqs = self._scheduler.running_batch.reqs
+        running = sum(1 for r in reqs if not r.finished())
         if self.closing is not None:
             seen = {id(r) for r in reqs}
-            reqs += [r for r in self.closing.reqs if id(r) not in seen]
-        return sum(1 for r in reqs if not r.finished())
+            running += sum(1 for r in self.closing.reqs if id(r) not in seen and not r.finished())
+        return running
 
     @property
     def num_waiting(self) -> int:
