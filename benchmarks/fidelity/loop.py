@@ -175,6 +175,7 @@ def scaled_profile(profile: Path, factor: float) -> Path:
 
 
 TARGET = 0.10  # the issue's: within 10% on p50 and p90 of TTFT and TPOT
+UNSTEADY = 2 * TARGET  # a real spread over this: the rounds cannot judge the cell
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -193,12 +194,12 @@ def markdown(report: dict[str, Any]) -> str:
                     total += 1
                     within += abs(e) <= TARGET
                     own_within += abs(own) <= TARGET
-                    unsteady += test["real_spread"][policy][k] > 2 * TARGET
+                    unsteady += test["real_spread"][policy][k] > UNSTEADY
             lines.append(f"| {name} | {policy} | " + " | ".join(row) + " |")
     lines += ["", f"TTFT/TPOT cells within {TARGET:.0%}: {within} of {total} ({own_within} with"
               " the test's own steps)", ""]  # fmt: skip
     if unsteady:  # the real median of such a cell is not the engine's steady figure
-        lines += [f"The real rounds spread over {2 * TARGET:.0%} in {unsteady} of {total}"
+        lines += [f"The real rounds spread over {UNSTEADY:.0%} in {unsteady} of {total}"
                   " TTFT/TPOT cells: the real engine did not repeat itself there, so those"
                   " cells cannot judge the simulator" + (" (more than half: check the machine"
                   " with noise.py and rerun)." if 2 * unsteady > total else "."), ""]  # fmt: skip
