@@ -68,12 +68,18 @@ MUTATIONS = {
     "an arrival unobserved": lambda o: o.recorder.arrived.subtract([next(iter(o.finished))]),
     "a finish observed twice": lambda o: next(iter(o.recorder.finished.values())).append("x"),
     "a leaked block": lambda o: setattr(o, "blocks_leaked", 1),
+    "running undercounted at step reports": lambda o: o.recorder.steps.__setitem__(
+        slice(None), [(ids, 0) for ids, _ in o.recorder.steps]
+    ),
+    "running undercounted at arrivals": lambda o: o.recorder.arrivals.__setitem__(
+        slice(None), [(k, 0) for k, _ in o.recorder.arrivals]
+    ),
 }
 
 
 @pytest.mark.parametrize("mutation", MUTATIONS)
 def test_check_outcome_catches(mutation: str) -> None:
-    scenario = SCENARIOS[0]
+    scenario = next(s for s in SCENARIOS if s.name == "staggered")  # arrivals between steps
     outcome = run_sim(scenario, policies("fcfs"))
     check_outcome(scenario, outcome)
     broken: Outcome = copy.deepcopy(outcome)

@@ -24,7 +24,6 @@ the simulator's driver is ``run_sim``.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import random
 from collections import Counter
 from collections.abc import Sequence
@@ -194,10 +193,13 @@ class ContractRecorder(Policy):
         self.preempted: list[str] = []
         # per step report: the requests it scheduled, and engine.num_running then
         self.steps: list[tuple[list[str], int]] = []
+        # per arrival: how many steps had been reported, and engine.num_running then
+        self.arrivals: list[tuple[int, int]] = []
 
     @hookimpl
-    def on_request_arrived(self, request: RequestView) -> None:
+    def on_request_arrived(self, request: RequestView, engine: EngineView) -> None:
         self.arrived[request.request_id] += 1
+        self.arrivals.append((len(self.steps), engine.num_running))
 
     @hookimpl
     def on_step_finished(self, report: StepReport, engine: EngineView) -> None:
@@ -332,24 +334,38 @@ def check_outcome(scenario: Scenario, outcome: Outcome, aborted: Sequence[str] =
     )
     preempted = sorted(r for step in outcome.preempted for r in step)
     assert sorted(rec.preempted) == preempted, f"{where}: preemptions reported {rec.preempted}"
-    _check_running(rec.steps, where, set(aborted))
+    _check_running(rec.steps, rec.arrivals, where, set(aborted))
     assert outcome.blocks_leaked == 0, f"{where}: {outcome.blocks_leaked} KV blocks leaked"
 
 
 def _check_running(
-    steps: Sequence[tuple[Sequence[str], int]], where: str, aborted: set[str]
+    steps: Sequence[tuple[Sequence[str], int]],
+    arrivals: Sequence[tuple[int, int]],
+    where: str,
+    aborted: set[str],
 ) -> None:
-    """``engine.num_running`` when a step is reported counts the requests still running
-    after it (the step file's ``num_running``, which calibration reads to tell busy gaps
-    from idle ones): a request scheduled in this step and the next ran across the
-    boundary (unless aborted in between, its batch in flight), and after the last step
-    nothing runs unless a request was aborted."""
-    for i, ((ids, running), (later, _)) in enumerate(itertools.pairwise(steps)):
-        carried = len(set(ids) & set(later) - aborted)
-        assert running >= carried, (
-            f"{where}: step report {i} says {running} running, but {carried} of its"
-            f" requests ran in the next step too"
+    """``engine.num_running`` counts the requests admitted and not finished, when a step
+    is reported (the step file's ``num_running``, which calibration reads to tell busy
+    gaps from idle ones) and when a request arrives (what admission control reads): a
+    request scheduled in a step and the next ran across the boundary between them
+    (unless aborted in between, its batch in flight), and after the last step nothing
+    runs unless a request was aborted."""
+
+    def carried(i: int) -> int:  # requests running between step reports i and i + 1
+        return len(set(steps[i][0]) & set(steps[i + 1][0]) - aborted)
+
+    for i in range(len(steps) - 1):
+        assert steps[i][1] >= carried(i), (
+            f"{where}: step report {i} says {steps[i][1]} running, but {carried(i)} of"
+            f" its requests ran in the next step too"
         )
+    for reported, running in arrivals:
+        if 0 < reported < len(steps):
+            assert running >= carried(reported - 1), (
+                f"{where}: a request arriving after step report {reported - 1} saw"
+                f" {running} running, but {carried(reported - 1)} requests ran in that"
+                f" step and the next"
+            )
     if steps and not aborted:
         assert steps[-1][1] == 0, (
             f"{where}: {steps[-1][1]} running after the last step, when every request ended"

@@ -321,6 +321,7 @@ def _read_state(outcome: Outcome, state: Mapping[str, Any]) -> None:
     rec.finished = {rid: list(reasons) for rid, reasons in seen["finished"].items()}
     rec.preempted = list(seen["preempted"])
     rec.steps = [(list(ids), int(running)) for ids, running in seen["steps"]]
+    rec.arrivals = [(int(reported), int(running)) for reported, running in seen["arrivals"]]
 
 
 # -------------------------------------------------------------------------
@@ -459,6 +460,7 @@ def _recorded(rec: ContractRecorder) -> dict[str, Any]:
         "finished": rec.finished,
         "preempted": rec.preempted,
         "steps": rec.steps,
+        "arrivals": rec.arrivals,
     }
 
 

@@ -232,13 +232,28 @@ class SglangEngineView:
     def num_running(self) -> int:
         """Requests admitted and not finished. SGLang drops finished requests from its
         running batch, and merges a prefill batch into it, only when it forms the next
-        batch; so when a step is reported (``closing``), its finished requests are still
-        in the running batch and its new ones not yet, and both are corrected for."""
-        reqs = self._scheduler.running_batch.reqs
+        batch; so when a step is reported (``closing``) its finished requests are still
+        in the running batch and its new ones not yet, and when a request arrives (or
+        while the next batch is formed) the last prefill batch (``last_batch``) and the
+        request being prefilled in chunks (``chunked_req``) may be outside it. Finished
+        requests are skipped, the others counted once wherever they are."""
+        scheduler = self._scheduler
+        reqs = scheduler.running_batch.reqs
         running = sum(1 for r in reqs if not r.finished())
-        if self.closing is not None:
+        last = getattr(scheduler, "last_batch", None)
+        if last is not None and not last.forward_mode.is_extend():
+            last = None  # a decode batch runs the running batch's requests
+        chunked = getattr(scheduler, "chunked_req", None)
+        elsewhere = [b.reqs for b in (self.closing, last) if b is not None and b.reqs is not reqs]
+        if chunked is not None:
+            elsewhere.append([chunked])
+        if elsewhere:
             seen = {id(r) for r in reqs}
-            running += sum(1 for r in self.closing.reqs if id(r) not in seen and not r.finished())
+            for batch in elsewhere:
+                for r in batch:
+                    if id(r) not in seen and not r.finished():
+                        seen.add(id(r))
+                        running += 1
         return running
 
     @property
