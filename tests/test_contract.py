@@ -71,6 +71,7 @@ MUTATIONS = {
     "running undercounted at step reports": lambda o: o.recorder.steps.__setitem__(
         slice(None), [(ids, 0) for ids, _ in o.recorder.steps]
     ),
+    "arrivals' num_running not brought back": lambda o: o.recorder.arrivals.clear(),
     "running undercounted at arrivals": lambda o: o.recorder.arrivals.__setitem__(
         slice(None), [(k, 0) for k, _ in o.recorder.arrivals]
     ),

@@ -334,6 +334,10 @@ def check_outcome(scenario: Scenario, outcome: Outcome, aborted: Sequence[str] =
     )
     preempted = sorted(r for step in outcome.preempted for r in step)
     assert sorted(rec.preempted) == preempted, f"{where}: preemptions reported {rec.preempted}"
+    assert len(rec.arrivals) == sum(rec.arrived.values()), (
+        f"{where}: {len(rec.arrivals)} arrivals carry num_running, of"
+        f" {sum(rec.arrived.values())} observed (does the driver bring them back?)"
+    )
     _check_running(rec.steps, rec.arrivals, where, set(aborted))
     assert outcome.blocks_leaked == 0, f"{where}: {outcome.blocks_leaked} KV blocks leaked"
 
