@@ -68,12 +68,12 @@ MUTATIONS = {
     "an arrival unobserved": lambda o: o.recorder.arrived.subtract([next(iter(o.finished))]),
     "a finish observed twice": lambda o: next(iter(o.recorder.finished.values())).append("x"),
     "a leaked block": lambda o: setattr(o, "blocks_leaked", 1),
-    "running undercounted at step reports": lambda o: o.recorder.steps.__setitem__(
-        slice(None), [(ids, 0) for ids, _ in o.recorder.steps]
+    "running undercounted at step reports": lambda o: setattr(
+        o.recorder, "steps", [(ids, 0) for ids, _ in o.recorder.steps]
     ),
     "arrivals' num_running not brought back": lambda o: o.recorder.arrivals.clear(),
-    "running undercounted at arrivals": lambda o: o.recorder.arrivals.__setitem__(
-        slice(None), [(k, 0) for k, _ in o.recorder.arrivals]
+    "running undercounted at arrivals": lambda o: setattr(
+        o.recorder, "arrivals", [(k, 0) for k, _ in o.recorder.arrivals]
     ),
 }
 

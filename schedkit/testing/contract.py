@@ -11,8 +11,9 @@ what the policies were told (every arrival, step report and finish, recorded by 
 
 ``check_outcome`` asserts what must hold on any engine: every request ends exactly once
 with its full output (or its rejection), each scheduled token is reported to the
-policies exactly once, arrivals and finishes are observed once per request, and no KV
-block leaks. ``compare_outcomes`` asserts that two engines made the same decisions:
+policies exactly once, arrivals and finishes are observed once per request,
+``engine.num_running`` counts every request running across a step boundary (read at each
+step report and arrival), and no KV block leaks. ``compare_outcomes`` asserts that two engines made the same decisions:
 identical batches at every step where both engines schedule alike (the simulator and
 vLLM's synchronous scheduler), else the same admissions, victims and per-request
 outcomes. Adapter authors write a driver (``Driver``) and run ``SCENARIOS`` through it;

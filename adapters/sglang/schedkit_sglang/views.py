@@ -244,16 +244,14 @@ class SglangEngineView:
         if last is not None and not last.forward_mode.is_extend():
             last = None  # a decode batch runs the running batch's requests
         chunked = getattr(scheduler, "chunked_req", None)
-        elsewhere = [b.reqs for b in (self.closing, last) if b is not None and b.reqs is not reqs]
+        others = [
+            r for b in (self.closing, last) if b is not None and b.reqs is not reqs for r in b.reqs
+        ]
         if chunked is not None:
-            elsewhere.append([chunked])
-        if elsewhere:
+            others.append(chunked)
+        if others:
             seen = {id(r) for r in reqs}
-            for batch in elsewhere:
-                for r in batch:
-                    if id(r) not in seen and not r.finished():
-                        seen.add(id(r))
-                        running += 1
+            running += len({id(r) for r in others if id(r) not in seen and not r.finished()})
         return running
 
     @property
