@@ -144,7 +144,7 @@ def resimulate(report: dict[str, Any], model: str, out: Path) -> None:
     for name, test in report["tests"].items():
         common = {"model": model, "kv_blocks": report["kv_blocks"],
                   "block_size": report["block_size"], "rate_scale": report.get("rate_scale", 1.0),
-                  **test["settings"], **SIM[engine]}  # fmt: skip
+                  "gpu": report.get("gpu", "H100-SXM"), **test["settings"], **SIM[engine]}  # fmt: skip
         figures = {}
         for label, coefficients in (("sim", report["coefficients"]),
                                     ("oracle_sim", test["oracle_coefficients"])):  # fmt: skip
@@ -301,16 +301,17 @@ def main() -> None:
         "engine": engine, "model": args.model or f"random {args.random}", "train": TRAIN,
         "steps": len(rows), "fit": fit.describe(), "coefficients": fit.model.describe(),
         "kv_blocks": kv_blocks, "block_size": block_size, "rounds": args.rounds,
-        "rate_scale": args.rate_scale, "simulator": SIM[engine], "tests": {},
+        "rate_scale": args.rate_scale, "gpu": args.gpu, "simulator": SIM[engine], "tests": {},
     }  # fmt: skip
     for name in tests:
         workload, settings = TESTS[name]
         common = {"model": model, "kv_blocks": kv_blocks, "block_size": block_size,
                   "rate_scale": args.rate_scale, **settings}  # fmt: skip
-        sim = simulate(workload, profile, {**common, **SIM[engine]}, out / f"{name}-sim")
-        sim_slower = simulate(
-            workload, slower, {**common, **SIM[engine]}, out / f"{name}-sim-slower"
-        )
+        # the simulator's arms on the recording's GPU profile, so the profile's
+        # recorded_for matches them (the real arms run on whatever device there is)
+        sim_settings = {**common, **SIM[engine], "gpu": args.gpu}
+        sim = simulate(workload, profile, sim_settings, out / f"{name}-sim")
+        sim_slower = simulate(workload, slower, sim_settings, out / f"{name}-sim-slower")
         rounds, steps = [], []
         for i in range(args.rounds):  # the arms' order alternates between rounds
             order = POLICIES if i % 2 == 0 else POLICIES[::-1]
@@ -330,9 +331,7 @@ def main() -> None:
         oracle_fit = fit_steps([r for d in steps for rows in d.values() for r in rows], reference)
         oracle_profile = out / f"{name}-oracle-profile.json"
         save_cost_profile(oracle_fit, oracle_profile, source=name, recorded_for=meta)
-        oracle = simulate(
-            workload, oracle_profile, {**common, **SIM[engine]}, out / f"{name}-sim-oracle"
-        )
+        oracle = simulate(workload, oracle_profile, sim_settings, out / f"{name}-sim-oracle")
         elasticity = {
             p: {k: v / (SLOWER - 1) for k, v in d.items()}
             for p, d in relative(sim_slower, sim).items()

@@ -475,22 +475,28 @@ def calibrate(
             help="Model the roofline reference is for (default: the file's, else Llama-3-8B)."
         ),
     ] = None,
-    gpu: Annotated[str | None, typer.Option(help="GPU of the roofline reference.")] = None,
+    gpu: Annotated[
+        str | None,
+        typer.Option(help="GPU of the roofline reference (default: the file's, else H100-SXM)."),
+    ] = None,
     tp: Annotated[int | None, typer.Option(help="TP of the roofline reference.")] = None,
 ) -> None:
     """Fit step-time coefficients (NNLS) on the earlier 70% of measured steps and print
     the error on the later 30%; `bench --profile` accepts the result."""
-    from schedkit.sim.calibration import read_steps, save_cost_profile
+    from schedkit.sim.calibration import read_steps, reference_names, save_cost_profile
     from schedkit.sim.costmodel import RooflineCostModel
     from schedkit.sim.fit import fit_steps
     from schedkit.sim.profiles import get_gpu, get_model
 
     rows, meta = read_steps(steps)
-    name = model or meta.get("model_profile") or "Llama-3-8B"
-    gpu_name = (
-        gpu or (meta.get("gpu") if meta.get("gpu") not in (None, "cpu") else None) or "H100-SXM"
-    )
+    name, gpu_name, notes = reference_names(meta, model, gpu)
     reference = RooflineCostModel(get_model(name), get_gpu(gpu_name), tp or int(meta.get("tp", 1)))
+    for note in notes:
+        typer.echo(
+            f"note: {note}; the roofline reference (the value of a coefficient the steps"
+            f" cannot fit) is {name} on {gpu_name}: pass --model/--gpu to choose it",
+            err=True,
+        )
     fit = fit_steps(rows, reference)
     for warning in fit.warnings:
         typer.echo(f"warning: {warning}", err=True)

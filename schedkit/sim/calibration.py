@@ -25,6 +25,13 @@ from schedkit.errors import SchedkitError, quote
 from schedkit.inputs import decode_text, parse_document, read_document, read_lines
 from schedkit.sim.costmodel import LinearCostModel
 from schedkit.sim.fit import Calibration, StepRow
+from schedkit.sim.profiles import (
+    GPUProfile,
+    ModelProfile,
+    gpu_for_device,
+    model_for_engine_name,
+    register_model_dir,
+)
 
 __all__ = [
     "META_PREFIX",
@@ -33,6 +40,7 @@ __all__ = [
     "load_cost_profile",
     "profile_mismatch",
     "read_steps",
+    "reference_names",
     "save_cost_profile",
 ]
 
@@ -174,7 +182,7 @@ def profile_mismatch(path: str | Path, model: str, gpu: str, tp: int) -> str | N
     differ = [
         f"{name} {recorded[name]!r} (the bench: {ours!r})"
         for name, ours in (("model", model), ("gpu", gpu), ("tp", tp))
-        if name in recorded and str(recorded[name]) != str(ours)
+        if name in recorded and not _same(name, str(recorded[name]), str(ours))
     ]
     if not differ:
         return None
@@ -182,6 +190,49 @@ def profile_mismatch(path: str | Path, model: str, gpu: str, tp: int) -> str | N
         f"cost profile {path} was recorded with {', '.join(differ)}: its step times may not"
         " hold here; record and fit one for this deployment (docs/calibration.md)"
     )
+
+
+def _same(field: str, recorded: str, ours: str) -> bool:
+    """Whether a recorded model or GPU, as the engine named it (``meta-llama/Meta-Llama-3-8B``,
+    ``NVIDIA H100 80GB HBM3``), is the profile the bench uses (``Llama-3-8B``, ``H100-SXM``)."""
+    if recorded.lower() == ours.lower():
+        return True
+    found: ModelProfile | GPUProfile | None = None
+    if field == "model":
+        found = model_for_engine_name(recorded)
+    elif field == "gpu":
+        found = gpu_for_device(recorded)
+    return found is not None and found.name.lower() == ours.lower()
+
+
+DEFAULT_REFERENCE = ("Llama-3-8B", "H100-SXM")
+
+
+def reference_names(
+    meta: dict[str, Any], model: str | None, gpu: str | None
+) -> tuple[str, str, list[str]]:
+    """The model and GPU profiles of the roofline reference a fit falls back on: the
+    ones asked for, else those of the model and device the steps file names, else
+    Llama-3-8B on H100-SXM; with a note for each one the file named but no profile fits."""
+    notes = []
+    if model is None:
+        recorded = str(meta.get("model") or "")
+        found = model_for_engine_name(recorded) if recorded else None
+        model = found.name if found else register_model_dir(recorded) if recorded else None
+        if model is None:
+            model = DEFAULT_REFERENCE[0]
+            if recorded:
+                notes.append(f"no model profile fits the recorded model {recorded!r}")
+    if gpu is None:
+        recorded = str(meta.get("gpu") or "")
+        found_gpu = gpu_for_device(recorded) if recorded and recorded != "cpu" else None
+        gpu = found_gpu.name if found_gpu else DEFAULT_REFERENCE[1]
+        if recorded and found_gpu is None:
+            what = (
+                "on a CPU" if recorded == "cpu" else f"on {recorded!r}, which no GPU profile fits"
+            )
+            notes.append(f"the steps were recorded {what}")
+    return model, gpu, notes
 
 
 def load_cost_profile(path: str | Path) -> LinearCostModel:

@@ -6,6 +6,7 @@ user profiles loaded from a TOML/JSON file with ``[[gpu]]`` / ``[[model]]`` tabl
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -147,6 +148,22 @@ BUILTIN_MODELS = (
     ModelProfile("Qwen2.5-14B", 48, 5120, 40, 8, 128, 152064, 13824),
 )
 BUILTIN_GPU_ALIASES = {"H100": "H100-SXM", "A100": "A100-80GB"}
+FORM_FACTORS = ("pcie", "nvl")  # words of a CUDA device name that mean another board
+
+
+def _words(name: str) -> list[str]:
+    """``"NVIDIA A100-SXM4-80GB"`` -> ``["nvidia", "a100", "sxm4", "80gb"]``."""
+    return [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w]
+
+
+def _memory_word(words: list[str]) -> str | None:
+    return next((w for w in words if re.fullmatch(r"\d+gb", w)), None)
+
+
+def _model_dir(name: str) -> str | None:
+    """The resolved directory ``name`` points at, when it is a model directory."""
+    path = Path(name).expanduser()
+    return str(path.resolve()) if (path / "config.json").is_file() else None
 
 
 class _GPUEntry(BaseModel):
@@ -230,6 +247,53 @@ class ProfileRegistry:
             )
         return self._models[name.lower()]
 
+    def gpu_for_device(self, device: str) -> GPUProfile | None:
+        """The GPU profile for a CUDA device name (``torch.cuda.get_device_name``), e.g.
+        H100-SXM for ``NVIDIA H100 80GB HBM3``: the profile named so, else the one whose
+        first name-word is a word of the device's and that agrees with it on the board
+        (PCIe, NVL) and on the memory size where both name one; None when no profile or
+        more than one fits."""
+        key = self._gpu_aliases.get(device.lower(), device.lower())
+        if key in self._gpus:
+            return self._gpus[key]
+        words = _words(device)
+        board = {w for w in words if w in FORM_FACTORS}
+        memory = _memory_word(words)
+        fits = []
+        for gpu in self._gpus.values():
+            own = _words(gpu.name)
+            own_memory = _memory_word(own)
+            if (
+                own
+                and own[0] in words
+                and {w for w in own if w in FORM_FACTORS} == board
+                and (memory is None or own_memory is None or memory == own_memory)
+            ):
+                fits.append(gpu)
+        return fits[0] if len(fits) == 1 else None
+
+    def model_for_engine_name(self, name: str) -> ModelProfile | None:
+        """The model profile for the model as an engine names it (a Hugging Face id or a
+        local directory): the profile named so, else the one registered for the same
+        directory, else the one whose name's words run through the id's last component
+        (Llama-3-8B for ``meta-llama/Meta-Llama-3-8B-Instruct``); None when no profile or
+        more than one fits."""
+        if name.lower() in self._models:
+            return self._models[name.lower()]
+        directory = _model_dir(name)
+        if directory is not None:
+            same = [m for m in self._models.values() if _model_dir(m.name) == directory]
+            if len(same) == 1:
+                return same[0]
+        words = _words(name.rstrip("/").rsplit("/", 1)[-1])
+        fits = []
+        for model in self._models.values():
+            own = _words(model.name)
+            runs = (words[i : i + len(own)] for i in range(len(words) - len(own) + 1))
+            if own and any(run == own for run in runs):
+                fits.append(model)
+        return fits[0] if len(fits) == 1 else None
+
     def register_gpu(self, gpu: GPUProfile) -> None:
         """Add ``gpu``; re-registering an identical profile is a no-op."""
         key = gpu.name.lower()
@@ -298,6 +362,14 @@ def get_gpu(name: str) -> GPUProfile:
 
 def get_model(name: str) -> ModelProfile:
     return DEFAULT_REGISTRY.get_model(name)
+
+
+def gpu_for_device(device: str) -> GPUProfile | None:
+    return DEFAULT_REGISTRY.gpu_for_device(device)
+
+
+def model_for_engine_name(name: str) -> ModelProfile | None:
+    return DEFAULT_REGISTRY.model_for_engine_name(name)
 
 
 def load_profile_file(path: str | Path) -> None:

@@ -181,12 +181,17 @@ def test_a_policy_that_raises_loses_no_request(tmp_path: Path) -> None:
     assert set(m["policy_errors_by_hook"]) <= {"flaky.order_waiting", "flaky.select_victims"}
 
 
-def test_calibrate_fits_and_bench_accepts_the_profile(tmp_path: Path) -> None:
+def linear_steps() -> list[str]:
+    """40 steps whose time is exactly linear in prefill, decode and KV tokens."""
     rows = ["prefill_tokens,decode_tokens,kv_tokens,seconds"]
     for i in range(1, 41):
         p, d, kv = (i * 97) % 4096, (i * 13) % 128, (i * 7919) % 200_000
         rows.append(f"{p},{d},{kv},{0.004 + 2e-5 * p + 1e-4 * d + 3e-8 * kv:.9f}")
-    (tmp_path / "steps.csv").write_text("\n".join(rows) + "\n")
+    return rows
+
+
+def test_calibrate_fits_and_bench_accepts_the_profile(tmp_path: Path) -> None:
+    (tmp_path / "steps.csv").write_text("\n".join(linear_steps()) + "\n")
     proc = schedkit("calibrate", str(tmp_path / "steps.csv"), "--out", str(tmp_path / "cost.json"))
     assert proc.returncode == 0, proc.stderr
     assert "fitted 28 steps of steps.csv, tested on the next 12" in proc.stdout
@@ -201,6 +206,36 @@ def test_calibrate_fits_and_bench_accepts_the_profile(tmp_path: Path) -> None:
         "--profile", str(tmp_path / "cost.json"),
     )  # fmt: skip
     assert results["engine"]["cost_model"]["kind"] == "linear"
+
+
+@pytest.mark.parametrize(
+    ("model", "gpu", "reference", "note"),
+    [
+        ("meta-llama/Meta-Llama-3-70B", "NVIDIA A100-SXM4-80GB", ("Llama-3-70B", "A100-80GB"), ""),
+        ("Qwen/Qwen2.5-7B", "cpu", ("Qwen2.5-7B", "H100-SXM"), "recorded on a CPU"),
+        ("org/Unknown-1B", "NVIDIA L4", ("Llama-3-8B", "H100-SXM"), "'NVIDIA L4', which no GPU"),
+    ],
+)
+def test_calibrate_takes_its_reference_from_the_engines_names(
+    tmp_path: Path, model: str, gpu: str, reference: tuple[str, str], note: str
+) -> None:
+    from schedkit.sim.costmodel import RooflineCostModel
+    from schedkit.sim.profiles import get_gpu, get_model
+
+    meta = json.dumps({"engine": "vllm", "model": model, "gpu": gpu, "tp": 4})
+    (tmp_path / "steps.csv").write_text(f"# schedkit-steps {meta}\n" + "\n".join(linear_steps()))
+    proc = schedkit("calibrate", str(tmp_path / "steps.csv"), "--out", str(tmp_path / "c.json"))
+    assert proc.returncode == 0, proc.stderr
+    # no attn_pairs column: c_attn cannot be fitted and is the reference's, set by model and GPU
+    roofline = RooflineCostModel(get_model(reference[0]), get_gpu(reference[1]), 4)
+    profile = json.loads((tmp_path / "c.json").read_text())
+    assert profile["c_attn"] == pytest.approx(roofline.linear_coefficients()["c_attn"])
+    assert profile["recorded_for"]["model"] == model
+    if note:
+        assert note in proc.stderr
+        assert f"is {reference[0]} on {reference[1]}: pass --model/--gpu" in proc.stderr
+    else:
+        assert "note:" not in proc.stderr
 
 
 def test_policies_json_lists_builtins_with_hooks() -> None:

@@ -330,6 +330,18 @@ def test_cost_profile_round_trip_and_mismatch_warning(tmp_path: Path) -> None:
     assert "tp 1 (the bench: 2)" in warning
 
 
+def test_a_profile_recorded_under_the_engines_names_matches_the_bench(tmp_path: Path) -> None:
+    path = tmp_path / "cost.json"
+    fit = fit_steps(synthetic_rows(TRUTH, 100, 0.01, seed=6), ROOFLINE)
+    recorded = {"model": "meta-llama/Meta-Llama-3-8B", "gpu": "NVIDIA H100 80GB HBM3", "tp": 1}
+    save_cost_profile(fit, path, source="h100.csv", recorded_for=recorded)
+    assert profile_mismatch(path, "Llama-3-8B", "H100-SXM", 1) is None
+    warning = profile_mismatch(path, "Llama-3-70B", "A100-80GB", 1)
+    assert warning is not None
+    assert "model 'meta-llama/Meta-Llama-3-8B' (the bench: 'Llama-3-70B')" in warning
+    assert "gpu 'NVIDIA H100 80GB HBM3' (the bench: 'A100-80GB')" in warning
+
+
 def test_bad_cost_profile_names_the_file(tmp_path: Path) -> None:
     path = tmp_path / "cost.json"
     path.write_text(json.dumps({"kind": "linear", "c0": 0.1}))

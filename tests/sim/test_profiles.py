@@ -143,3 +143,59 @@ def test_registering_identical_profile_twice_is_fine() -> None:
     registry = ProfileRegistry.with_builtins()
     registry.register_model(ModelProfile("Llama-3-8B", 32, 4096, 32, 8, 128, 128256, 14336))
     assert registry.model_names().count("Llama-3-8B") == 1
+
+
+@pytest.mark.parametrize(
+    ("device", "profile"),
+    [
+        ("NVIDIA H100 80GB HBM3", "H100-SXM"),
+        ("NVIDIA H100", "H100-SXM"),
+        ("h100-sxm", "H100-SXM"),
+        ("NVIDIA A100-SXM4-80GB", "A100-80GB"),
+        ("NVIDIA A100 80GB PCIe", None),  # another board: its bandwidth differs
+        ("NVIDIA A100-SXM4-40GB", None),  # another memory size
+        ("NVIDIA H100 NVL", None),
+        ("NVIDIA H200", "H200"),
+        ("NVIDIA L4", None),
+        ("cpu", None),
+    ],
+)
+def test_a_cuda_device_name_finds_its_gpu_profile(device: str, profile: str | None) -> None:
+    found = ProfileRegistry.with_builtins().gpu_for_device(device)
+    assert (found.name if found else None) == profile
+
+
+def test_a_device_two_profiles_fit_finds_none() -> None:
+    registry = ProfileRegistry.with_builtins()
+    registry.register_gpu(GPUProfile("H100-SXM-alt", tflops=900.0, mem_bw_gbs=3000.0, mem_gb=80))
+    assert registry.gpu_for_device("NVIDIA H100 80GB HBM3") is None
+
+
+@pytest.mark.parametrize(
+    ("name", "profile"),
+    [
+        ("meta-llama/Meta-Llama-3-8B", "Llama-3-8B"),
+        ("meta-llama/Meta-Llama-3-8B-Instruct", "Llama-3-8B"),
+        ("llama-3-8b", "Llama-3-8B"),
+        ("meta-llama/Meta-Llama-3-70B-Instruct", "Llama-3-70B"),
+        ("Qwen/Qwen2.5-7B-Instruct", "Qwen2.5-7B"),
+        ("Qwen/Qwen2.5-72B", None),
+        ("meta-llama/Llama-3.1-8B", None),  # the words do not run in order
+        ("llama-3-8b/tokenizer", None),  # only the last component names the model
+        ("", None),
+    ],
+)
+def test_an_engines_model_name_finds_its_profile(name: str, profile: str | None) -> None:
+    found = ProfileRegistry.with_builtins().model_for_engine_name(name)
+    assert (found.name if found else None) == profile
+
+
+def test_a_model_directory_finds_the_profile_registered_for_it(tmp_path: Path) -> None:
+    directory = tmp_path / "tiny"
+    directory.mkdir()
+    (directory / "config.json").write_text("{}")
+    registry = ProfileRegistry.with_builtins()
+    tiny = ModelProfile(str(directory) + "/", 2, 64, 4, 2, 16, 1000, 128)
+    registry.register_model(tiny)
+    assert registry.model_for_engine_name(str(directory)) == tiny
+    assert registry.model_for_engine_name(str(tmp_path / "other")) is None
