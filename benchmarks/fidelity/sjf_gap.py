@@ -38,13 +38,13 @@ from schedkit.sim.costmodel import RooflineCostModel
 from schedkit.sim.fit import StepRow, fit_steps, step_kind, with_gaps
 from schedkit.sim.profiles import get_gpu, get_model, register_model_dir
 
-ARMS = ("fcfs", "priority", "sjf", "sjf-oracle")
 CONFIGS = {
     "fcfs": {"policy": "fcfs"},
     "priority": {"policy": "priority"},
     "sjf": {"policy": "sjf"},
     "sjf-oracle": {"policy": "sjf", "options": {"sjf": {"predictor": "oracle"}}},
 }
+ARMS = tuple(CONFIGS)
 
 
 def shape(rows: list[StepRow]) -> dict[str, float]:

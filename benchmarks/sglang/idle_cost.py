@@ -14,15 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import statistics
-import tempfile
 from pathlib import Path
 from typing import Any
 
-import overhead  # noqa: F401  (puts the timer plugin and engine_util on sys.path)
-from engine_util import environ, prompt, tiny_model
+import overhead  # puts the timer plugin and engine_util on sys.path
+from engine_util import environ, prompt
 from schedkit_sglang import cpu
 
 ARMS = ("fcfs", "sjf", "priority")
@@ -60,12 +58,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ["SGLANG_USE_CPU_ENGINE"] = "1"
-    os.environ["PYTHONPATH"] = cpu.pythonpath(os.environ.get("PYTHONPATH", ""))
-    cpu.install()
-    work = Path(tempfile.mkdtemp(prefix="schedkit-sglang-idle-"))
-    tiny_model(work / "model")
+    work = overhead.setup("schedkit-sglang-idle-")
     results: dict[str, list[dict[str, Any]]] = {arm: [] for arm in ARMS}
     rng, order = random.Random(0), list(ARMS)
     for r in range(args.rounds):

@@ -106,17 +106,24 @@ def order_figures(lines: list[dict[str, Any]]) -> dict[str, float]:
     return figures
 
 
+def setup(prefix: str) -> Path:
+    """SGLang's CPU engine for this process and its engines; a work directory (``prefix``)
+    holding the tiny model at ``model``."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ["SGLANG_USE_CPU_ENGINE"] = "1"
+    os.environ["PYTHONPATH"] = cpu.pythonpath(os.environ.get("PYTHONPATH", ""))
+    cpu.install()
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    tiny_model(work / "model")
+    return work
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ["SGLANG_USE_CPU_ENGINE"] = "1"
-    os.environ["PYTHONPATH"] = cpu.pythonpath(os.environ.get("PYTHONPATH", ""))
-    cpu.install()
-    work = Path(tempfile.mkdtemp(prefix="schedkit-sglang-overhead-"))
-    tiny_model(work / "model")
+    work = setup("schedkit-sglang-overhead-")
     rng = random.Random(1)
     step: dict[str, list[dict[str, float]]] = {arm: [] for arm in STEP_ARMS}
     order: dict[str, list[dict[str, float]]] = {arm: [] for arm in ORDER_ARMS}
