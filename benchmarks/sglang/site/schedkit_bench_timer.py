@@ -7,6 +7,8 @@ starts (after every plugin's patches are applied) it wraps that scheduler's
 ``SchedulePolicy.calc_priority``; it appends one JSON line per step with a batch
 (``sched``: seconds of the three scheduler methods, ``forward``: ``run_batch``) and one
 per ``calc_priority`` call (``order``: seconds, ``waiting``: queue length).
+
+It also registers ``bench-finish-observer``, a schedkit policy for ``idle_cost.py``.
 """
 
 from __future__ import annotations
@@ -14,9 +16,13 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
+from schedkit import Policy, RequestView, hookimpl
+
 PATH_VAR = "SCHEDKIT_BENCH_TIMER"
+TOGGLE_VAR = "SCHEDKIT_BENCH_TOGGLE"  # steps per block of schedkit's finish patch on / off
 
 
 def load() -> None:
@@ -52,9 +58,14 @@ def _start(original: Any, scheduler: Any) -> Any:
         step["sched"] = step["forward"] = 0.0  # a loop iteration starts here
         return ingest(*args, **kwargs)
 
+    flip = _finish_toggle(scheduler, int(os.environ.get(TOGGLE_VAR) or 0))
+
     def process_batch_result(batch: Any, *args: Any, **kwargs: Any) -> Any:
         result = process(batch, *args, **kwargs)
         line = {"sched": step["sched"], "forward": step["forward"], "bs": len(batch.reqs)}
+        if flip is not None:
+            line["patched"] = flip()
+            line["extend"] = bool(batch.forward_mode.is_extend())
         out.write(json.dumps(line) + "\n")
         return result
 
@@ -74,3 +85,40 @@ def _start(original: Any, scheduler: Any) -> Any:
     scheduler.process_batch_result = process_batch_result
     policy.calc_priority = calc_priority
     return original(scheduler)
+
+
+def _finish_toggle(scheduler: Any, block: int) -> Callable[[], bool] | None:
+    """With ``block`` steps: switch schedkit's ``stream_output`` patch (its finish
+    observer) off and on every ``block`` steps, by setting the streamer class's method
+    (slotted instances take no attribute) to SGLang's own (the patch's ``__wrapped__``)
+    or back to the patch, so one process compares its steps with and without it. The returned function, called
+    once per step, says whether that step ran patched. Benchmark-only: requests that
+    finish in an unpatched block are not reported to the policy."""
+    if block <= 0:
+        return None
+    streamer = type(scheduler.output_streamer)
+    patched = streamer.stream_output
+    own = getattr(patched, "__wrapped__", None)
+    if own is None:
+        raise RuntimeError(f"{TOGGLE_VAR}: stream_output is not patched (no finish observer)")
+    count = 0
+
+    def flip() -> bool:
+        nonlocal count
+        on = (count // block) % 2 == 0
+        count += 1
+        if count % block == 0:  # the next block runs the other way
+            streamer.stream_output = own if on else patched
+        return on
+
+    return flip
+
+
+class FinishObserver(Policy):
+    """``bench-finish-observer``: one hook, ``on_request_finished``, doing nothing. It
+    makes the adapter patch SGLang's finish paths as ``sjf`` does, with no ordering, so
+    ``idle_cost.py`` can price that patch alone."""
+
+    @hookimpl
+    def on_request_finished(self, request: RequestView, reason: str) -> None:
+        return None
