@@ -24,10 +24,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from loop import METRICS, POLICIES, SIM, WARMUP, random_model, step_bias
 
 from schedkit.bench.runner import BenchSpec, run_bench
+from schedkit.bench.stats import percentile
 from schedkit.sim.calibration import read_steps, save_cost_profile
 from schedkit.sim.costmodel import RooflineCostModel
 from schedkit.sim.fit import fit_steps, with_gaps
@@ -64,8 +64,8 @@ def window_metrics(directory: Path, arm: str, test_ids: set[str]) -> dict[str, f
     rows = [r for r in requests(directory, arm) if r["request_id"] in test_ids]
     out = {}
     for metric, q in METRICS:
-        values = [v for r in rows if (v := latency(r, metric)) is not None]
-        out[f"{metric}_{q}"] = float(np.percentile(values, int(q[1:])))
+        values = sorted(v for r in rows if (v := latency(r, metric)) is not None)
+        out[f"{metric}_{q}"] = percentile(values, int(q[1:]))  # as the bench's own
     return out
 
 
@@ -127,8 +127,8 @@ def main() -> None:
                 save_cost_profile(fit, profile, source=f"{name} round {i}", recorded_for=meta)
                 sim_spec = BenchSpec(
                     workload=workload, policies=[policy], profile=str(profile), model=model,
-                    rate_scale=args.rate_scale, max_requests=args.max_requests, gpu=args.gpu, **capacity, **settings,
-                    **SIM[args.engine],
+                    rate_scale=args.rate_scale, max_requests=args.max_requests, gpu=args.gpu,
+                    **capacity, **settings, **SIM[args.engine],
                 )  # fmt: skip
                 sim_dir = out / f"{name}-sim-{i}-{policy}"
                 run_bench(sim_spec, sim_dir)

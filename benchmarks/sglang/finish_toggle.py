@@ -9,10 +9,12 @@ without it run in the same process, a few hundred milliseconds apart. Per round,
 ordinary least-squares fit of each step's time (the scheduler's work and the forward,
 separately) on its batch size and whether it ran patched, over the decode steps (where
 requests finish; the few prefill steps cost many times more and fall in blocks unevenly),
-gives the patch's cost per step in milliseconds; the rounds' estimates are printed with their median and range.
+gives the patch's cost per step in milliseconds; the rounds' estimates are printed with
+their median and range.
 
     HF_HUB_OFFLINE=1 taskset -c 1 .venv-sglang/bin/python benchmarks/sglang/finish_toggle.py \\
-        --rounds 5 --json benchmarks/sglang/finish-toggle.json
+        --arm observer --rounds 6 --json benchmarks/sglang/finish-toggle-observer.json
+    (and --arm sjf --json benchmarks/sglang/finish-toggle-sjf.json)
 """
 
 from __future__ import annotations

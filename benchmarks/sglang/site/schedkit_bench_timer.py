@@ -91,8 +91,8 @@ def _finish_toggle(scheduler: Any, block: int) -> Callable[[], bool] | None:
     """With ``block`` steps: switch schedkit's ``stream_output`` patch (its finish
     observer) off and on every ``block`` steps, by setting the streamer class's method
     (slotted instances take no attribute) to SGLang's own (the patch's ``__wrapped__``)
-    or back to the patch, so one process compares its steps with and without it. The returned function, called
-    once per step, says whether that step ran patched. Benchmark-only: requests that
+    or back to the patch, so one process compares its steps with and without it. The
+    returned function, called once per step, says whether that step ran patched. Benchmark-only: requests that
     finish in an unpatched block are not reported to the policy."""
     if block <= 0:
         return None
