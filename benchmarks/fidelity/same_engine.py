@@ -22,9 +22,15 @@ with that profile and the engine's KV capacity. Two things are compared:
   range widened by 5 points; where they disagree, it is under 5%.
 
     HF_HUB_OFFLINE=1 taskset -c 1 .venv-vllm/bin/python benchmarks/fidelity/same_engine.py \\
-        --engine vllm --rate-scale 0.32 --rounds 2 --json benchmarks/fidelity/same-engine-vllm.json
+        --engine vllm --rate-scale 0.7 --rounds 3 --json benchmarks/fidelity/same-engine-vllm.json
     HF_HUB_OFFLINE=1 taskset -c 1 .venv-sglang/bin/python benchmarks/fidelity/same_engine.py \\
-        --engine sglang --rate-scale 0.16 --rounds 2 --json benchmarks/fidelity/same-engine-sglang.json
+        --engine sglang --rate-scale 0.4 --rounds 2 --json benchmarks/fidelity/same-engine-sglang.json
+
+On a GPU, with your model (the same code path; pick a ``--rate-scale`` at which the
+trace queues but each segment drains within ``--gap``)::
+
+    python benchmarks/fidelity/same_engine.py --engine vllm --model /path/to/model \\
+        --gpu H100-SXM --gpu-memory-utilization 0.9 --rate-scale 8 --json gpu-same-engine.json
 
 ``--table F.json`` prints the tables of a finished run.
 """
@@ -33,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -109,6 +116,12 @@ def verdict(sim: float, real: list[float]) -> bool:
     return abs(sim) < SLACK
 
 
+def real_engine_settings(args: argparse.Namespace) -> dict[str, Any]:
+    if args.engine == "vllm":
+        return {"gpu_memory_utilization": args.gpu_memory_utilization}
+    return {}
+
+
 def run_round(args: argparse.Namespace, i: int, model: str, reference: RooflineCostModel,
               out: Path) -> dict[str, Any]:  # fmt: skip
     workload, settings = TESTS[args.test]
@@ -116,7 +129,7 @@ def run_round(args: argparse.Namespace, i: int, model: str, reference: RooflineC
     trace = out / f"trace-{i}.jsonl"
     starts = segmented_trace(workload, args.rate_scale, order, args.gap, trace)
     recorded, real_dir = out / f"steps-{i}", out / f"real-{i}"
-    real_settings = {"vllm": {"gpu_memory_utilization": 0.5}, "sglang": {}}[args.engine]
+    real_settings = real_engine_settings(args)
     spec = BenchSpec(workload=str(trace), policies=[POLICY], engine=args.engine, model=model,
                      record_steps=str(recorded), **settings, **real_settings)  # fmt: skip
     real = run_bench(spec, real_dir)["engine"]["real"]
@@ -176,16 +189,17 @@ def table(report: dict[str, Any]) -> str:
     if overlapping:
         lines += [f"Segments that began before the previous one drained (round, segments):"
                   f" {overlapping}; their A/B pairs mix policies.", ""]  # fmt: skip
-    lines += ["| metric | simulated, each pair | real, each pair | rule |", "|---|---|---|---|"]
+    lines += ["| metric | simulated (mean) | real (median) | real, each pair | rule |",
+              "|---|---:|---:|---|---|"]  # fmt: skip
     holds = 0
     for key in keys:
         sim = [p[key] for r in report["rounds"] for p in r["ab"]["sim"]]
         real = [p[key] for r in report["rounds"] for p in r["ab"]["real"]]
         # the simulator's effect: the mean over its pairs (they differ only by the
-        # predictor's state and the profile of the round)
-        ok = verdict(sum(sim) / len(sim), real)
+        # predictor's state and the round's profile)
+        ok = verdict(statistics.fmean(sim), real)
         holds += ok
-        lines.append(f"| {key} | {', '.join(f'{v:+.1%}' for v in sim)} |"
+        lines.append(f"| {key} | {statistics.fmean(sim):+.1%} | {statistics.median(real):+.1%} |"
                      f" {', '.join(f'{v:+.1%}' for v in real)} | {'holds' if ok else 'breaks'} |")  # fmt: skip
     lines += ["", f"The A/B rule holds for {holds} of {len(keys)} metrics."]
     return "\n".join(lines)
@@ -199,8 +213,11 @@ def main() -> None:
     parser.add_argument("--rate-scale", type=float, default=1.0)
     parser.add_argument("--gap", type=float, default=30.0,
                         help="seconds between a segment's last arrival and the next's first")  # fmt: skip
-    parser.add_argument("--random", default="mid")
-    parser.add_argument("--gpu", default="H100-SXM")
+    parser.add_argument("--model", default=None, help="model directory (default: --random)")
+    parser.add_argument("--random", default="mid", help="the random-weight model (loop.py's)")
+    parser.add_argument("--gpu", default="H100-SXM", help="GPU profile of the roofline reference")
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.5,
+                        help="vLLM's (on CPU, the share of memory its KV cache takes)")  # fmt: skip
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--table", type=Path, default=None, help="print a --json file's tables")
     args = parser.parse_args()
@@ -208,10 +225,10 @@ def main() -> None:
         print(table(json.loads(args.table.read_text())))
         return
     out = Path(tempfile.mkdtemp(prefix="same-engine-"))
-    model = str(random_model(out / "model", args.random))
+    model = args.model or str(random_model(out / "model", args.random))
     register_model_dir(model)
     reference = RooflineCostModel(get_model(model), get_gpu(args.gpu))
-    real_settings = {"vllm": {"gpu_memory_utilization": 0.5}, "sglang": {}}[args.engine]
+    real_settings = real_engine_settings(args)
     run_bench(BenchSpec(workload=WARMUP, policies=["fcfs"], engine=args.engine, model=model,
                         rate_scale=args.rate_scale, **real_settings), out / "warmup")  # fmt: skip
     report: dict[str, Any] = {"engine": args.engine, "test": args.test, "workload":
