@@ -158,7 +158,7 @@ def run_round(args: argparse.Namespace, i: int, model: str, reference: RooflineC
     return {
         "order": order, "segment_starts": starts, "overlapping_segments": overlaps,
         "segment_spans": [[s["first_arrival"], s["last_finish"]] for s in segs],
-        "train_steps": len(train), "test_steps": len(held),
+        "coefficients": fit.model.describe(), "train_steps": len(train), "test_steps": len(held),
         "fit_holdout_mape": fit.holdout.get("all", {}).get("mape"),
         "test_window_steps": step_bias(fit.model, held),
         "real": real_m, "sim": sim_m,
