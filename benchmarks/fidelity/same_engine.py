@@ -10,9 +10,12 @@ segment's requests wait, the engine's FCFS otherwise. Segments run fcfs, sjf, sj
 rounds. Every request is named after its segment, so each segment's latencies are read
 apart.
 
-The steps that end before the third segment begins are fitted (NNLS, as ``schedkit
-calibrate``); the simulator replays the same four-segment trace under the same policy
-with that profile and the engine's KV capacity. Two things are compared:
+``--warm-copies`` copies of the trace run first in the same engine, under FCFS, and are
+neither fitted nor compared: SGLang's decode steps on CPU run 10-20% slower once its KV
+pool is full of cached prefixes (``aging.py``), and an engine in service is past that
+point. The steps from the first segment's start to the third's are fitted (NNLS, as
+``schedkit calibrate``); the simulator replays the whole trace under the same policy with
+that profile and the engine's KV capacity. Two things are compared:
 
 - latency fidelity on the last two segments, which the fit never saw (held out in time):
   simulated / real - 1 for TTFT, TPOT and E2E p50 and p90, against the 10% target;
@@ -22,9 +25,10 @@ with that profile and the engine's KV capacity. Two things are compared:
   range widened by 5 points; where they disagree, it is under 5%.
 
     HF_HUB_OFFLINE=1 taskset -c 1 .venv-vllm/bin/python benchmarks/fidelity/same_engine.py \\
-        --engine vllm --rate-scale 0.7 --rounds 3 --json benchmarks/fidelity/same-engine-vllm.json
+        --engine vllm --rate-scale 0.7 --rounds 3 --warm-copies 0 \\
+        --json benchmarks/fidelity/same-engine-vllm.json
     HF_HUB_OFFLINE=1 taskset -c 1 .venv-sglang/bin/python benchmarks/fidelity/same_engine.py \\
-        --engine sglang --rate-scale 0.4 --rounds 2 --json benchmarks/fidelity/same-engine-sglang.json
+        --engine sglang --rate-scale 0.4 --rounds 2 --json benchmarks/fidelity/same-engine-sglang-warm.json
 
 On a GPU, with your model (the same code path; pick a ``--rate-scale`` at which the
 trace queues but each segment drains within ``--gap``)::
@@ -59,6 +63,7 @@ from schedkit.sim.profiles import get_gpu, get_model, register_model_dir  # noqa
 from schedkit.sim.workloads import load_workload  # noqa: E402
 
 POLICY = "bench-switch-sjf"
+WARM = "warm"  # the leading copies' segment name: FCFS, neither fitted nor compared
 ORDERS = (["fcfs", "sjf", "sjf", "fcfs"], ["sjf", "fcfs", "fcfs", "sjf"])  # by round parity
 TARGET = 0.10  # the issue's: within 10% on p50 and p90 of TTFT and TPOT
 SLACK = 0.05  # loop.py's A/B rule: the real pairs' range widened by 5 points
@@ -126,8 +131,9 @@ def run_round(args: argparse.Namespace, i: int, model: str, reference: RooflineC
               out: Path) -> dict[str, Any]:  # fmt: skip
     workload, settings = TESTS[args.test]
     order = ORDERS[i % 2]
+    warm = [WARM] * args.warm_copies  # run first, in the same engine, and never measured
     trace = out / f"trace-{i}.jsonl"
-    starts = segmented_trace(workload, args.rate_scale, order, args.gap, trace)
+    starts = segmented_trace(workload, args.rate_scale, warm + order, args.gap, trace)
     recorded, real_dir = out / f"steps-{i}", out / f"real-{i}"
     real_settings = real_engine_settings(args)
     spec = BenchSpec(workload=str(trace), policies=[POLICY], engine=args.engine, model=model,
@@ -137,13 +143,16 @@ def run_round(args: argparse.Namespace, i: int, model: str, reference: RooflineC
         capacity = {"kv_blocks": real["kv_blocks"], "block_size": real["block_size"]}
     else:
         capacity = {"kv_blocks": real["kv_tokens"] // 16, "block_size": 16}
-    segs = segments(real_dir, order)
-    overlaps = [k for k in range(1, 4) if segs[k]["first_arrival"] < segs[k - 1]["last_finish"]]
+    every = segments(real_dir, warm + order)
+    overlaps = [k for k in range(1, len(every))
+                if every[k]["first_arrival"] < every[k - 1]["last_finish"]]  # fmt: skip
+    segs = every[len(warm) :]
     rows, meta = read_steps(recorded / f"{POLICY}.csv")
     rows = with_gaps(rows)[0]
     t0 = rows[0].start_s or 0.0  # the first step starts as the first request comes
-    cut = t0 + (segs[2]["first_arrival"] - segs[0]["first_arrival"])
-    train = [r for r in rows if (r.end_s or 0.0) <= cut]
+    begin = t0 + (segs[0]["first_arrival"] - every[0]["first_arrival"])
+    cut = t0 + (segs[2]["first_arrival"] - every[0]["first_arrival"])
+    train = [r for r in rows if (r.start_s or 0.0) >= begin and (r.end_s or 0.0) <= cut]
     held = [r for r in rows if (r.start_s or 0.0) >= cut]
     fit = fit_steps(train, reference)
     profile = out / f"profile-{i}.json"
@@ -156,7 +165,8 @@ def run_round(args: argparse.Namespace, i: int, model: str, reference: RooflineC
     real_m = [window_metrics(real_dir, POLICY, s["ids"]) for s in segs]
     sim_m = [window_metrics(sim_dir, POLICY, s["ids"]) for s in segs]
     return {
-        "order": order, "segment_starts": starts, "overlapping_segments": overlaps,
+        "order": order, "warm_copies": len(warm), "segment_starts": starts,
+        "overlapping_segments": overlaps,
         "segment_spans": [[s["first_arrival"], s["last_finish"]] for s in segs],
         "coefficients": fit.model.describe(), "train_steps": len(train), "test_steps": len(held),
         "fit_holdout_mape": fit.holdout.get("all", {}).get("mape"),
@@ -211,6 +221,9 @@ def main() -> None:
     parser.add_argument("--test", choices=sorted(TESTS), default="queued")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--rate-scale", type=float, default=1.0)
+    parser.add_argument("--warm-copies", type=int, default=1,
+                        help="copies of the trace the engine serves first, unmeasured, so"
+                        " that its KV pool is full before the first segment")  # fmt: skip
     parser.add_argument("--gap", type=float, default=30.0,
                         help="seconds between a segment's last arrival and the next's first")  # fmt: skip
     parser.add_argument("--model", default=None, help="model directory (default: --random)")
