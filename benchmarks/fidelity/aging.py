@@ -21,14 +21,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from loop import TESTS, WARMUP, random_model
+from loop import TESTS, WARMUP, engine_model
 from same_engine import segmented_trace
 
 from schedkit.bench.runner import BenchSpec, run_bench
 from schedkit.sim.calibration import read_steps
 from schedkit.sim.costmodel import RooflineCostModel
 from schedkit.sim.fit import StepRow, fit_steps, step_kind, with_gaps
-from schedkit.sim.profiles import get_gpu, get_model, register_model_dir
 
 
 def drift(rows: list[StepRow], windows: int, reference: RooflineCostModel) -> dict[str, Any]:
@@ -63,9 +62,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     out = Path(tempfile.mkdtemp(prefix="aging-"))
-    model = str(random_model(out / "model", args.random))
-    register_model_dir(model)
-    reference = RooflineCostModel(get_model(model), get_gpu("H100-SXM"))
+    model, reference = engine_model(out, None, args.random, "H100-SXM")
     workload, settings = TESTS[args.test]
     real = {"vllm": {"gpu_memory_utilization": 0.5}, "sglang": {}}[args.engine]
     common = {"engine": args.engine, "model": model, **real}

@@ -82,6 +82,17 @@ def random_model(path: Path, size: str) -> Path:
     return path
 
 
+def engine_model(
+    out: Path, model: str | None, size: str, gpu: str
+) -> tuple[str, RooflineCostModel]:
+    """The model directory (``model``, else a random ``size`` Llama written under ``out``),
+    registered as a model profile, and the roofline reference on ``gpu`` that the step fit
+    falls back to."""
+    path = model or str(random_model(out / "model", size))
+    register_model_dir(path)
+    return path, RooflineCostModel(get_model(path), get_gpu(gpu))
+
+
 def metrics(results: dict[str, Any]) -> dict[str, dict[str, float]]:
     return {
         arm["policy"]: {f"{m}_{q}": arm["metrics"][m][q] for m, q in METRICS}
@@ -264,8 +275,7 @@ def main() -> None:
         "vllm": {"gpu_memory_utilization": args.gpu_memory_utilization}, "sglang": {},
     }  # fmt: skip
     out = args.out or Path(tempfile.mkdtemp(prefix="cpu-loop-"))
-    model = args.model or str(random_model(out / "model", args.random))
-    register_model_dir(model)
+    model, reference = engine_model(out, args.model, args.random, args.gpu)
     # 0. a warm-up run, not recorded: the first engine of a process is slower (its
     # kernels' first calls), and a profile fitted on it would be too
     run_bench(
@@ -282,7 +292,6 @@ def main() -> None:
     )  # fmt: skip
     real = train["engine"]["real"]
     rows, meta = read_steps(out / "steps" / "fcfs.csv")
-    reference = RooflineCostModel(get_model(model), get_gpu(args.gpu))
     fit = fit_steps(rows, reference)
     profile = out / "cpu-profile.json"
     save_cost_profile(fit, profile, source="steps/fcfs.csv", recorded_for=meta)

@@ -52,14 +52,13 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.append(str(HERE / "site"))  # bench-switch-sjf; SGLang's spawned scheduler inherits it
 
-from loop import METRICS, SIM, TESTS, WARMUP, random_model, step_bias  # noqa: E402
+from loop import METRICS, SIM, TESTS, WARMUP, engine_model, step_bias  # noqa: E402
 from window import requests, window_metrics  # noqa: E402
 
 from schedkit.bench.runner import BenchSpec, run_bench  # noqa: E402
 from schedkit.sim.calibration import read_steps, save_cost_profile  # noqa: E402
 from schedkit.sim.costmodel import RooflineCostModel  # noqa: E402
 from schedkit.sim.fit import fit_steps, with_gaps  # noqa: E402
-from schedkit.sim.profiles import get_gpu, get_model, register_model_dir  # noqa: E402
 from schedkit.sim.workloads import load_workload  # noqa: E402
 
 POLICY = "bench-switch-sjf"
@@ -252,9 +251,7 @@ def main() -> None:
         print(table(json.loads(args.table.read_text())))
         return
     out = Path(tempfile.mkdtemp(prefix="same-engine-"))
-    model = args.model or str(random_model(out / "model", args.random))
-    register_model_dir(model)
-    reference = RooflineCostModel(get_model(model), get_gpu(args.gpu))
+    model, reference = engine_model(out, args.model, args.random, args.gpu)
     real_settings = real_engine_settings(args)
     run_bench(BenchSpec(workload=WARMUP, policies=["fcfs"], engine=args.engine, model=model,
                         rate_scale=args.rate_scale, **real_settings), out / "warmup")  # fmt: skip

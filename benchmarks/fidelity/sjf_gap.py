@@ -29,14 +29,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from loop import TESTS, WARMUP, metrics, random_model, step_bias
+from loop import TESTS, WARMUP, engine_model, metrics, step_bias
 
 from schedkit.bench.arms import ArmSpec
 from schedkit.bench.runner import BenchSpec, run_bench
 from schedkit.sim.calibration import read_steps
-from schedkit.sim.costmodel import RooflineCostModel
 from schedkit.sim.fit import StepRow, fit_steps, step_kind, with_gaps
-from schedkit.sim.profiles import get_gpu, get_model, register_model_dir
 
 CONFIGS = {
     "fcfs": {"policy": "fcfs"},
@@ -73,9 +71,7 @@ def main() -> None:
     parser.add_argument("--max-requests", type=int, default=None, help="a shorter run")
     args = parser.parse_args()
     out = Path(tempfile.mkdtemp(prefix="sjf-gap-"))
-    model = str(random_model(out / "model", args.random))
-    register_model_dir(model)
-    reference = RooflineCostModel(get_model(model), get_gpu("H100-SXM"))
+    model, reference = engine_model(out, None, args.random, "H100-SXM")
     workload, settings = TESTS[args.test]
     common = {
         "engine": "sglang",

@@ -24,14 +24,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from loop import METRICS, POLICIES, SIM, WARMUP, random_model, step_bias
+from loop import METRICS, POLICIES, SIM, WARMUP, engine_model, step_bias
 
 from schedkit.bench.runner import BenchSpec, run_bench
 from schedkit.bench.stats import percentile
 from schedkit.sim.calibration import read_steps, save_cost_profile
-from schedkit.sim.costmodel import RooflineCostModel
 from schedkit.sim.fit import fit_steps, with_gaps
-from schedkit.sim.profiles import get_gpu, get_model, register_model_dir
 
 # loop.py's tests, twice as long: the first half trains, the second tests
 TESTS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -92,9 +90,7 @@ def main() -> None:
     if not tests or set(tests) - set(TESTS):
         parser.error(f"--tests: choose from {', '.join(TESTS)}")
     out = Path(tempfile.mkdtemp(prefix="window-"))
-    model = str(random_model(out / "model", args.random))
-    register_model_dir(model)
-    reference = RooflineCostModel(get_model(model), get_gpu(args.gpu))
+    model, reference = engine_model(out, None, args.random, args.gpu)
     real_settings = {"vllm": {"gpu_memory_utilization": 0.5}, "sglang": {}}[args.engine]
     base = {"engine": args.engine, "model": model, "rate_scale": args.rate_scale,
             "max_requests": args.max_requests}  # fmt: skip
