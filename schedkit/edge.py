@@ -3,6 +3,11 @@ that resolves each request's tenant, priority and SLO targets before the engine 
 the body, rewrites the body with the decision, and answers HTTP 400 naming the field when
 something is invalid.
 
+It reads a body only as every engine would (``schedkit.strict_json``) and refuses any
+other (400), forwards what it read, seals its decision for the scheduler
+(``schedkit.seal``), bounds the body (413) and the metadata (400), and accepts the tenant
+header only from the gateway when the config names it (403 otherwise).
+
 Pure ASGI (no Starlette import), so the engines' servers (FastAPI both) take it as is.
 Each adapter supplies where its body keeps the metadata (``Rewrite``): vLLM's
 ``vllm_xargs``, SGLang's ``custom_params``; the decision itself is ``TrustConfig.resolve``.
@@ -10,13 +15,25 @@ Each adapter supplies where its body keeps the metadata (``Rewrite``): vLLM's
 
 from __future__ import annotations
 
+import hmac
+import importlib
+import ipaddress
 import json
+import logging
+import os
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from schedkit.errors import PolicyConfigError
+from schedkit.seal import EDGE_KEY_VAR, SEAL_KEY, Seal
+from schedkit.strict_json import BodyError, dump_body, read_body
 from schedkit.trust import SLO_KEYS, Problem, TrustConfig
 
-__all__ = ["Rewrite", "TrustMiddleware", "error_body", "rewrite_fields"]
+__all__ = ["GATEWAY_SECRET_VAR", "Rewrite", "TrustMiddleware", "error_body", "rewrite_fields"]
+
+log = logging.getLogger("schedkit")
+
+GATEWAY_SECRET_VAR = "SCHEDKIT_GATEWAY_SECRET"
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -24,9 +41,12 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-Rewrite = Callable[[TrustConfig, "str | None", dict[str, Any], str], list[Problem]]
-"""``(trust, header tenant, JSON body, URL path)``: rewrite the body in place with the
-decision, or return the problems (the body is then not sent on)."""
+Rewrite = Callable[[TrustConfig, "str | None", dict[str, Any], str, "Seal | None"], list[Problem]]
+"""``(trust, header tenant, JSON body, URL path, seal)``: rewrite the body in place with
+the decision (sealed with ``seal`` when given), or return the problems (the body is then
+not sent on)."""
+
+_FORM_TYPES = (b"multipart/form-data", b"application/x-www-form-urlencoded")
 
 
 def rewrite_fields(
@@ -36,6 +56,7 @@ def rewrite_fields(
     key: str,
     priority_holder: dict[str, Any],
     name: str,
+    seal: Seal | None = None,
 ) -> list[Problem]:
     """Resolve one request whose metadata mapping is ``holder[key]`` (named ``name`` in
     problems) and whose priority is ``priority_holder["priority"]``, and write the
@@ -49,7 +70,7 @@ def rewrite_fields(
     if problems:
         return problems
     kept = (
-        {k: v for k, v in fields.items() if k != "tenant" and k not in SLO_KEYS} if fields else {}
+        {k: v for k, v in fields.items() if k not in _DECIDED} if isinstance(fields, dict) else {}
     )
     if fields is not None or meta.tenant != trust.default_tenant:
         kept["tenant"] = meta.tenant
@@ -57,6 +78,8 @@ def rewrite_fields(
         kept["slo_ttft_ms"] = meta.slo_ttft_ms
     if meta.slo_tpot_ms is not None:
         kept["slo_tpot_ms"] = meta.slo_tpot_ms
+    if seal is not None:
+        kept[SEAL_KEY] = seal.sign(kept)
     if kept or fields is not None:
         holder[key] = kept
     decided = meta.tenant in trust.tenant_priority or (
@@ -69,26 +92,35 @@ def rewrite_fields(
     return []
 
 
-def error_body(problems: list[Problem]) -> bytes:
+_DECIDED = frozenset(("tenant", SEAL_KEY, *SLO_KEYS))
+
+
+def error_body(
+    problems: list[Problem], code: int = 400, prefix: str = "invalid scheduling metadata"
+) -> bytes:
     """An OpenAI-style error naming the first invalid field (all are in the message)."""
-    message = "invalid scheduling metadata: " + "; ".join(str(p) for p in problems)
+    message = f"{prefix}: " + "; ".join(str(p) for p in problems)
+    kind = {400: "BadRequestError", 403: "PermissionDeniedError", 413: "RequestTooLargeError"}
     return json.dumps(
         {
             "error": {
                 "message": message,
-                "type": "BadRequestError",
+                "type": kind.get(code, "BadRequestError"),
                 "param": problems[0].field,
-                "code": 400,
+                "code": code,
             }
         }
     ).encode()
 
 
 class TrustMiddleware:
-    """ASGI middleware applying ``trust`` to every POST with a JSON object body.
+    """ASGI middleware applying ``trust`` to every POST with a body.
 
-    Other requests (GET, non-JSON, a body that is not an object) pass untouched; the
-    body is read whole before the engine sees it (the engines read it whole anyway).
+    Other requests (GET, ...) pass untouched. A POST body is read whole (the engines read
+    it whole anyway), at most ``trust.max_body_bytes`` of it (413 beyond). Unless it is an
+    HTML form that no engine reads as JSON, it must be JSON every engine reads alike
+    (``schedkit.strict_json``, 400 otherwise); a JSON object is rewritten with the
+    decision and sealed, and the engine gets the edge's own serialization of it.
     """
 
     def __init__(self, app: ASGIApp, trust: TrustConfig, rewrite: Rewrite) -> None:
@@ -96,49 +128,169 @@ class TrustMiddleware:
         self.trust = trust
         self.rewrite = rewrite
         self._header = trust.tenant_header.encode("latin-1")
+        self._seal = Seal.from_environ()
+        self._networks = [
+            ipaddress.ip_network(n, strict=False) for n in trust.trusted_proxies or ()
+        ]
+        self._secret_header: bytes | None = None
+        self._secret = b""
+        if trust.gateway_secret_header is not None:
+            self._secret_header = trust.gateway_secret_header.encode("latin-1")
+            self._secret = os.environ.get(GATEWAY_SECRET_VAR, "").encode()
+            if not self._secret:
+                raise PolicyConfigError(
+                    f"trust.gateway_secret_header is {trust.gateway_secret_header!r} but"
+                    f" {GATEWAY_SECRET_VAR} is empty; set it to the secret your gateway sends"
+                )
+        _log_launch(trust, self._seal is not None)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope.get("type") != "http" or scope.get("method") != "POST":
             await self.app(scope, receive, send)
             return
+        headers = _headers(scope)
+        limit = self.trust.max_body_bytes
+        length = headers.get(b"content-length", b"")
+        if length.isdigit() and int(length) > limit:
+            await _refuse(send, 413, "body", f"is {int(length)} bytes; at most {limit} are allowed")
+            return
         chunks: list[bytes] = []
+        size = 0
         while True:
             message = await receive()
             if message["type"] != "http.request":  # the client went away
                 await self.app(scope, _replay([message], receive), send)
                 return
-            chunks.append(message.get("body", b""))
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                await _refuse(send, 413, "body", f"is over {limit} bytes (trust.max_body_bytes)")
+                return
+            chunks.append(chunk)
             if not message.get("more_body", False):
                 break
         raw = b"".join(chunks)
-        body = _json_object(raw)
-        if body is None:
+        given = [v for k, v in scope.get("headers", ()) if k.lower() == self._header]
+        if len(given) > 1:
+            await _refuse(
+                send,
+                400,
+                f"header {self.trust.tenant_header}",
+                f"appears {len(given)} times; send it once",
+            )
+            return
+        tenant = given[0] if given and given[0] else None
+        if tenant is not None and not self._from_gateway(scope, headers):
+            await _refuse(
+                send,
+                403,
+                f"header {self.trust.tenant_header}",
+                "is accepted only from the gateway (trust.trusted_proxies /"
+                " trust.gateway_secret_header); send the request through it",
+            )
+            return
+        if self._secret_header is not None:  # the secret goes no further than the edge
+            scope = _without(scope, self._secret_header)
+        if not raw.strip():
             await self.app(scope, _replay([_request(raw)], receive), send)
             return
-        header = None
-        for name, value in scope.get("headers", ()):
-            if name.lower() == self._header:
-                header = value.decode("latin-1")
-        problems = self.rewrite(self.trust, header, body, str(scope.get("path", "")))
-        if problems:
-            await _answer(send, 400, error_body(problems))
+        try:
+            body = read_body(raw, self.trust.max_body_depth)
+        except BodyError as exc:
+            if _is_form(headers) and not _engine_reads_json(raw):
+                await self.app(scope, _replay([_request(raw)], receive), send)
+            else:
+                await _refuse(send, 400, "body", str(exc), "unreadable request body")
             return
-        new = json.dumps(body).encode()
+        if isinstance(body, dict):
+            path = str(scope.get("path", ""))
+            value = None if tenant is None else tenant.decode("latin-1")
+            problems = self.rewrite(self.trust, value, body, path, self._seal)
+            if problems:
+                await _answer(send, 400, error_body(problems))
+                return
+        new = dump_body(body)
         scope = dict(scope)
         scope["headers"] = [
             (k, v) for k, v in scope.get("headers", ()) if k.lower() != b"content-length"
         ] + [(b"content-length", str(len(new)).encode())]
         await self.app(scope, _replay([_request(new)], receive), send)
 
+    def _from_gateway(self, scope: Scope, headers: dict[bytes, bytes]) -> bool:
+        if self._networks:
+            client = scope.get("client")
+            try:
+                address = ipaddress.ip_address(client[0]) if client else None
+            except ValueError:
+                address = None
+            if address is None or not any(address in net for net in self._networks):
+                return False
+        if self._secret_header is not None:
+            given = headers.get(self._secret_header, b"")
+            if not hmac.compare_digest(given, self._secret):
+                return False
+        return True
 
-def _json_object(raw: bytes) -> dict[str, Any] | None:
-    if not raw.lstrip().startswith(b"{"):
-        return None
+
+def _log_launch(trust: TrustConfig, sealed: bool) -> None:
+    if not trust.trusted_proxies and trust.gateway_secret_header is None:
+        log.warning(
+            "schedkit: any client reaching this port can set the tenant header %s; to"
+            " accept it only from your gateway, set trust.trusted_proxies and/or"
+            " trust.gateway_secret_header (docs/trust.md)",
+            trust.tenant_header,
+        )
+    if not sealed:
+        log.warning(
+            "schedkit: %s is not set, so the scheduler trusts request metadata that did not"
+            " pass this edge as the operator's; launch with `schedkit serve`, or set it to"
+            " the same secret for the server and the engine (docs/trust.md)",
+            EDGE_KEY_VAR,
+        )
+
+
+def _headers(scope: Scope) -> dict[bytes, bytes]:
+    """Header names lowered; a repeated header keeps its last value."""
+    return {name.lower(): value for name, value in scope.get("headers", ())}
+
+
+def _without(scope: Scope, header: bytes) -> Scope:
+    scope = dict(scope)
+    scope["headers"] = [(k, v) for k, v in scope.get("headers", ()) if k.lower() != header]
+    return scope
+
+
+def _is_form(headers: dict[bytes, bytes]) -> bool:
+    kind = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
+    return kind in _FORM_TYPES
+
+
+def _engine_reads_json(raw: bytes) -> bool:
+    """Whether an engine's own reader (the standard library's, with its encoding
+    detection, or orjson, where installed) takes ``raw`` as JSON; a deep body the
+    standard library gives up on counts as read."""
     try:
-        body = json.loads(raw)
-    except (ValueError, RecursionError):
-        return None  # the engine answers malformed JSON itself
-    return body if isinstance(body, dict) else None
+        json.loads(raw)
+        return True
+    except RecursionError:
+        return True
+    except ValueError:
+        pass
+    try:
+        orjson: Any = importlib.import_module("orjson")
+    except ImportError:
+        return False
+    try:
+        orjson.loads(raw)
+        return True
+    except ValueError:
+        return False
+
+
+async def _refuse(
+    send: Send, code: int, field: str, message: str, prefix: str = "request refused"
+) -> None:
+    await _answer(send, code, error_body([Problem(field, message)], code, prefix))
 
 
 def _request(body: bytes) -> Message:

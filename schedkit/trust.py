@@ -17,6 +17,8 @@ metadata treated as the operator's own and invalid values as absent.
 
 from __future__ import annotations
 
+import ipaddress
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -81,6 +83,38 @@ class TrustConfig(BaseModel):
     """How the bench's simulator treats a trace's tenant/priority/SLO: ``trusted`` (the
     operator's data: only the bounds apply, results unchanged) or ``body`` (as a client's
     body claims, no header: the ``*_from_body`` switches apply)."""
+    # -- the HTTP edge: bounds, and who may set the tenant header --------------------------
+    max_body_bytes: int = Field(default=64 * 2**20, ge=1024)
+    """Longer request bodies get HTTP 413 before they are read whole."""
+    max_body_depth: int = Field(default=128, ge=4, le=512)
+    """Bodies nested deeper get HTTP 400 (the engines' readers differ near 1,000)."""
+    max_metadata_keys: int = Field(default=64, ge=4)
+    max_metadata_bytes: int = Field(default=16_384, ge=256)
+    """A metadata mapping (``vllm_xargs``, ``custom_params``, ``schedkit``) with more keys
+    or a longer JSON form gets HTTP 400."""
+    trusted_proxies: list[str] | None = None
+    """Addresses (CIDRs) the tenant header is accepted from; others sending it get 403."""
+    gateway_secret_header: str | None = Field(default=None, min_length=1, max_length=128)
+    """A header whose value must equal ``$SCHEDKIT_GATEWAY_SECRET`` for the tenant header
+    to be accepted; others sending the tenant header get 403."""
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, value: list[str] | None) -> list[str] | None:
+        for item in value or ():
+            try:
+                ipaddress.ip_network(item, strict=False)
+            except ValueError:
+                raise ValueError(
+                    f"trusted_proxies: {item[:80]!r} is not an address or CIDR"
+                    " (e.g. 10.0.0.0/8, 127.0.0.1, ::1)"
+                ) from None
+        return value
+
+    @field_validator("gateway_secret_header")
+    @classmethod
+    def _lower_secret(cls, value: str | None) -> str | None:
+        return None if value is None else value.strip().lower()
 
     @field_validator("tenant_header")
     @classmethod
@@ -158,6 +192,9 @@ class TrustConfig(BaseModel):
             if issue is not None:
                 problems.append(Problem(f"{body_name}.{key}", issue))
             slos[key] = value if self.slo_from_body else None
+        size = self._size_problem(fields) if fields else None
+        if size is not None:
+            problems.append(Problem(body_name, size))
         return (
             self._settle(
                 tenant, priority if self.priority_from_body else None, slos, truncate=False
@@ -165,16 +202,38 @@ class TrustConfig(BaseModel):
             problems,
         )
 
+    def _size_problem(self, fields: Mapping[str, Any]) -> str | None:
+        if len(fields) > self.max_metadata_keys:
+            return (
+                f"has {len(fields)} keys; at most {self.max_metadata_keys} are allowed"
+                " (trust.max_metadata_keys)"
+            )
+        try:
+            size = len(json.dumps(fields, allow_nan=True, default=str))
+        except (TypeError, ValueError, RecursionError):
+            return "is not a JSON object of plain values"
+        if size > self.max_metadata_bytes:
+            return (
+                f"is {size} bytes as JSON; at most {self.max_metadata_bytes} are allowed"
+                " (trust.max_metadata_bytes)"
+            )
+        return None
+
     # -- the scheduler's defence in depth ----------------------------------------------
 
-    def bound(self, extra: object, priority: object) -> RequestMetadata:
+    def bound(self, extra: object, priority: object, *, vouched: bool = True) -> RequestMetadata:
         """The metadata of a request as a scheduler receives it (``extra``: vLLM's
         ``extra_args``, SGLang's ``custom_params``; ``priority``: the engine's field),
         within this config's limits: an overlong tenant is truncated, an unknown one is
         ``default_tenant``, priority and SLO targets are clamped to their ranges, tiers
-        and per-tenant SLO defaults apply, and invalid values count as absent. The body
-        is treated as trusted here (an edge that ran ``resolve`` already wrote its
-        decision into it)."""
+        and per-tenant SLO defaults apply, and invalid values count as absent.
+
+        ``vouched``: the edge decided this metadata (its seal is valid, ``schedkit.seal``,
+        or no edge key is set: offline use), so it is the operator's. Otherwise it is a
+        client's claim, read as ``resolve`` reads a body with no header: the
+        ``*_from_body`` switches apply and invalid values count as absent."""
+        if not vouched:
+            return self.resolve(None, extra if isinstance(extra, Mapping) else None, priority)[0]
         fields = extra if isinstance(extra, Mapping) else {}
         claimed = fields.get("tenant")
         tenant = None if claimed in (None, "") else str(claimed)
@@ -199,11 +258,13 @@ class TrustConfig(BaseModel):
             return self.bound(fields, priority)
         return self.resolve(None, fields, priority)[0]  # invalid values are left out
 
-    def bound_priority(self, priority: object, tenant: str) -> int:
+    def bound_priority(self, priority: object, tenant: str, *, vouched: bool = True) -> int:
         """``bound``'s priority alone (the engine's field may change after arrival)."""
         tier = self.tenant_priority.get(tenant)
         if tier is not None:
             return tier
+        if not vouched and not self.priority_from_body:
+            return 0
         value, _ = _priority(priority)
         lo, hi = self.priority_range
         return 0 if value is None else min(max(value, lo), hi)

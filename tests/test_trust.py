@@ -65,7 +65,7 @@ def test_allow_list_maps_unknown_tenants_to_the_default() -> None:
 
 def test_overlong_or_unprintable_tenants_are_problems_naming_the_field() -> None:
     _, problems = DEFAULT_TRUST.resolve("x" * 65, {"tenant": "y" * (1 << 20)}, None)
-    assert fields(problems) == ["header x-tenant-id", "body.tenant"]
+    assert fields(problems) == ["header x-tenant-id", "body.tenant", "body"]  # and too long
     assert "at most 64" in problems[0].message
     _, problems = DEFAULT_TRUST.resolve("a\nb", {"tenant": 7}, None, body_name="vllm_xargs")
     assert fields(problems) == ["header x-tenant-id", "vllm_xargs.tenant"]
@@ -202,8 +202,10 @@ def test_hostile_values_never_raise_nor_escape_the_bounds(
 # -- the edge -----------------------------------------------------------------------
 
 
-def _rewrite(trust: TrustConfig, header: str | None, body: dict[str, Any], path: str) -> Any:
-    return rewrite_fields(trust, header, body, "xargs", body, "xargs")
+def _rewrite(
+    trust: TrustConfig, header: str | None, body: dict[str, Any], path: str, seal: Any = None
+) -> Any:
+    return rewrite_fields(trust, header, body, "xargs", body, "xargs", seal)
 
 
 def call(
@@ -239,20 +241,27 @@ def test_edge_rewrites_the_body_and_its_length() -> None:
 
 
 def test_edge_answers_400_naming_the_field() -> None:
-    _, sent = call(OPEN, b'{"xargs": {"slo_ttft_ms": NaN}}', [])
+    _, sent = call(OPEN, b'{"xargs": {"slo_ttft_ms": "NaN"}}', [])
     assert sent[0]["status"] == 400
     error = json.loads(sent[1]["body"])["error"]
     assert error["param"] == "xargs.slo_ttft_ms" and "slo_ttft_ms" in error["message"]
     assert error["code"] == 400 and error["type"] == "BadRequestError"
+    _, sent = call(OPEN, b'{"xargs": {"slo_ttft_ms": NaN}}', [])  # not JSON at all
+    error = json.loads(sent[1]["body"])["error"]
+    assert (sent[0]["status"], error["param"]) == (400, "body") and "NaN" in error["message"]
 
 
 @pytest.mark.parametrize(
-    ("method", "body"),
-    [("GET", b'{"xargs": {"tenant": "v"}}'), ("POST", b"not json"), ("POST", b"[1]")],
+    ("method", "body", "forwarded"),
+    [
+        ("GET", b'{"xargs": {"tenant": "v"}}', b'{"xargs": {"tenant": "v"}}'),
+        ("POST", b"[1, 2]", b"[1,2]"),
+        ("POST", b"", b""),
+    ],
 )
-def test_edge_passes_other_requests_untouched(method: str, body: bytes) -> None:
+def test_edge_passes_other_requests(method: str, body: bytes, forwarded: bytes) -> None:
     seen, sent = call(DEFAULT_TRUST, body, [], method=method)
-    assert seen["body"] == body and sent == []
+    assert seen["body"] == forwarded and sent == []
 
 
 # -- the simulator's replay ---------------------------------------------------------

@@ -35,6 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from schedkit.edge import TrustMiddleware, rewrite_fields
+from schedkit.seal import Seal
 from schedkit.trust import Problem, TrustConfig
 
 __all__ = ["BODY_KEY", "install_api", "install_engine", "rewrite"]
@@ -53,7 +54,11 @@ _DONE: set[str] = set()
 
 
 def rewrite(
-    trust: TrustConfig, header_tenant: str | None, body: dict[str, Any], path: str = ""
+    trust: TrustConfig,
+    header_tenant: str | None,
+    body: dict[str, Any],
+    path: str = "",
+    seal: Seal | None = None,
 ) -> list[Problem]:
     """Apply ``trust`` to one LMDeploy request body in place: its ``schedkit`` object
     (priority inside it) gets the resolved tenant, priority and SLO targets."""
@@ -62,7 +67,9 @@ def rewrite(
         return [Problem(BODY_KEY, "must be a JSON object")]
     fields: dict[str, Any] = {} if holder is None else holder
     wrapper = {BODY_KEY: {k: v for k, v in fields.items() if k != "priority"}}
-    problems = rewrite_fields(trust, header_tenant, wrapper, BODY_KEY, fields, BODY_KEY)
+    problems = rewrite_fields(
+        trust, header_tenant, wrapper, BODY_KEY, fields, BODY_KEY, seal
+    )
     if problems:
         return problems
     decided = wrapper[BODY_KEY]

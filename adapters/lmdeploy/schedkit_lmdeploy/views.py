@@ -17,6 +17,7 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from schedkit.seal import Seal
 from schedkit.trust import DEFAULT_TRUST, TrustConfig
 from schedkit.views import BlockSnapshot
 
@@ -125,6 +126,7 @@ class LmdeployRequestView:
         trust: TrustConfig = DEFAULT_TRUST,
         trie: Any = None,
         node_id: Callable[[Any], int] | None = None,
+        seal: Seal | None = None,
     ) -> None:
         self.seq = seq
         self._trie = trie  # for block_hashes, with node_id
@@ -134,7 +136,9 @@ class LmdeployRequestView:
         self.rejected: str | None = None
         self.aborted = False
         meta = request_meta(seq)
-        bounded = trust.bound(meta, meta.get("priority"))
+        # With an edge key, only what the edge sealed is the operator's (schedkit.seal).
+        vouched = seal is None or seal.verify(meta)
+        bounded = trust.bound(meta, meta.get("priority"), vouched=vouched)
         self._tenant: str = bounded.tenant
         self._priority: int = bounded.priority
         self._slo_ttft_ms: float | None = bounded.slo_ttft_ms

@@ -24,6 +24,7 @@ from schedkit.adapter import REJECTED, AdapterRuntime
 from schedkit.adapter.recording import StepRecorder
 from schedkit.adapter.runtime import report_of
 from schedkit.facade import by_hook
+from schedkit.seal import Seal
 from schedkit.trust import DEFAULT_TRUST, TrustConfig
 
 from schedkit_sglang.views import (
@@ -102,6 +103,7 @@ class SchedkitRuntime(AdapterRuntime):
         super().__init__(facade, SglangEngineView(scheduler), recorder)
         self.scheduler = scheduler
         self.trust = trust or DEFAULT_TRUST  # the scheduler-side bounds (schedkit.trust)
+        self.seal = Seal.from_environ()  # set: only the edge's sealed metadata is trusted
         self.unset_priority = unset_priority(scheduler)
         self.observer_errors = 0  # adapter faults while observing (logged, not raised)
         self.timing = False  # mark requests so SGLang returns their time stats
@@ -123,6 +125,7 @@ class SchedkitRuntime(AdapterRuntime):
                 self.unset_priority,
                 engine.arrival_of(req),
                 self.trust,
+                self.seal,
             )
             setattr(req, _VIEW, view)
         return view

@@ -24,6 +24,7 @@ import logging
 from typing import Any
 
 from schedkit.edge import TrustMiddleware, rewrite_fields
+from schedkit.seal import Seal
 from schedkit.trust import Problem, TrustConfig
 
 log = logging.getLogger("schedkit.sglang")
@@ -36,7 +37,11 @@ __all__ = ["SETUP_TARGET", "install_hook", "rewrite"]
 
 
 def rewrite(
-    trust: TrustConfig, header_tenant: str | None, body: dict[str, Any], path: str = ""
+    trust: TrustConfig,
+    header_tenant: str | None,
+    body: dict[str, Any],
+    path: str = "",
+    seal: Seal | None = None,
 ) -> list[Problem]:
     """Apply ``trust`` to one SGLang request body in place."""
     params = body.get("sampling_params")
@@ -45,20 +50,20 @@ def rewrite(
         for i, item in enumerate(params):
             if isinstance(item, dict):
                 where = f"sampling_params[{i}].{PARAMS}"
-                problems += rewrite_fields(trust, header_tenant, item, PARAMS, body, where)
+                problems += rewrite_fields(trust, header_tenant, item, PARAMS, body, where, seal)
         return problems
     if isinstance(params, dict):
         where = f"sampling_params.{PARAMS}"
-        return rewrite_fields(trust, header_tenant, params, PARAMS, body, where)
+        return rewrite_fields(trust, header_tenant, params, PARAMS, body, where, seal)
     if params is None and path.rstrip("/").endswith("/generate") and "/v1/" not in path:
         holder: dict[str, Any] = {}
         problems = rewrite_fields(
-            trust, header_tenant, holder, PARAMS, body, f"sampling_params.{PARAMS}"
+            trust, header_tenant, holder, PARAMS, body, f"sampling_params.{PARAMS}", seal
         )
         if holder:
             body["sampling_params"] = holder
         return problems
-    return rewrite_fields(trust, header_tenant, body, PARAMS, body, PARAMS)
+    return rewrite_fields(trust, header_tenant, body, PARAMS, body, PARAMS, seal)
 
 
 def install_hook(trust: TrustConfig) -> Any:

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from schedkit.seal import Seal
 from schedkit.trust import DEFAULT_TRUST, TrustConfig
 from schedkit.views import BlockSnapshot
 
@@ -69,6 +70,7 @@ class SglangRequestView:
         "_tenant",
         "_trust",
         "_unset",
+        "_vouched",
         "req",
     )
 
@@ -80,6 +82,7 @@ class SglangRequestView:
         unset_priority: int = 0,
         arrival: float | None = None,
         trust: TrustConfig = DEFAULT_TRUST,
+        seal: Seal | None = None,
     ) -> None:
         self.req = req
         self._unset = unset_priority
@@ -88,7 +91,10 @@ class SglangRequestView:
         # Seconds on the engine's clock (SglangEngineView.arrival_of); by default from
         # the request's time stats.
         self._arrival = _arrival(req) - epoch if arrival is None else arrival
-        meta = trust.bound(getattr(req.sampling_params, "custom_params", None), None)
+        params = getattr(req.sampling_params, "custom_params", None)
+        # With an edge key, only what the edge sealed is the operator's (schedkit.seal).
+        self._vouched = seal is None or seal.verify(params)
+        meta = trust.bound(params, None, vouched=self._vouched)
         self._tenant: str = meta.tenant
         self._slo_ttft_ms: float | None = meta.slo_ttft_ms
         self._slo_tpot_ms: float | None = meta.slo_tpot_ms
@@ -115,7 +121,7 @@ class SglangRequestView:
         priority = self.req.priority
         if priority is None or priority == self._unset:
             return self._unset
-        return self._trust.bound_priority(priority, self.tenant)
+        return self._trust.bound_priority(priority, self.tenant, vouched=self._vouched)
 
     @property
     def arrival_time(self) -> float:

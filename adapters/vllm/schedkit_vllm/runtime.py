@@ -16,6 +16,7 @@ from schedkit import BatchBudget, PolicyFacade, RequestView
 from schedkit.adapter import REJECTED, AdapterRuntime
 from schedkit.adapter.recording import StepRecorder
 from schedkit.adapter.runtime import report_of
+from schedkit.seal import Seal
 from schedkit.trust import DEFAULT_TRUST, TrustConfig
 
 from schedkit_vllm.eviction import EvictionHook
@@ -63,6 +64,7 @@ class SchedkitRuntime(AdapterRuntime):
         super().__init__(facade, engine or VllmEngineView(scheduler), recorder)
         self.scheduler = scheduler
         self.trust = trust or DEFAULT_TRUST  # the scheduler-side bounds (schedkit.trust)
+        self.seal = Seal.from_environ()  # set: only the edge's sealed metadata is trusted
         self.views: dict[str, VllmRequestView] = {}
         self._rejected: dict[str, str] = {}  # request id -> reason, until finished
         self._unreported: list[tuple[Any, str]] = []  # rejected requests owed an output
@@ -80,7 +82,7 @@ class SchedkitRuntime(AdapterRuntime):
     def view(self, request: Any) -> VllmRequestView:
         view = self.views.get(request.request_id)
         if view is None or view.request is not request:
-            view = VllmRequestView(request, self.engine.epoch, self.trust)
+            view = VllmRequestView(request, self.engine.epoch, self.trust, self.seal)
             self.views[request.request_id] = view
         return view
 
@@ -202,5 +204,5 @@ class SchedkitRuntime(AdapterRuntime):
         reason = REJECTED if self._rejected.pop(request.request_id, None) else status_reason
         view = self.views.pop(request.request_id, None)
         if view is None or view.request is not request:
-            view = VllmRequestView(request, self.engine.epoch, self.trust)
+            view = VllmRequestView(request, self.engine.epoch, self.trust, self.seal)
         self.request_finished(view, reason)

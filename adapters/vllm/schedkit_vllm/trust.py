@@ -27,6 +27,7 @@ from pydantic import ValidationError
 from schedkit.edge import ASGIApp, rewrite_fields
 from schedkit.edge import TrustMiddleware as _EdgeMiddleware
 from schedkit.errors import PolicyConfigError
+from schedkit.seal import Seal
 from schedkit.serving import option_value
 from schedkit.trust import DEFAULT_TRUST, Problem, TrustConfig
 
@@ -38,10 +39,14 @@ __all__ = ["MIDDLEWARE", "TRUST_VAR", "TrustMiddleware", "rewrite", "trust_from_
 
 
 def rewrite(
-    trust: TrustConfig, header_tenant: str | None, body: dict[str, Any], path: str = ""
+    trust: TrustConfig,
+    header_tenant: str | None,
+    body: dict[str, Any],
+    path: str = "",
+    seal: Seal | None = None,
 ) -> list[Problem]:
     """Apply ``trust`` to one request body (completions, chat, ...; any path) in place."""
-    return rewrite_fields(trust, header_tenant, body, XARGS, body, XARGS)
+    return rewrite_fields(trust, header_tenant, body, XARGS, body, XARGS, seal)
 
 
 def trust_from_environ(

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from schedkit.seal import Seal
 from schedkit.trust import DEFAULT_TRUST, TrustConfig
 from schedkit.views import BlockSnapshot
 
@@ -33,7 +34,8 @@ class VllmRequestView:
     Tenant and SLO targets come from the request's ``vllm_xargs``
     (``sampling_params.extra_args``): keys ``tenant``, ``slo_ttft_ms``, ``slo_tpot_ms``;
     priority from vLLM's own field. All within ``trust``'s bounds (``TrustConfig.bound``:
-    the defence in depth for requests that did not pass the HTTP edge).
+    the defence in depth for requests that did not pass the HTTP edge); with ``seal`` (the
+    server's edge key), metadata the edge did not seal is a client's claim.
     """
 
     __slots__ = (
@@ -45,15 +47,25 @@ class VllmRequestView:
         "_slo_ttft_ms",
         "_tenant",
         "_trust",
+        "_vouched",
         "request",
     )
 
-    def __init__(self, request: Any, epoch: float, trust: TrustConfig = DEFAULT_TRUST) -> None:
+    def __init__(
+        self,
+        request: Any,
+        epoch: float,
+        trust: TrustConfig = DEFAULT_TRUST,
+        seal: Seal | None = None,
+    ) -> None:
         self.request = request
         self._epoch = epoch
         self._trust = trust
         params = getattr(request, "sampling_params", None)
-        meta = trust.bound(getattr(params, "extra_args", None), None)
+        extra = getattr(params, "extra_args", None)
+        # With an edge key, only what the edge sealed is the operator's (schedkit.seal).
+        self._vouched = seal is None or seal.verify(extra)
+        meta = trust.bound(extra, None, vouched=self._vouched)
         self._tenant: str = meta.tenant
         self._slo_ttft_ms: float | None = meta.slo_ttft_ms
         self._slo_tpot_ms: float | None = meta.slo_tpot_ms
@@ -89,7 +101,9 @@ class VllmRequestView:
 
     @property
     def priority(self) -> int:
-        return self._trust.bound_priority(self.request.priority, self.tenant)
+        return self._trust.bound_priority(
+            self.request.priority, self.tenant, vouched=self._vouched
+        )
 
     @property
     def arrival_time(self) -> float:
