@@ -62,9 +62,14 @@ MATRIX: dict[str, dict[str, Capability]] = {
         "sglang": Capability("full", "called before each prefill batch is formed"),
         "lmdeploy": Capability(
             "partial",
-            "called before each prefill turn, on the queue by arrival; while a prompt"
-            " longer than max_prefill_token_num waits, LMDeploy's loop first runs turns"
-            " that admit only shorter prompts, so long ones enter later than the order says",
+            "called before each prefill turn, on the queue by arrival; LMDeploy's turns"
+            " stand and the order applies within them: while a prompt longer than"
+            " max_prefill_token_num waits, LMDeploy's loop runs turns that admit only"
+            " shorter prompts (LMDEPLOY_PT_TTFT_SHORT_TURNS, 3, between long ones) and"
+            " turns that start one long prompt's first chunk alone, the first long prompt"
+            " in the order, while shorter prompts the order puts first wait for the next"
+            " turn; the order replaces LMDeploy's own among long prompts (fewest chunks"
+            " first, aged) as it replaces shortest first among the others",
         ),
     },
     "plan_batch": {
@@ -125,7 +130,12 @@ MATRIX: dict[str, dict[str, Capability]] = {
         "sim": FULL,
         "vllm": FULL,
         "sglang": FULL,
-        "lmdeploy": Capability("partial", "as order_waiting: long prompts wait for their turn"),
+        "lmdeploy": Capability(
+            "partial",
+            "as order_waiting: a turn for long work admits the first long prompt in key"
+            " order, shorter prompts wait for their turn; among long prompts the key order"
+            " replaces LMDeploy's (fewest chunks first, aged)",
+        ),
     },
     "victim_key": {
         "sim": FULL,

@@ -11,8 +11,10 @@ What is patched, and what LMDeploy does without it:
 - arrivals: ``Scheduler.add_session`` tags the session; ``SchedulerSession.add_sequence``
   observes the new sequence and asks ``admit_request`` (a rejected one is stopped);
 - waiting order: ``_PrefillReorderer.reorder`` (FCFS by ``arrive_time``; shortest first
-  on a turn that excludes long prompts); with an ordering policy, ``order_waiting`` /
-  ``waiting_key`` order the queue by arrival instead;
+  on a turn that excludes long prompts; on a turn for long work, one long prompt first,
+  the fewest chunks first); with an ordering policy, ``order_waiting`` /
+  ``waiting_key`` order the queue instead, within LMDeploy's lanes (a long turn still
+  starts with a long prompt: the first in the policy's order);
 - batch budget: ``_PrefillScheduler.schedule`` runs with ``max_batches`` from
   ``plan_batch`` (a copy of the config, for that call), and its token-budget gate
   (``_PrefillAdmissionAttempt._apply_prefill_token_budget_gate``) holds later prefills
@@ -173,10 +175,15 @@ def _add_sequence(stock: Callable[..., Any]) -> Callable[..., Any]:
 
 def _reorder(stock: Callable[..., Any]) -> Callable[..., Any]:
     def reorder(self: Any, waiting: list[Any], turn_policy: Any) -> list[Any]:
-        """With an ordering policy, the policy orders the queue by arrival (LMDeploy's
-        FCFS), not LMDeploy's short-first order of a turn while a long prompt waits
-        (its admission still skips a long prompt on such a turn). Requests whose KV a
-        connector has loaded stay first, as LMDeploy puts them."""
+        """LMDeploy's lanes, in the policy's order. The policy orders the queue (by
+        arrival when it gets it) once per turn; on a turn reserved for long work
+        (``prefers_long_prefill`` with a long prompt waiting) the first long prompt in
+        the policy's order goes first, as LMDeploy puts its own choice first, then the
+        others and the other long prompts, each in the policy's order. On the other
+        turns the policy's order replaces LMDeploy's (arrival, or shortest first on a
+        turn that excludes long prompts; its admission still skips them there).
+        Requests whose KV a connector has loaded stay first, as LMDeploy puts them.
+        Without an opinion from the policy, LMDeploy's order stands."""
         order: list[Any] = stock(self, waiting, turn_policy)
         runtime = _runtime(self.prefill_scheduler)
         if runtime is None or not runtime.facade.has_order:
@@ -184,7 +191,15 @@ def _reorder(stock: Callable[..., Any]) -> Callable[..., Any]:
         loaded = self.prefill_scheduler.load_coordinator.is_remote_ready
         first = [seq for seq in order if loaded(seq)]
         rest = sorted((seq for seq in order if not loaded(seq)), key=lambda s: s.arrive_time)
-        return first + runtime.order(rest)
+        ranked = runtime.order(rest)
+        if ranked is None:
+            return order
+        if turn_policy.prefers_long_prefill:
+            split: tuple[list[Any], list[Any]] = self._split_by_prefill_kind(ranked)
+            others, long = split  # LMDeploy's own split: the rest, then long prompts
+            if long:
+                return first + long[:1] + others + long[1:]
+        return first + ranked
 
     return reorder
 

@@ -87,15 +87,15 @@ class LmdeployRuntime(AdapterRuntime):
 
     # -- waiting order and batch budget ---------------------------------------------
 
-    def order(self, waiting: list[Any]) -> list[Any]:
-        """LMDeploy's prefill order (``_PrefillReorderer``) as the policy reorders it."""
+    def order(self, waiting: list[Any]) -> list[Any] | None:
+        """``waiting`` (sequences) in the policy's order, or None for LMDeploy's."""
         if not waiting or not self.facade.has_order:
-            return waiting
+            return None
         started = time.perf_counter()
         order = self.facade.order_waiting([self.view(s) for s in waiting], self.engine)
         self.timed("order_waiting", started, order is not None)
         if order is None:
-            return waiting
+            return None
         return [cast(LmdeployRequestView, v).seq for v in order]
 
     def plan(self) -> BatchBudget | None:
