@@ -27,6 +27,7 @@ from schedkit import BatchBudget, PolicyFacade, RequestView
 from schedkit.adapter import REJECTED, AdapterRuntime
 from schedkit.adapter.runtime import report_of
 from schedkit.facade import by_hook
+from schedkit.seal import Seal
 from schedkit.trust import DEFAULT_TRUST, TrustConfig
 
 from schedkit_lmdeploy.views import LmdeployEngineView, LmdeployRequestView, NodeStates
@@ -45,6 +46,7 @@ class LmdeployRuntime(AdapterRuntime):
         super().__init__(facade, LmdeployEngineView(scheduler))
         self.scheduler = scheduler
         self.trust = trust or DEFAULT_TRUST
+        self.seal = Seal.from_environ()  # set: only the edge's sealed metadata is trusted
         self.num_steps = 0
         self.turn_budget: int | None = None  # the policy's prefill tokens, this turn
         self._open: object | None = None  # the dispatched step not reported yet
@@ -65,7 +67,7 @@ class LmdeployRuntime(AdapterRuntime):
     def _new_view(self, seq: Any) -> LmdeployRequestView:
         arrival = self.engine.since_epoch(float(seq.arrive_time))
         trie = self.scheduler.block_trie
-        view = LmdeployRequestView(seq, arrival, self.trust, trie, self.nodes.ident)
+        view = LmdeployRequestView(seq, arrival, self.trust, trie, self.nodes.ident, self.seal)
         self._views[seq.seq_id] = view
         return view
 

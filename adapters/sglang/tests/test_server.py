@@ -62,10 +62,20 @@ ECHO_PROMPT = 19  # prompts of this length are rejected with their metadata as t
 OPTIONS = json.dumps(
     {"test-reject-long": {"max_prompt": 64}, "test-echo-metadata": {"prompt_tokens": ECHO_PROMPT}}
 )
+# The server's trust config: the tenant header counts only with the gateway's secret
+# (every request of these tests comes "through the gateway" unless a test says otherwise).
+SECRET_HEADER, SECRET = "x-gateway-secret", "gateway-secret-for-tests"
+BODY_LIMIT = 1 << 20
+CONFIG = {
+    "policy": POLICY.split("+"),
+    "options": json.loads(OPTIONS),
+    "trust": {"gateway_secret_header": SECRET_HEADER, "max_body_bytes": BODY_LIMIT},
+}
 
 
 def _env() -> dict[str, str]:
-    env = dict(os.environ)
+    env = dict(os.environ, SCHEDKIT_GATEWAY_SECRET=SECRET)
+    env.pop("SCHEDKIT_EDGE_KEY", None)  # schedkit serve makes one per launch
     site = str(Path(__file__).with_name("site"))
     env["PYTHONPATH"] = os.pathsep.join([site, env.get("PYTHONPATH", "")])
     for var in ("SCHEDKIT_CONFIG", "SCHEDKIT_POLICY", "SCHEDKIT_OPTIONS"):
@@ -128,7 +138,9 @@ def _wait_healthy(process: subprocess.Popen[bytes], base: str, log: Path) -> Non
 def server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     port = _free_port()
     log = tmp_path_factory.mktemp("server-log") / "server.log"
-    command = [SCHEDKIT, "serve", "sglang", "--policy", POLICY, "--options", OPTIONS, "--"]
+    config = log.with_name("schedkit.json")
+    config.write_text(json.dumps(CONFIG))
+    command = [SCHEDKIT, "serve", "sglang", "--policy", str(config), "--"]
     with log.open("wb") as out:
         process = subprocess.Popen(
             command + _engine_args(model_dir, port),
@@ -149,9 +161,8 @@ def _post(
     url: str, body: dict[str, Any] | str, headers: dict[str, str] | None = None
 ) -> dict[str, Any]:
     data = body if isinstance(body, str) else json.dumps(body)
-    request = urllib.request.Request(
-        url, data=data.encode(), headers={"Content-Type": "application/json", **(headers or {})}
-    )
+    given = {"Content-Type": "application/json", SECRET_HEADER: SECRET, **(headers or {})}
+    request = urllib.request.Request(url, data=data.encode(), headers=given)
     with urllib.request.urlopen(request, timeout=60) as response:
         return dict(json.load(response))
 
@@ -220,7 +231,7 @@ def test_body_tenant_is_ignored_and_the_header_wins(server: Server) -> None:
 def test_nan_slo_gets_400_naming_the_field(server: Server) -> None:
     body = json.dumps(
         {"input_ids": [3] * 8, "sampling_params": {"max_new_tokens": 2, "custom_params": {}}}
-    ).replace('"custom_params": {}', '"custom_params": {"slo_ttft_ms": NaN}')
+    ).replace('"custom_params": {}', '"custom_params": {"slo_ttft_ms": "NaN"}')
     with pytest.raises(urllib.error.HTTPError) as error:
         _post(f"{server.base}/generate", body)
     assert error.value.code == 400
@@ -228,12 +239,84 @@ def test_nan_slo_gets_400_naming_the_field(server: Server) -> None:
     assert detail["param"] == "sampling_params.custom_params.slo_ttft_ms", detail
 
 
+def _send(url: str, data: bytes, headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
+    """POST ``data`` as it is: (status, JSON answer)."""
+    request = urllib.request.Request(url, data=data, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, dict(json.load(response))
+    except urllib.error.HTTPError as error:
+        return error.code, dict(json.load(error))
+
+
+def _declare(base: str, path: str, length: int) -> tuple[int, dict[str, Any]]:
+    """Send only the headers of a POST declaring ``length`` bytes: the answer comes before
+    any body is sent (a client sending the body would meet a closed connection)."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    host = urlsplit(base)
+    connection = http.client.HTTPConnection(host.hostname or "", host.port, timeout=60)
+    try:
+        connection.putrequest("POST", path)
+        connection.putheader("Content-Type", "application/json")
+        connection.putheader("Content-Length", str(length))
+        connection.endheaders()
+        response = connection.getresponse()
+        return response.status, dict(json.load(response))
+    finally:
+        connection.close()
+
+
+# The attacks of issue #35: each got the client's claims to the policy before the edge
+# read bodies as the engine does; each is now refused.
+
+CLAIMS = {
+    "input_ids": [3] * ECHO_PROMPT,
+    "sampling_params": {"max_new_tokens": 2, "custom_params": {"tenant": "premium"}},
+    "priority": -1000,
+}
+JSON = {"Content-Type": "application/json"}
+
+
+def test_a_body_nested_deeper_than_the_bound_is_refused(server: Server) -> None:
+    """The standard library gives up near 1,000 levels, SGLang's orjson reads 1,024: the
+    edge used to forward such a body unread."""
+    deep = '{"x": ' * 1010 + "1" + "}" * 1010
+    data = json.dumps(CLAIMS)[:-1] + ', "deep": ' + deep + "}"
+    code, answer = _send(f"{server.base}/generate", data.encode(), JSON)
+    assert code == 400 and "nested more than 128 levels" in answer["error"]["message"], answer
+
+
+@pytest.mark.parametrize("encoding", ["utf-8-sig", "utf-16", "utf-32"])
+def test_bodies_in_other_encodings_are_refused(server: Server, encoding: str) -> None:
+    data = json.dumps(CLAIMS).encode(encoding)
+    code, answer = _send(f"{server.base}/generate", data, JSON)
+    assert code == 400 and answer["error"]["param"] == "body", answer
+
+
+def test_a_spoofed_tenant_header_is_refused_without_the_gateway_secret(server: Server) -> None:
+    code, answer = _send(
+        f"{server.base}/generate", json.dumps(CLAIMS).encode(), {**JSON, "x-tenant-id": "vip"}
+    )
+    assert code == 403 and answer["error"]["param"] == "header x-tenant-id", answer
+    assert "tenant=vip " in _seen(server, {}, {"x-tenant-id": "vip"})  # through the gateway
+
+
+def test_bodies_over_the_bound_get_413_and_huge_metadata_400(server: Server) -> None:
+    code, answer = _declare(server.base, "/generate", BODY_LIMIT + 1)
+    assert code == 413 and answer["error"]["code"] == 413, answer
+    many = {**CLAIMS, "sampling_params": {"custom_params": {f"k{i}": i for i in range(20_000)}}}
+    code, answer = _send(f"{server.base}/generate", json.dumps(many).encode(), JSON)
+    assert code == 400 and "at most 64" in answer["error"]["message"], answer
+
+
 def _stream(url: str, body: dict[str, Any]) -> list[dict[str, Any]]:
     """The JSON events of a streamed response (HTTP 200), checking it ends with ``[DONE]``."""
     request = urllib.request.Request(
         url,
         data=json.dumps({**body, "stream": True}).encode(),
-        headers={"Content-Type": "application/json"},
+        headers={"Content-Type": "application/json", SECRET_HEADER: SECRET},
     )
     with urllib.request.urlopen(request, timeout=60) as response:
         assert response.status == 200

@@ -176,6 +176,25 @@ def test_request_view_keeps_metadata_within_the_trust_bounds() -> None:
     assert tier.priority == 1
 
 
+def test_unsealed_metadata_is_a_client_claim_with_an_edge_key() -> None:
+    """Defence in depth (issue #35): with the server's edge key, metadata the edge did not
+    seal grants nothing; sealed metadata and metadata without a key are the operator's."""
+    from schedkit.seal import Seal
+    from schedkit.trust import DEFAULT_TRUST
+
+    from schedkit_sglang.views import SglangRequestView
+
+    seal = Seal("an-edge-key-of-32-characters-000")
+    claims: dict[str, object] = {"tenant": "premium", "slo_ttft_ms": 1}
+    claimed = SglangRequestView(_req(-1000, **claims), 0.0, trust=DEFAULT_TRUST, seal=seal)
+    assert (claimed.tenant, claimed.priority, claimed.slo_ttft_ms) == ("default", 0, None)
+    sealed = {**claims, "schedkit_seal": seal.sign(claims)}
+    vouched = SglangRequestView(_req(-1000, **sealed), 0.0, trust=DEFAULT_TRUST, seal=seal)
+    assert (vouched.tenant, vouched.priority, vouched.slo_ttft_ms) == ("premium", -1000, 1.0)
+    offline = SglangRequestView(_req(-1000, **claims), 0.0)
+    assert (offline.tenant, offline.priority) == ("premium", -1000)
+
+
 def test_trust_rewrite_of_sglang_bodies() -> None:
     from schedkit.trust import TrustConfig
 

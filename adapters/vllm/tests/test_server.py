@@ -26,6 +26,15 @@ STARTUP_S = 150  # healthy in ~45 s on an idle 2-core machine; CI boxes are slow
 MAX_TOKENS = 6
 POLICY = "priority+test-echo-metadata"  # the second from tests/site, on PYTHONPATH
 ECHO_PROMPT = 17  # prompts of this length are rejected with their metadata as the reason
+# The server's trust config: the tenant header counts only with the gateway's secret
+# (every request of these tests comes "through the gateway" unless a test says otherwise).
+SECRET_HEADER, SECRET = "x-gateway-secret", "gateway-secret-for-tests"
+BODY_LIMIT = 1 << 20
+CONFIG = f"""policy = ["priority", "test-echo-metadata"]
+[trust]
+gateway_secret_header = "{SECRET_HEADER}"
+max_body_bytes = {BODY_LIMIT}
+"""
 
 
 def _free_port() -> int:
@@ -59,6 +68,8 @@ def _env() -> dict[str, str]:
     env.pop("SCHEDKIT_CONFIG", None)
     env.pop("SCHEDKIT_TRUST", None)
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)  # schedkit serve makes a fresh one
+    env.pop("SCHEDKIT_EDGE_KEY", None)  # schedkit serve makes one per launch
+    env["SCHEDKIT_GATEWAY_SECRET"] = SECRET
     return env
 
 
@@ -104,7 +115,9 @@ def _wait_healthy(
 def server(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = _free_port()
     log = tmp_path_factory.mktemp("server-log") / "server.log"
-    command = [SCHEDKIT, "serve", "vllm", "--policy", POLICY, "--"]
+    config = log.with_name("schedkit.toml")
+    config.write_text(CONFIG)
+    command = [SCHEDKIT, "serve", "vllm", "--policy", str(config), "--"]
     with log.open("wb") as out:
         process = subprocess.Popen(
             command + _engine_args(tiny_model, port),
@@ -125,9 +138,8 @@ def _post(
     url: str, body: dict[str, Any] | str, headers: dict[str, str] | None = None
 ) -> dict[str, Any]:
     data = body if isinstance(body, str) else json.dumps(body)
-    request = urllib.request.Request(
-        url, data=data.encode(), headers={"Content-Type": "application/json", **(headers or {})}
-    )
+    given = {"Content-Type": "application/json", SECRET_HEADER: SECRET, **(headers or {})}
+    request = urllib.request.Request(url, data=data.encode(), headers=given)
     with urllib.request.urlopen(request, timeout=60) as response:
         return dict(json.load(response))
 
@@ -158,7 +170,7 @@ def test_hostile_priority_is_ignored(server: str, tiny_model: Path) -> None:
 def test_nan_slo_gets_400_naming_the_field(server: str, tiny_model: Path) -> None:
     body = json.dumps(
         {"model": str(tiny_model), "prompt": [3] * 8, "max_tokens": 2, "vllm_xargs": {}}
-    ).replace('"vllm_xargs": {}', '"vllm_xargs": {"slo_ttft_ms": NaN}')
+    ).replace('"vllm_xargs": {}', '"vllm_xargs": {"slo_ttft_ms": "NaN"}')
     with pytest.raises(urllib.error.HTTPError) as caught:
         _post(f"{server}/v1/completions", body)
     assert caught.value.code == 400
@@ -170,12 +182,131 @@ def test_nan_slo_gets_400_naming_the_field(server: str, tiny_model: Path) -> Non
     assert caught.value.code == 400
 
 
+def _send(url: str, data: bytes, headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
+    """POST ``data`` as it is: (status, JSON answer)."""
+    request = urllib.request.Request(url, data=data, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, dict(json.load(response))
+    except urllib.error.HTTPError as error:
+        return error.code, dict(json.load(error))
+
+
+def _declare(base: str, path: str, length: int) -> tuple[int, dict[str, Any]]:
+    """Send only the headers of a POST declaring ``length`` bytes: the answer comes before
+    any body is sent (a client sending the body would meet a closed connection)."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    host = urlsplit(base)
+    connection = http.client.HTTPConnection(host.hostname or "", host.port, timeout=60)
+    try:
+        connection.putrequest("POST", path)
+        connection.putheader("Content-Type", "application/json")
+        connection.putheader("Content-Length", str(length))
+        connection.endheaders()
+        response = connection.getresponse()
+        return response.status, dict(json.load(response))
+    finally:
+        connection.close()
+
+
+# The attacks of issue #35: each got the client's claims to the policy before the edge
+# read bodies as the engine does; each is now refused, or grants nothing.
+
+
+def _claims(model: Path) -> dict[str, Any]:
+    return {
+        "model": str(model),
+        "prompt": [3] * ECHO_PROMPT,
+        "max_tokens": 2,
+        "priority": -1000,
+        "vllm_xargs": {"tenant": "premium", "slo_ttft_ms": 1},
+    }
+
+
+@pytest.mark.parametrize("encoding", ["utf-8-sig", "utf-16", "utf-16-be", "utf-32", "utf-32-le"])
+def test_bodies_in_other_encodings_are_refused(
+    server: str, tiny_model: Path, encoding: str
+) -> None:
+    data = json.dumps(_claims(tiny_model)).encode(encoding)
+    code, answer = _send(f"{server}/v1/completions", data, {"Content-Type": "application/json"})
+    assert code == 400, answer  # vLLM itself reads these (json.loads detects encodings)
+    assert answer["error"]["param"] == "body" and "UTF-8" in answer["error"]["message"]
+
+
+def test_a_body_nested_past_the_bound_is_refused(server: str, tiny_model: Path) -> None:
+    deep = '{"x": ' * 1010 + "1" + "}" * 1010
+    data = json.dumps(_claims(tiny_model))[:-1] + ', "deep": ' + deep + "}"
+    code, answer = _send(
+        f"{server}/v1/completions", data.encode(), {"Content-Type": "application/json"}
+    )
+    assert code == 400 and "nested more than 128 levels" in answer["error"]["message"], answer
+
+
+def test_a_spoofed_tenant_header_is_refused_without_the_gateway_secret(
+    server: str, tiny_model: Path
+) -> None:
+    data = json.dumps(_claims(tiny_model)).encode()
+    headers = {"Content-Type": "application/json", "x-tenant-id": "premium"}
+    code, answer = _send(f"{server}/v1/completions", data, headers)
+    assert code == 403 and answer["error"]["param"] == "header x-tenant-id", answer
+    seen = _seen(server, tiny_model, {}, {"x-tenant-id": "premium"})  # through the gateway
+    assert seen.startswith("rejected: tenant=premium "), seen
+
+
+def test_bodies_over_the_bound_get_413_and_huge_metadata_400(server: str, tiny_model: Path) -> None:
+    url = f"{server}/v1/completions"
+    code, answer = _declare(server, "/v1/completions", BODY_LIMIT + 1)
+    assert code == 413 and answer["error"]["code"] == 413, answer
+    keys = {**_claims(tiny_model), "vllm_xargs": {f"k{i}": i for i in range(20_000)}}
+    code, answer = _send(url, json.dumps(keys).encode(), {"Content-Type": "application/json"})
+    assert code == 400 and answer["error"]["param"] == "vllm_xargs", answer
+    assert "at most 64" in answer["error"]["message"]  # timed in benchmarks/policies/edge.py
+
+
+@pytest.fixture(scope="module")
+def edgeless(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """vLLM's server with schedkit's scheduler and an edge key but no edge: every request
+    reaches the scheduler unsealed, as one that stepped around the edge would."""
+    port = _free_port()
+    log = tmp_path_factory.mktemp("edgeless-log") / "server.log"
+    extra = {"schedkit": {"policy": ["priority", "test-echo-metadata"]}}
+    command = [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        *_engine_args(tiny_model, port),
+        "--scheduler-cls",
+        "schedkit_vllm.Scheduler",
+        "--additional-config",
+        json.dumps(extra),
+    ]
+    env = dict(_env(), SCHEDKIT_EDGE_KEY="an-edge-key-no-client-knows-0123")
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        _wait_healthy(process, base, log)
+        yield base
+    finally:
+        _kill(process)
+
+
+def test_metadata_that_skipped_the_edge_grants_nothing(edgeless: str, tiny_model: Path) -> None:
+    claims = _claims(tiny_model)
+    seen = _seen(edgeless, tiny_model, {k: claims[k] for k in ("priority", "vllm_xargs")}, {})
+    assert seen.startswith("rejected: tenant=default priority=0 slo_ttft_ms=None "), seen
+
+
 def _stream(url: str, body: dict[str, Any]) -> list[dict[str, Any]]:
     """The JSON events of a streamed response, checking it ends with ``[DONE]``."""
     request = urllib.request.Request(
         url,
         data=json.dumps({**body, "stream": True}).encode(),
-        headers={"Content-Type": "application/json"},
+        headers={"Content-Type": "application/json", SECRET_HEADER: SECRET},
     )
     with urllib.request.urlopen(request, timeout=60) as response:
         assert response.status == 200

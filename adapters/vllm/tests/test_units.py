@@ -132,6 +132,28 @@ def test_request_view_keeps_metadata_within_the_trust_bounds() -> None:
     assert (other.tenant, other.priority) == ("default", 10)
 
 
+def test_unsealed_metadata_is_a_client_claim_with_an_edge_key() -> None:
+    """Defence in depth (issue #35): with the server's edge key, metadata the edge did not
+    seal (a body that stepped around it) grants nothing; sealed metadata is the
+    operator's; without a key (offline ``LLM``) metadata is the operator's as before."""
+    from schedkit.seal import Seal
+    from schedkit.trust import DEFAULT_TRUST
+
+    seal = Seal("an-edge-key-of-32-characters-000")
+    claims = {"tenant": "premium", "slo_ttft_ms": 1}
+    claimed = VllmRequestView(
+        make_request("c", 5, priority=-1000, **claims), 0.0, DEFAULT_TRUST, seal
+    )
+    assert (claimed.tenant, claimed.priority, claimed.slo_ttft_ms) == ("default", 0, None)
+    sealed = {**claims, "schedkit_seal": seal.sign(claims)}
+    vouched = VllmRequestView(
+        make_request("s", 5, priority=-1000, **sealed), 0.0, DEFAULT_TRUST, seal
+    )
+    assert (vouched.tenant, vouched.priority, vouched.slo_ttft_ms) == ("premium", -1000, 1.0)
+    offline = VllmRequestView(make_request("o", 5, priority=-1000, **claims), 0.0, DEFAULT_TRUST)
+    assert (offline.tenant, offline.priority) == ("premium", -1000)
+
+
 def test_middleware_config_sources(tmp_path: Path) -> None:
     from schedkit.trust import DEFAULT_TRUST
 

@@ -1,0 +1,134 @@
+"""The two-client fairness attack on ``vtc`` through the edge's blind spots of issue #35,
+over vLLM's real OpenAI server (trust.md, "Stepping around the edge").
+
+    HF_HUB_OFFLINE=1 .venv-vllm/bin/python benchmarks/policies/trust_attacks.py [--per-client 32]
+
+Each arm launches ``schedkit serve vllm`` with the documented gateway config (``vtc``,
+``trust.gateway_secret_header``; the gateway sends ``x-tenant-id`` and the secret) and
+``--max-num-seqs 2``, so requests queue. Two clients submit ``--per-client`` equal
+requests each, all at once, interleaved. The honest client goes through the gateway
+(``x-tenant-id: honest``). The attacker's bodies claim a fresh tenant per request in
+``vllm_xargs``, sent as the arm says:
+
+- ``bom``, ``utf16``, ``utf32``: through the gateway (``x-tenant-id: attacker``), the body
+  encoded with a UTF-8 byte-order mark, as UTF-16 or as UTF-32 (vLLM reads all three);
+- ``deep``: through the gateway, with one extra field nested 1,010 levels deep (the
+  standard library gives up near 1,000, SGLang's orjson reads 1,024);
+- ``spoof``: straight to the server, its own ``x-tenant-id: anon-<n>`` and no secret.
+
+A refused request (4xx) is sent again as plain JSON through the gateway, so the attacker
+keeps its full load. Printed per arm: the attacker's share of the first half of
+completions (0.50 is fair; 0.92 before the fix for the encodings) and how many of its
+requests were refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import threading
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from real_engine import build_tiny_model  # benchmarks/policies, this script's directory
+from trust_real import served
+
+SECRET_HEADER, SECRET = "x-gateway-secret", "the-gateway-secret-0123456789"
+CONFIG = {"policy": ["vtc"], "trust": {"gateway_secret_header": SECRET_HEADER}}
+ARMS = ("plain", "bom", "utf16", "utf32", "deep", "spoof")
+
+
+def attack(arm: str, body: dict[str, object], i: int) -> tuple[bytes, dict[str, str]]:
+    """The attacker's request ``i`` as ``arm`` sends it: (data, headers)."""
+    gateway = {"Content-Type": "application/json", "x-tenant-id": "attacker"}
+    gateway[SECRET_HEADER] = SECRET
+    text = json.dumps(body)
+    if arm == "bom":
+        return text.encode("utf-8-sig"), gateway
+    if arm == "utf16":
+        return text.encode("utf-16"), gateway
+    if arm == "utf32":
+        return text.encode("utf-32"), gateway
+    if arm == "deep":
+        deep = '{"x": ' * 1010 + "1" + "}" * 1010
+        return (text[:-1] + ', "deep": ' + deep + "}").encode(), gateway
+    if arm == "spoof":
+        return text.encode(), {"Content-Type": "application/json", "x-tenant-id": f"anon-{i}"}
+    return text.encode(), gateway
+
+
+def run_arm(model: Path, arm: str, per_client: int, tmp: Path) -> tuple[float, int]:
+    with served(model, CONFIG, tmp) as base:
+        finished: list[str] = []
+        refused = 0
+        lock = threading.Lock()
+
+        def post(data: bytes, headers: dict[str, str]) -> int:
+            request = urllib.request.Request(f"{base}/v1/completions", data=data, headers=headers)
+            try:
+                with urllib.request.urlopen(request, timeout=600) as response:
+                    json.load(response)
+                    return int(response.status)
+            except urllib.error.HTTPError as error:
+                return int(error.code)
+
+        def send(client: str, i: int) -> None:
+            nonlocal refused
+            tenant = "honest" if client == "honest" else f"anon-{i:06d}"
+            body = {
+                "model": str(model),
+                "prompt": [5 + i % 50] * 64,
+                "max_tokens": 16,
+                "ignore_eos": True,
+                "vllm_xargs": {"tenant": tenant},
+            }
+            data, headers = attack("plain" if client == "honest" else arm, body, i)
+            if client == "honest":
+                headers["x-tenant-id"] = "honest"
+            status = post(data, headers)
+            if 400 <= status < 500:
+                with lock:
+                    refused += 1
+                status = post(*attack("plain", body, i))  # the same claims, plainly
+            assert status == 200, status
+            with lock:
+                finished.append(client)
+
+        threads = []
+        for i in range(per_client):
+            for client in ("attacker", "honest"):
+                thread = threading.Thread(target=send, args=(client, i))
+                thread.start()
+                threads.append(thread)
+        for thread in threads:
+            thread.join()
+        first = finished[: len(finished) // 2]
+        return sum(c == "attacker" for c in first) / len(first), refused
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--per-client", type=int, default=32)
+    parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
+    args = parser.parse_args()
+    os.environ["SCHEDKIT_GATEWAY_SECRET"] = SECRET  # the server's copy of the secret
+    os.environ.pop("SCHEDKIT_EDGE_KEY", None)  # schedkit serve makes one per launch
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="schedkit-attacks-") as name:
+        tmp = Path(name)
+        model = build_tiny_model(tmp / "model")
+        for arm in args.arms:
+            share, refused = run_arm(model, arm, args.per_client, tmp)
+            rows.append((arm, share, refused))
+            print(f"{arm}: attacker share {share:.3f}, refused {refused}", flush=True)
+    print("| attacker's bodies | attacker share of the first half of completions | refused |")
+    print("|---|---|---|")
+    for arm, share, refused in rows:
+        print(f"| {arm} | {share:.3f} | {refused} of {args.per_client} |")
+
+
+if __name__ == "__main__":
+    main()
