@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from schedkit import tensor_parallel
 from schedkit.errors import SchedkitError, quote
 from schedkit.inputs import parse_document, read_document
 
@@ -81,8 +82,7 @@ def tp_degrees(model: ModelProfile) -> list[int]:
     """The tensor-parallel degrees ``model`` can be split over, as vLLM and SGLang split
     it: each divides the attention heads, and divides the KV heads or is a multiple of
     them (each KV head then replicated on ``tp / num_kv_heads`` GPUs)."""
-    heads, kv = model.num_heads, model.num_kv_heads
-    return [d for d in range(1, heads + 1) if heads % d == 0 and (kv % d == 0 or d % kv == 0)]
+    return tensor_parallel.tp_degrees(model.num_heads, model.num_kv_heads)
 
 
 def check_tp(model: ModelProfile, tp: int) -> None:
@@ -90,7 +90,7 @@ def check_tp(model: ModelProfile, tp: int) -> None:
     if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
         raise SchedkitError(f"tp must be >= 1, got {quote(tp)}; it counts GPUs (an integer)")
     heads, kv = model.num_heads, model.num_kv_heads
-    if heads % tp == 0 and (kv % tp == 0 or tp % kv == 0):
+    if tensor_parallel.tp_splits(heads, kv, tp):
         return
     if heads % tp:
         why = f"does not divide its {heads} attention heads"

