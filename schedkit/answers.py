@@ -11,17 +11,54 @@ from __future__ import annotations
 import math
 import operator
 import re
+import signal
+import threading
 from collections.abc import Sequence
+from types import CodeType
 from typing import Any
 
 from schedkit.decisions import ADMIT, Admission, BatchBudget
 
 MAX_SHOWN = 200  # characters of an exception or answer in a fault message
-PROPAGATED = (KeyboardInterrupt, SystemExit)
 
 
 class Invalid(Exception):
     """An answer that fails validation; its message is the logged problem."""
+
+
+# -- what a policy may raise and still not stop the engine --------------------------------
+
+
+def stops_process(exc: BaseException) -> bool:
+    """Whether ``exc``, raised while a policy's code ran, must leave the facade: a
+    ``KeyboardInterrupt`` on the main thread (it may be the user's Ctrl-C), or a
+    ``KeyboardInterrupt`` or ``SystemExit`` raised by a Python signal handler (vLLM's engine
+    core raises ``SystemExit`` on SIGTERM; swallowing it would block shutdown). Anything
+    else is the policy's fault, ``sys.exit()`` in a hook included, and so is everything
+    raised off the main thread, where no signal handler runs and no Ctrl-C lands."""
+    if not isinstance(exc, (KeyboardInterrupt, SystemExit)):
+        return False
+    if isinstance(exc, KeyboardInterrupt) and threading.current_thread() is threading.main_thread():
+        return True
+    handlers = _signal_handler_code()
+    tb = exc.__traceback__
+    while tb is not None:  # a handler's frame is on the stack where it raised
+        if tb.tb_frame.f_code in handlers:
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _signal_handler_code() -> set[CodeType]:
+    """The code of every Python-level signal handler installed now (functions and bound
+    methods; ``SIG_DFL``, ``SIG_IGN`` and C handlers have none)."""
+    codes = set()
+    for signum in signal.valid_signals():
+        handler = signal.getsignal(signum)
+        code = getattr(handler, "__code__", None)  # a bound method forwards it
+        if isinstance(code, CodeType):
+            codes.add(code)
+    return codes
 
 
 # -- formatting that cannot raise ---------------------------------------------------------
@@ -33,9 +70,9 @@ def type_name(obj: object) -> str:
     """The name of ``obj``'s type; never raises."""
     try:
         return _truncate(str.__str__(_type_name(type(obj))))
-    except PROPAGATED:
-        raise
-    except BaseException:
+    except BaseException as exc:
+        if stops_process(exc):
+            raise
         return "?"
 
 
@@ -48,9 +85,9 @@ def show(obj: object, *, prefer_str: bool = False) -> str:
         try:
             # str.__str__ makes an exact str of a str subclass whose methods may lie.
             return _truncate(str.__str__(fmt(obj)))
-        except PROPAGATED:
-            raise
-        except BaseException:
+        except BaseException as exc:
+            if stops_process(exc):
+                raise
             continue
     return f"<unprintable {type_name(obj)}>"
 

@@ -39,6 +39,11 @@ class SchedkitConfig(BaseModel):
         le=60_000,
         description="Count (and log once) hook calls that take longer; off when unset.",
     )
+    hook_budget_hard: bool = Field(
+        default=False,
+        strict=True,
+        description="Abandon a hook call at hook_budget_ms; the engine's default decides.",
+    )
 
     @field_validator("policy", mode="before")
     @classmethod
@@ -59,6 +64,11 @@ class SchedkitConfig(BaseModel):
             raise ValueError(
                 f"options given for {quote(stray[0])}, which is not selected;"
                 f" selected: {quote(self.policy)}"
+            )
+        if self.hook_budget_hard and self.hook_budget_ms is None:
+            raise ValueError(
+                "hook_budget_hard = true needs hook_budget_ms, the budget in milliseconds"
+                " (e.g. hook_budget_ms = 10)"
             )
         return self
 

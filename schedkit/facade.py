@@ -11,6 +11,7 @@ never called: check the ``has_*`` flags before building arguments on a hot path.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
@@ -24,7 +25,6 @@ from pydantic import ValidationError
 from schedkit import hookspecs
 from schedkit.answers import (
     MAX_SHOWN,
-    PROPAGATED,
     UNKEYED,
     Invalid,
     Pool,
@@ -36,6 +36,7 @@ from schedkit.answers import (
     flat_plain,
     replica_index,
     show,
+    stops_process,
     type_name,
 )
 from schedkit.config import SchedkitConfig, load_config
@@ -44,19 +45,16 @@ from schedkit.errors import PluginLoadError, PolicyConfigError, PolicyDecisionEr
 from schedkit.keyed import WaitingOrder
 from schedkit.plugins import PolicyRegistry
 from schedkit.policy import Policy
+from schedkit.policy_thread import HookBusy, HookRaised, HookTimeout, PolicyThread
 from schedkit.views import BLOCK_FIELDS, BlockView, EngineView, ReplicaView, RequestView
 
-__all__ = ["MAX_SHOWN", "PROPAGATED", "PolicyFacade", "by_hook"]
+__all__ = ["MAX_SHOWN", "PolicyFacade", "by_hook"]
 
 
 log = logging.getLogger("schedkit")
 
 T = TypeVar("T")
 Impl = tuple[str, Callable[..., Any]]
-
-# What a policy may raise and still not stop the engine: everything but the two that ask
-# the process to stop (Ctrl-C, sys.exit), which must keep working inside a hook
-# (``answers.PROPAGATED``).
 
 
 class PolicyFacade:
@@ -68,13 +66,20 @@ class PolicyFacade:
         *,
         strict: bool = False,
         hook_budget_ms: float | None = None,
+        hook_budget_hard: bool = False,
     ) -> None:
         self.policies = list(policies)
         self.strict = strict
         self.errors: Counter[tuple[str, str]] = Counter()
         self.slow_calls: Counter[tuple[str, str]] = Counter()
+        # A hard budget's faults, also counted in ``errors``: calls abandoned past the
+        # budget (also slow calls), and calls not made while an abandoned one ran on.
+        self.abandoned_calls: Counter[tuple[str, str]] = Counter()
+        self.bypassed_calls: Counter[tuple[str, str]] = Counter()
         self.hook_budget_ms = _budget_ms(hook_budget_ms)
+        self.hook_budget_hard = _budget_hard(hook_budget_hard, self.hook_budget_ms)
         self._budget_s = None if self.hook_budget_ms is None else self.hook_budget_ms / 1000
+        self._threads: dict[str, PolicyThread] = {}  # hard budget: one per policy
         self._pm = pluggy.PluginManager(hookspecs.PROJECT)
         self._pm.add_hookspecs(hookspecs)
         # pluggy calls the last registered first: register in reverse so the first
@@ -122,8 +127,10 @@ class PolicyFacade:
         registry: PolicyRegistry | None = None,
         strict: bool = False,
         hook_budget_ms: float | None = None,
+        hook_budget_hard: bool | None = None,
     ) -> PolicyFacade:
-        """Instantiate the configured policies (loading only those) behind a facade."""
+        """Instantiate the configured policies (loading only those) behind a facade; a
+        hook budget given here replaces the config's."""
         cfg = load_config(config)
         registry = registry or PolicyRegistry.discover()
         policies = []
@@ -139,7 +146,8 @@ class PolicyFacade:
                 raise PolicyConfigError(f"bad options for policy {name!r}: {fields}") from exc
             policies.append((name, policy_cls(options)))
         budget = cfg.hook_budget_ms if hook_budget_ms is None else hook_budget_ms
-        return cls(policies, strict=strict, hook_budget_ms=budget)
+        hard = cfg.hook_budget_hard if hook_budget_hard is None else hook_budget_hard
+        return cls(policies, strict=strict, hook_budget_ms=budget, hook_budget_hard=hard)
 
     @property
     def label(self) -> str:
@@ -152,6 +160,14 @@ class PolicyFacade:
     @property
     def slow_call_count(self) -> int:
         return sum(self.slow_calls.values())
+
+    @property
+    def abandoned_call_count(self) -> int:
+        return sum(self.abandoned_calls.values())
+
+    @property
+    def bypassed_call_count(self) -> int:
+        return sum(self.bypassed_calls.values())
 
     def _key_reads(self) -> frozenset[str] | None:
         """The block fields every ``eviction_key`` together reads (``Policy.
@@ -188,7 +204,9 @@ class PolicyFacade:
             fn = impl.function
             if list(impl.argnames) != spec_args:
                 fn = _reorder(fn, [spec_args.index(a) for a in impl.argnames])
-            if self._budget_s is not None:  # else nothing is timed
+            if self._budget_s is not None and self.hook_budget_hard:
+                fn = functools.partial(self._thread(impl.plugin_name).call, fn)
+            elif self._budget_s is not None:  # else nothing is timed
                 fn = self._timed(impl.plugin_name, hook, fn, self._budget_s)
             impls.append((impl.plugin_name, fn))
         return impls
@@ -208,6 +226,34 @@ class PolicyFacade:
                 hook,
                 problem,
             )
+
+    def _raised(self, policy: str, hook: str, exc: BaseException) -> None:
+        """The fault path for a hook call that raised, or ran past or was skipped under a
+        hard budget; re-raises what asks the process to stop (``stops_process``)."""
+        key = (policy, hook)
+        if type(exc) is HookRaised:
+            self._fault(policy, hook, f"raised {exc.description}", exc.exception)
+        elif type(exc) is HookTimeout:
+            self.slow_calls[key] += 1
+            self.abandoned_calls[key] += 1
+            problem = (
+                f"took longer than the {self.hook_budget_ms:g} ms hard hook budget and was"
+                " abandoned (it runs on; the policy is skipped until it returns)"
+            )
+            self._fault(policy, hook, problem)
+        elif type(exc) is HookBusy:
+            self.bypassed_calls[key] += 1
+            self._fault(policy, hook, "skipped: an abandoned call of this policy runs on")
+        elif stops_process(exc):
+            raise exc
+        else:
+            self._fault(policy, hook, f"raised {describe_exception(exc)}", exc)
+
+    def _thread(self, policy: str) -> PolicyThread:
+        if policy not in self._threads:
+            assert self._budget_s is not None
+            self._threads[policy] = PolicyThread(policy, self._budget_s)
+        return self._threads[policy]
 
     def _slow(self, policy: str, hook: str, elapsed_s: float) -> None:
         key = (policy, hook)
@@ -241,10 +287,8 @@ class PolicyFacade:
         for policy, fn in self._impls[hook]:
             try:
                 result = fn(*args)
-            except PROPAGATED:
-                raise
             except BaseException as exc:  # GeneratorExit, CancelledError... from a policy too
-                self._fault(policy, hook, f"raised {describe_exception(exc)}", exc)
+                self._raised(policy, hook, exc)
                 continue
             if result is None:
                 continue
@@ -252,9 +296,9 @@ class PolicyFacade:
                 return check(result)
             except Invalid as invalid:
                 self._fault(policy, hook, str(invalid))
-            except PROPAGATED:
-                raise
             except BaseException as exc:  # the answer broke validation itself
+                if stops_process(exc):
+                    raise
                 problem = f"returned an invalid {type_name(result)}: {describe_exception(exc)}"
                 self._fault(policy, hook, problem, exc)
         return None
@@ -414,12 +458,10 @@ class PolicyFacade:
 
     def _unkeyed(self, policy: str, hook: str, exc: BaseException) -> tuple[int]:
         """``UNKEYED`` for a key hook that raised or returned no key (``Invalid``)."""
-        if isinstance(exc, PROPAGATED):
-            raise exc
         if isinstance(exc, Invalid):
             self._fault(policy, hook, str(exc))
         else:
-            self._fault(policy, hook, f"raised {describe_exception(exc)}", exc)
+            self._raised(policy, hook, exc)
         return UNKEYED
 
     # -- observation ----------------------------------------------------------------
@@ -436,10 +478,8 @@ class PolicyFacade:
         for policy, fn in self._impls[hook]:
             try:
                 fn(*args)
-            except PROPAGATED:
-                raise
             except BaseException as exc:
-                self._fault(policy, hook, f"raised {describe_exception(exc)}", exc)
+                self._raised(policy, hook, exc)
 
 
 def _reorder(fn: Callable[..., Any], indices: list[int]) -> Callable[..., Any]:
@@ -452,7 +492,7 @@ def _reorder(fn: Callable[..., Any], indices: list[int]) -> Callable[..., Any]:
 
 
 def by_hook(counts: Mapping[tuple[str, str], int]) -> dict[str, int]:
-    """A facade counter (``errors``, ``slow_calls``) keyed ``"policy.hook"``, zeros left out."""
+    """A facade counter (``errors``, ``slow_calls``...) keyed ``"policy.hook"``, zeros left out."""
     return {f"{policy}.{hook}": n for (policy, hook), n in counts.items() if n}
 
 
@@ -469,3 +509,14 @@ def _budget_ms(value: float | None) -> float | None:
             f" not {show(value)}"
         )
     return ms
+
+
+def _budget_hard(value: bool, budget_ms: float | None) -> bool:
+    if type(value) is not bool:
+        raise PolicyConfigError(f"hook_budget_hard must be True or False, not {show(value)}")
+    if value and budget_ms is None:
+        raise PolicyConfigError(
+            "hook_budget_hard=True needs a budget: give hook_budget_ms too (milliseconds,"
+            " e.g. hook_budget_ms=10)"
+        )
+    return value

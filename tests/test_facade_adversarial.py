@@ -3,8 +3,9 @@
 Whatever a policy answers or raises, on every hook: the engine gets a valid decision, in a
 container the facade built (never the policy's object) holding only the engine's own
 objects; an invalid answer or an exception is counted once in ``facade.errors``; and
-nothing but ``KeyboardInterrupt`` and ``SystemExit`` leaves the facade, not even from an
-exception or an answer that cannot be printed.
+nothing but a ``KeyboardInterrupt`` on the main thread leaves the facade (issue #35; and
+what a signal handler raises, ``test_hook_budget.py``), not even from an exception or an
+answer that cannot be printed.
 """
 
 from __future__ import annotations
@@ -572,6 +573,7 @@ BASES: list[type[BaseException]] = [
     GeneratorExit,
     asyncio.CancelledError,
     PolicyDecisionError,
+    SystemExit,
 ]
 
 
@@ -605,13 +607,17 @@ def hostile_exceptions(draw: st.DrawFn) -> BaseException:
 
 
 @pytest.mark.parametrize("hook", HOOK_NAMES)
+@pytest.mark.parametrize("hard", [False, True], ids=["no-budget", "hard-budget"])
 @PROPERTY
 @given(exc=hostile_exceptions())
-def test_any_exception_is_isolated_and_described_safely(hook: str, exc: BaseException) -> None:
+def test_any_exception_is_isolated_and_described_safely(
+    hook: str, hard: bool, exc: BaseException
+) -> None:
     def answer(*args: Any) -> Any:
         raise exc
 
-    facade = PolicyFacade([("p", scripted(**{hook: answer}))])
+    budget: dict[str, Any] = {"hook_budget_ms": 60_000, "hook_budget_hard": True} if hard else {}
+    facade = PolicyFacade([("p", scripted(**{hook: answer}))], **budget)
 
     with warnings_logged() as messages:
         result = call(facade, hook, World.new())
@@ -641,16 +647,42 @@ def test_strict_mode_reports_any_exception_with_a_printable_error(
 
 
 @pytest.mark.parametrize("hook", HOOK_NAMES)
-@pytest.mark.parametrize("stop", [KeyboardInterrupt, SystemExit])
-def test_keyboard_interrupt_and_system_exit_propagate(hook: str, stop: type[BaseException]) -> None:
+def test_keyboard_interrupt_propagates(hook: str) -> None:
     def answer(*args: Any) -> Any:
-        raise stop()
+        raise KeyboardInterrupt
 
     facade = PolicyFacade([("p", scripted(**{hook: answer}))])
 
-    with pytest.raises(stop):
+    with pytest.raises(KeyboardInterrupt):
         call(facade, hook, World.new())
     assert not facade.errors
+
+
+@pytest.mark.parametrize("hook", HOOK_NAMES)
+def test_system_exit_is_isolated(hook: str) -> None:
+    def answer(*args: Any) -> Any:
+        raise SystemExit(2)
+
+    facade = PolicyFacade([("p", scripted(**{hook: answer}))])
+
+    assert call(facade, hook, World.new()) is ENGINE_DEFAULT.get(hook)
+    assert facade.errors == {("p", hook): 1}
+
+
+def test_system_exit_while_formatting_a_fault_is_isolated() -> None:
+    class Exiting(Exception):
+        def __str__(self) -> str:
+            raise SystemExit
+
+        __repr__ = __str__
+
+    def answer(*args: Any) -> Any:
+        raise Exiting
+
+    facade = PolicyFacade([("p", scripted(order_waiting=answer))])
+    with warnings_logged() as messages:
+        assert call(facade, "order_waiting", World.new()) is None
+    assert "raised Exiting: <unprintable Exiting>" in messages[0]
 
 
 def test_keyboard_interrupt_while_formatting_a_fault_propagates() -> None:

@@ -482,6 +482,7 @@ def test_command_merges_additional_config_and_picks_the_class() -> None:
             "options": {},
             "record_steps": None,
             "hook_budget_ms": None,
+            "hook_budget_hard": False,
         },
     }
     assert command.count("--additional-config") == 1
