@@ -219,7 +219,10 @@ def bench(
     ] = None,
     jobs: Annotated[
         int | None,
-        typer.Option(help="Simulator arms run at once, in processes (default: one per core)."),
+        typer.Option(
+            help="Simulator arms run at once, in forked processes (default: one per core);"
+            " a policy's atexit handlers run in them, as with --jobs 1."
+        ),
     ] = None,
     strict: Annotated[
         bool, typer.Option(help="Exit with status 3 when a policy faulted in any arm.")

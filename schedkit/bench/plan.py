@@ -19,7 +19,6 @@ from __future__ import annotations
 import math
 import multiprocessing as mp
 import os
-from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -27,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from schedkit.bench.arms import EngineSettings
 from schedkit.bench.metrics import compute_metrics
 from schedkit.bench.runner import Bench, BenchSpec, arrival_rate, replay, trusted_requests
+from schedkit.bench.workers import fork_pool
 from schedkit.errors import SchedkitError
 from schedkit.sim.profiles import ACTIVATION_RESERVE_BYTES_PER_GPU, get_gpu, get_model
 
@@ -158,7 +158,7 @@ def run_plan(plan: PlanSpec) -> dict[str, Any]:
         if workers < 2 or "fork" not in mp.get_all_start_methods():
             candidates = [_candidate(j) for j in jobs]
         else:
-            with ProcessPoolExecutor(workers, mp_context=mp.get_context("fork")) as pool:
+            with fork_pool(workers) as pool:
                 candidates = list(pool.map(_candidate, jobs))
     finally:
         _PLAN = None

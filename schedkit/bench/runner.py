@@ -9,7 +9,7 @@ import multiprocessing as mp
 import os
 import re
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Protocol
@@ -23,6 +23,7 @@ from schedkit.bench.engine_settings import check_engine_settings
 from schedkit.bench.flags import run_flags
 from schedkit.bench.metrics import compute_metrics
 from schedkit.bench.output import check_out_dir, provenance, write_outputs
+from schedkit.bench.workers import fork_pool
 from schedkit.capabilities import matrix_engine, warn_unsupported
 from schedkit.config import SchedkitConfig
 from schedkit.errors import SchedkitError, quote
@@ -573,7 +574,8 @@ def run_arms(
 ) -> tuple[list[RunResult], list[dict[str, Any]]]:
     """Every arm's result and metrics, in arm order. On the simulator, arms run in
     parallel processes (``--jobs``, default one per CPU core), forked from this one so
-    that they share the parsed workload; the results are the same as run one by one.
+    that they share the parsed workload (``schedkit.bench.workers``: a policy's exit-time
+    code runs there as in this process); the results are the same as run one by one.
     Real engines run one arm at a time (each holds the accelerator)."""
     n = len(bench.configs)
     jobs = min(n, bench.spec.jobs or len(os.sched_getaffinity(0)))
@@ -587,7 +589,7 @@ def run_arms(
         global _FORKED
         _FORKED = bench
         try:
-            with ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork")) as pool:
+            with fork_pool(jobs) as pool:
                 futures = [pool.submit(_forked_arm, i) for i in range(n)]
                 if progress:
                     progress(f"{n} arms on {jobs} processes", 0, n)

@@ -11,12 +11,13 @@ import json
 import multiprocessing as mp
 import os
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from pathlib import Path
 from typing import Any
 
 from schedkit.bench.output import check_out_dir, provenance
 from schedkit.bench.sweep import Point, Sweep, SweepSpec, aggregate
+from schedkit.bench.workers import fork_pool
 from schedkit.errors import SchedkitError, quote
 
 __all__ = ["INTERRUPTED_EXIT", "STOPPED_EXIT", "SweepInterrupted", "run_sweep"]
@@ -153,7 +154,7 @@ def _run_points(sweep: Sweep, todo: list[Point], keep: Callable[[dict[str, Any]]
     _FORKED = sweep
     chunks = _chunks(todo, jobs)
     try:
-        with ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork")) as pool:
+        with fork_pool(jobs) as pool:
             pending: set[Future[list[dict[str, Any]]]] = {
                 pool.submit(_run_forked, c) for c in chunks
             }
