@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import shutil
 import signal
 import subprocess
@@ -11,6 +12,7 @@ from contextlib import contextmanager
 from types import FrameType
 
 from schedkit.errors import SchedkitError
+from schedkit.seal import EDGE_KEY_VAR
 from schedkit.tensor_parallel import model_config_file, read_attention_heads
 
 __all__ = [
@@ -135,8 +137,13 @@ def metrics_dir(prefix: str, wanted: bool = True) -> Iterator[str | None]:
 
 def run_server(command: Sequence[str], env: Mapping[str, str]) -> int:
     """Run ``command`` until it exits and return its exit code, passing SIGTERM and
-    SIGINT on to it (the engines' servers shut down cleanly on either)."""
-    process = subprocess.Popen(list(command), env=dict(env))
+    SIGINT on to it (the engines' servers shut down cleanly on either). The server gets
+    an edge key (``schedkit.seal``) of its own unless ``env`` sets one: its HTTP edge
+    seals what it decides, and its scheduler trusts nothing else."""
+    env = dict(env)
+    if not env.get(EDGE_KEY_VAR):
+        env[EDGE_KEY_VAR] = secrets.token_hex(32)
+    process = subprocess.Popen(list(command), env=env)
 
     def forward(signum: int, frame: FrameType | None) -> None:
         process.send_signal(signum)

@@ -67,9 +67,7 @@ def rewrite(
         return [Problem(BODY_KEY, "must be a JSON object")]
     fields: dict[str, Any] = {} if holder is None else holder
     wrapper = {BODY_KEY: {k: v for k, v in fields.items() if k != "priority"}}
-    problems = rewrite_fields(
-        trust, header_tenant, wrapper, BODY_KEY, fields, BODY_KEY, seal
-    )
+    problems = rewrite_fields(trust, header_tenant, wrapper, BODY_KEY, fields, BODY_KEY, seal)
     if problems:
         return problems
     decided = wrapper[BODY_KEY]

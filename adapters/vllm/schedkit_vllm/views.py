@@ -101,9 +101,7 @@ class VllmRequestView:
 
     @property
     def priority(self) -> int:
-        return self._trust.bound_priority(
-            self.request.priority, self.tenant, vouched=self._vouched
-        )
+        return self._trust.bound_priority(self.request.priority, self.tenant, vouched=self._vouched)
 
     @property
     def arrival_time(self) -> float:
