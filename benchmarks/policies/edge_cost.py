@@ -102,9 +102,7 @@ def in_process(repeat: int) -> None:
     os.environ[EDGE_KEY_VAR] = "k" * 64
     old = old_edge()
     new_mw = TrustMiddleware(noop, DEFAULT_TRUST, xargs_rewrite)
-    old_mw = old.TrustMiddleware(
-        noop, DEFAULT_TRUST, lambda t, h, b, p: xargs_rewrite(t, h, b, p)
-    )
+    old_mw = old.TrustMiddleware(noop, DEFAULT_TRUST, lambda t, h, b, p: xargs_rewrite(t, h, b, p))
     print("| body | size | before (ms) | now (ms) | now / before |")
     print("|---|---|---|---|---|")
     for name, raw in bodies().items():
@@ -112,6 +110,13 @@ def in_process(repeat: int) -> None:
         before, now = time_edge(old_mw, raw, n), time_edge(new_mw, raw, n)
         size = f"{len(raw) / 2**20:.1f} MiB" if len(raw) > 2**20 else f"{len(raw) / 1024:.1f} KiB"
         print(f"| {name} | {size} | {before * 1e3:.3f} | {now * 1e3:.3f} | {now / before:.2f} |")
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text(errors="replace")
+    except OSError:
+        return ""
 
 
 def rss_kib(pgid: int) -> int:
@@ -137,8 +142,12 @@ def on_server() -> None:
         tmp = Path(name)
         model = build_tiny_model(tmp / "model")
         with served(model, {"policy": ["vtc"]}, tmp) as base:
-            pgid = os.getpgid(int(subprocess.check_output(
-                ["pgrep", "-f", "-n", f"--port {base.rsplit(':', 1)[1]}"]).split()[0]))  # fmt: skip
+            port = base.rsplit(":", 1)[1]
+            pgid = next(
+                os.getpgid(int(entry))
+                for entry in os.listdir("/proc")
+                if entry.isdigit() and f"\0{port}\0" in _cmdline(entry)
+            )
             before = rss_kib(pgid)
             request = urllib.request.Request(
                 f"{base}/v1/completions", data=raw, headers={"Content-Type": "application/json"}

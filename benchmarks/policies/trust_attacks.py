@@ -16,10 +16,13 @@ requests each, all at once, interleaved. The honest client goes through the gate
   standard library gives up near 1,000, SGLang's orjson reads 1,024);
 - ``spoof``: straight to the server, its own ``x-tenant-id: anon-<n>`` and no secret.
 
-A refused request (4xx) is sent again as plain JSON through the gateway, so the attacker
-keeps its full load. Printed per arm: the attacker's share of the first half of
-completions (0.50 is fair; 0.92 before the fix for the encodings) and how many of its
-requests were refused.
+The attacker sends its crafted requests first; those the server refuses (4xx; their
+answers come back at once) are sent again as plain JSON through the gateway, together
+with the honest client's, interleaved; so the attacker keeps its full load and a refusal
+costs it nothing but the round trip. (Crafted requests a server accepted would have been
+queued ahead of everything, as they were before the fix.) Printed per arm: the attacker's
+share of the first half of completions (0.50 is fair; 0.92 before the fix for the
+encodings) and how many of its crafted requests were refused.
 """
 
 from __future__ import annotations
@@ -29,9 +32,11 @@ import json
 import os
 import tempfile
 import threading
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from real_engine import build_tiny_model  # benchmarks/policies, this script's directory
 from trust_real import served
@@ -75,35 +80,50 @@ def run_arm(model: Path, arm: str, per_client: int, tmp: Path) -> tuple[float, i
             except urllib.error.HTTPError as error:
                 return int(error.code)
 
-        def send(client: str, i: int) -> None:
-            nonlocal refused
+        def body(client: str, i: int) -> dict[str, object]:
             tenant = "honest" if client == "honest" else f"anon-{i:06d}"
-            body = {
+            return {
                 "model": str(model),
                 "prompt": [5 + i % 50] * 64,
                 "max_tokens": 16,
                 "ignore_eos": True,
                 "vllm_xargs": {"tenant": tenant},
             }
-            data, headers = attack("plain" if client == "honest" else arm, body, i)
+
+        def send(client: str, i: int, crafted: bool) -> None:
+            nonlocal refused
+            data, headers = attack(arm if crafted else "plain", body(client, i), i)
             if client == "honest":
                 headers["x-tenant-id"] = "honest"
             status = post(data, headers)
-            if 400 <= status < 500:
+            if crafted and 400 <= status < 500:
                 with lock:
                     refused += 1
-                status = post(*attack("plain", body, i))  # the same claims, plainly
+                    retry.append(i)
+                return
             assert status == 200, status
             with lock:
                 finished.append(client)
 
-        threads = []
-        for i in range(per_client):
-            for client in ("attacker", "honest"):
-                thread = threading.Thread(target=send, args=(client, i))
+        def run(calls: list[tuple[str, int, bool]], wait_s: float | None) -> list[Any]:
+            threads = [threading.Thread(target=send, args=call) for call in calls]
+            for thread in threads:
                 thread.start()
-                threads.append(thread)
-        for thread in threads:
+            deadline = time.monotonic() + (wait_s if wait_s is not None else 1e9)
+            for thread in threads:
+                thread.join(max(0.0, deadline - time.monotonic()))
+            return threads
+
+        retry: list[int] = []
+        crafted = [] if arm == "plain" else [("attacker", i, True) for i in range(per_client)]
+        pending = run(crafted, 30.0)  # refusals come back at once; accepted ones run on
+        plain = [i for i in range(per_client) if arm == "plain" or i in retry]
+        calls = []
+        for i in range(per_client):
+            if i in plain:
+                calls.append(("attacker", i, False))
+            calls.append(("honest", i, False))
+        for thread in run(calls, None) + pending:
             thread.join()
         first = finished[: len(finished) // 2]
         return sum(c == "attacker" for c in first) / len(first), refused

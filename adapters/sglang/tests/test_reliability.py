@@ -62,3 +62,42 @@ def test_a_policy_raising_on_10_percent_of_calls_loses_nothing(
     assert last["free"] == last["total"]
     assert any(line["preempted"] for line in steps)  # retraction happened
     assert _errors_counted(metrics) > 0
+
+
+def _counted(metrics_dir: Path, family_name: str) -> float:
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=str(metrics_dir))
+    return sum(
+        sample.value
+        for family in registry.collect()
+        if family.name == family_name
+        for sample in family.samples
+        if sample.name.endswith("_total") and sample.labels.get("policy") == "test-stalling"
+    )
+
+
+def test_a_stalling_or_exiting_policy_neither_stalls_nor_stops_the_engine(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    """Issue #35: with ``hook_budget_hard`` a 2 s hook is abandoned after 10 ms and
+    ``SystemExit`` from a hook is a counted fault: the engine serves every request."""
+    import json
+
+    metrics = tmp_path / "metrics"
+    metrics.mkdir()
+    config = {"policy": ["test-stalling"], "hook_budget_ms": 10, "hook_budget_hard": True}
+    env = {"SCHEDKIT_CONFIG": json.dumps(config), "PROMETHEUS_MULTIPROC_DIR": str(metrics)}
+    n = 20
+    prompts = [prompt(i, 16 + 4 * (i % 5)) for i in range(n)]
+    params = [{"max_new_tokens": 6, "ignore_eos": True} for _ in range(n)]
+    with engine(model_dir, None, extra_env=env, max_running_requests=4) as llm:
+        outputs = llm.generate(input_ids=prompts, sampling_params=params)
+        llm.get_server_info()
+    for out in outputs:
+        assert out["meta_info"]["finish_reason"]["type"] == "length"
+        assert out["meta_info"]["completion_tokens"] == 6
+    # The abandoned calls and the sys.exit() calls are policy errors, counted.
+    assert _counted(metrics, "schedkit_policy_errors") >= n // 5 + 1

@@ -145,3 +145,59 @@ def test_faulty_policy_loses_no_request_and_no_block(
     # Victims and evictions were chosen by the policy, not only by vLLM's defaults.
     assert runtime.num_victims_placed > 0
     assert runtime.eviction is not None and runtime.eviction.num_evicted_by_policy > 0
+
+
+class Stalling(Policy):
+    """Sleeps 2 s in its first ordering calls and exits the process from some
+    admissions: faults that stalled or stopped the engine before the hard budget."""
+
+    def __init__(self, options: PolicyOptions | None = None) -> None:
+        super().__init__(options)
+        self.orders = 0
+        self.admits = 0
+
+    @hookimpl
+    def admit_request(self, request: RequestView) -> Admission | None:
+        self.admits += 1
+        if self.admits % 5 == 0:
+            raise SystemExit(3)  # a policy calling sys.exit()
+        return None
+
+    @hookimpl
+    def order_waiting(self, waiting: Sequence[RequestView]) -> list[RequestView]:
+        import time
+
+        self.orders += 1
+        if self.orders <= 2:
+            time.sleep(2.0)
+        return sorted(waiting, key=lambda r: r.num_prompt_tokens)
+
+
+def test_a_stalling_or_exiting_policy_neither_stalls_nor_stops_the_engine(
+    make_scheduler: Any, register_policy: Any
+) -> None:
+    """Issue #35: with ``hook_budget_hard`` a 2 s hook is abandoned after 10 ms (the
+    engine's order used, the policy bypassed until its call returns) and ``SystemExit``
+    from a hook is a counted fault; every request finishes, every block comes back."""
+    register_policy("stalling", Stalling)
+    scheduler = make_scheduler(
+        {"policy": ["stalling"], "hook_budget_ms": 10, "hook_budget_hard": True},
+        num_blocks=48,
+        max_num_seqs=12,
+        max_num_batched_tokens=256,
+    )
+    initial = free_blocks(scheduler)
+    requests = _load(4)
+    run = Run()
+    for i, request in enumerate(requests):
+        scheduler.add_request(request)
+        if i % 3 == 2:
+            step(scheduler, run)
+    run_until_idle(scheduler, run)
+
+    facade = scheduler.schedkit.facade
+    assert set(run.finished) == {r.request_id for r in requests}, "a request was lost"
+    assert free_blocks(scheduler) == initial
+    assert facade.abandoned_calls[("stalling", "order_waiting")] >= 1
+    assert facade.bypassed_calls[("stalling", "order_waiting")] >= 1
+    assert facade.errors[("stalling", "admit_request")] >= len(requests) // 5
