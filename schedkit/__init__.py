@@ -21,7 +21,7 @@ from schedkit.views import (
     RequestView,
 )
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = [
     "Admission",

@@ -267,7 +267,7 @@ class BlockSnapshot:
     ``AttributeError``, as on vLLM and SGLang, so a policy cannot change the engine's
     record of the block. Build a new one when the block changes (freed, hit).
 
-    .. versionadded:: 0.2
+    .. versionadded:: 0.3
     """
 
     __slots__ = ("_block_hash", "_depth", "_last_access", "_num_hits")
