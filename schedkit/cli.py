@@ -104,7 +104,7 @@ def workloads(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """List the bundled workloads (bench --workload NAME) with their shape."""
-    from schedkit.sim.workloads import KNOWN_WORKLOADS, load_workload
+    from schedkit.workload import KNOWN_WORKLOADS, load_workload
 
     rows = [load_workload(name).summary() for name in KNOWN_WORKLOADS]
     if as_json:
@@ -143,7 +143,7 @@ def export(
     from pathlib import Path
 
     from schedkit.bench.interop import export_mooncake
-    from schedkit.sim.workloads import load_workload
+    from schedkit.workload import load_workload
 
     if not rate_scale > 0:
         raise SchedkitError(f"--rate-scale must be > 0, got {rate_scale}")

@@ -11,7 +11,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 from schedkit.bench.cli import DEPRECATED_FLAGS
-from schedkit.sim.workloads import KNOWN_WORKLOADS, load_workload
+from schedkit.workload import KNOWN_WORKLOADS, load_workload
 
 
 def schedkit(*args: str) -> subprocess.CompletedProcess[str]:

@@ -44,7 +44,7 @@ from schedkit.hookspecs import DECISION_HOOKS, HOOK_NAMES, KEY_HOOKS, OBSERVATIO
 from schedkit.sim.config import SimConfig
 from schedkit.sim.costmodel import LinearCostModel
 from schedkit.sim.engine import SimEngine
-from schedkit.sim.workloads import load_workload
+from schedkit.workload import load_workload
 
 PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 DEFAULT = BatchBudget(token_budget=2048, max_running=16, prefill_chunk=512)

@@ -22,8 +22,8 @@ from schedkit.sim.config import SimConfig
 from schedkit.sim.costmodel import RooflineCostModel
 from schedkit.sim.engine import SimEngine
 from schedkit.sim.profiles import get_gpu, get_model
-from schedkit.sim.workloads import TraceRequest
 from schedkit.trust import DEFAULT_TRUST, TenantSlo, TrustConfig
+from schedkit.workload import TraceRequest
 
 OPEN = TrustConfig(tenant_from_body=True, priority_from_body=True, slo_from_body=True)
 

@@ -31,7 +31,7 @@ from schedkit.errors import SchedkitError, quote
 from schedkit.facade import PolicyFacade
 from schedkit.records import RequestRecord, RunResult
 from schedkit.sim.recorder import Recorder
-from schedkit.sim.workloads import TraceRequest, Workload
+from schedkit.workload import TraceRequest, Workload
 
 if TYPE_CHECKING:
     from schedkit.bench.runner import Bench

@@ -17,7 +17,7 @@ from typing import Any
 
 from schedkit.errors import SchedkitError
 from schedkit.records import RequestRecord
-from schedkit.sim.workloads import TraceRequest
+from schedkit.workload import TraceRequest
 
 __all__ = [
     "ModelInfo",

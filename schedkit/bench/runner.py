@@ -35,8 +35,8 @@ from schedkit.sim.config import DEFAULT_EVICTION_WINDOW, SimConfig
 from schedkit.sim.costmodel import LinearCostModel, RooflineCostModel, make_cost_model
 from schedkit.sim.engine import SimEngine, StepCost, no_cyclic_gc
 from schedkit.sim.profiles import DEFAULT_REGISTRY, KV_CACHE_DTYPES, register_model_dir
-from schedkit.sim.workloads import TraceRequest, Workload, load_workload
 from schedkit.trust import TrustConfig
+from schedkit.workload import TraceRequest, Workload, load_workload
 
 log = logging.getLogger("schedkit")
 ENGINE_GROUP = "schedkit.engines"  # entry points: engine name -> ArmRunner

@@ -33,7 +33,7 @@ from schedkit.bench.metrics import compute_metrics
 from schedkit.bench.runner import Bench, BenchSpec, arrival_rate, replay, trusted_requests
 from schedkit.bench.sectioning import t_quantile
 from schedkit.errors import SchedkitError
-from schedkit.sim.workloads import TraceRequest
+from schedkit.workload import TraceRequest
 
 __all__ = ["Sweep", "SweepSpec", "aggregate", "crossing", "knee"]
 

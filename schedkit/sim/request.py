@@ -10,7 +10,7 @@ from schedkit.sim.blocks import BlockTable, blocks_for, group_key, own_block_has
 
 
 class TraceLike(Protocol):
-    """What the engine needs of a trace request (``schedkit.sim.workloads.TraceRequest``)."""
+    """What the engine needs of a trace request (``schedkit.workload.TraceRequest``)."""
 
     @property
     def request_id(self) -> str: ...

@@ -36,8 +36,8 @@ from schedkit.decisions import Admission, BatchBudget, StepReport
 from schedkit.facade import PolicyFacade
 from schedkit.policy import Policy, PolicyOptions
 from schedkit.sim.config import SimConfig
-from schedkit.sim.workloads import TraceRequest
 from schedkit.views import BlockView, EngineView, RequestView
+from schedkit.workload import TraceRequest
 
 __all__ = [
     "SCENARIOS",

@@ -26,7 +26,6 @@ from schedkit.inputs import read_lines
 from schedkit.records import RunResult
 from schedkit.sim.calibration import load_cost_profile, read_steps
 from schedkit.sim.costmodel import RooflineCostModel
-from schedkit.sim.limits import MAX_DURATION_VAR, MAX_REQUESTS_VAR
 from schedkit.sim.profiles import (
     ModelProfile,
     check_tp,
@@ -36,8 +35,9 @@ from schedkit.sim.profiles import (
     load_profile_file,
     tp_degrees,
 )
-from schedkit.sim.synthetic import inline_workload
-from schedkit.sim.workloads import load_workload
+from schedkit.workload import load_workload
+from schedkit.workload.limits import MAX_DURATION_VAR, MAX_REQUESTS_VAR
+from schedkit.workload.synthetic import inline_workload
 
 SMALL = "poisson:rate=40,n=50,prompt=200,output=20"
 RANDOM_BYTES = bytes.fromhex("b6e2ff00c38e9a11") * 32  # not UTF-8 from byte 0 on

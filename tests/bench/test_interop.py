@@ -14,7 +14,7 @@ import pytest
 from schedkit.bench.interop import export_mooncake
 from schedkit.bench.runner import BenchSpec, run_bench
 from schedkit.errors import SchedkitError
-from schedkit.sim.workloads import load_workload
+from schedkit.workload import load_workload
 
 WORKLOAD = "two-tenant-flood"
 N = 200

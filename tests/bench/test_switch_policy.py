@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from schedkit.bench.runner import BenchSpec, run_bench
-from schedkit.sim.workloads import load_workload
+from schedkit.workload import load_workload
 
 SITE = Path(__file__).resolve().parents[2] / "benchmarks" / "fidelity" / "site"
 ORDER = ["fcfs", "sjf", "sjf", "fcfs"]

@@ -21,8 +21,8 @@ from schedkit.sim.costmodel import LinearCostModel, RooflineCostModel
 from schedkit.sim.engine import SimEngine
 from schedkit.sim.profiles import get_gpu, get_model
 from schedkit.sim.request import SimRequest
-from schedkit.sim.workloads import TraceRequest
 from schedkit.views import BlockView, EngineView, RequestView
+from schedkit.workload import TraceRequest
 
 # Every step takes 10 ms whatever it computes, so hand-built scenarios have exact times.
 TEN_MS = LinearCostModel(c0=0.01, c_prefill=0.0, c_decode=0.0, c_kv=0.0)

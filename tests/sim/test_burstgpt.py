@@ -1,4 +1,4 @@
-"""BurstGPT CSV traces as workloads (schedkit.sim.burstgpt), told from Azure's by the
+"""BurstGPT CSV traces as workloads (schedkit.workload.formats.burstgpt), told from Azure's by the
 header. The rows are in BurstGPT's published format (its README's first rows)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from schedkit.errors import SchedkitError
-from schedkit.sim.workloads import load_workload
+from schedkit.workload import load_workload
 
 HEADER = "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type"
 ROWS = [

@@ -18,8 +18,8 @@ from schedkit.policies.builtin import PriorityPolicy
 from schedkit.sim.config import SimConfig
 from schedkit.sim.costmodel import make_cost_model
 from schedkit.sim.engine import SimEngine
-from schedkit.sim.workloads import load_workload
 from schedkit.testing.contract import Flaky
+from schedkit.workload import load_workload
 
 REQUESTS = 10_000
 

@@ -14,7 +14,7 @@ from schedkit.sim.cluster import Cluster
 from schedkit.sim.config import SimConfig
 from schedkit.sim.costmodel import make_cost_model
 from schedkit.sim.engine import SimEngine
-from schedkit.sim.workloads import load_workload
+from schedkit.workload import load_workload
 
 
 def setup(n: int = 400, blocks: int = 8_000) -> tuple[Any, Any, SimConfig]:

@@ -48,7 +48,7 @@ from schedkit.sim.blocks import own_block_hash
 from schedkit.sim.config import SimConfig, StepCost
 from schedkit.sim.engine import SimEngine
 from schedkit.sim.request import SimRequest
-from schedkit.sim.workloads import TraceRequest, load_workload
+from schedkit.workload import TraceRequest, load_workload
 
 PROPERTY = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -15,7 +15,7 @@ from schedkit.sim.config import SimConfig
 from schedkit.sim.costmodel import make_cost_model
 from schedkit.sim.engine import SimEngine
 from schedkit.sim.evict_keys import ClassKeyedEvictions, SpanKeyedEvictions
-from schedkit.sim.workloads import load_workload
+from schedkit.workload import load_workload
 
 Key = Callable[[BlockView], Any]
 KEYS: dict[str, Key] = {

@@ -26,8 +26,8 @@ from schedkit.records import RunResult
 from schedkit.sim.config import SimConfig
 from schedkit.sim.engine import SimEngine
 from schedkit.sim.request import SimRequest
-from schedkit.sim.workloads import load_workload
 from schedkit.views import BlockSnapshot
+from schedkit.workload import load_workload
 
 
 def fields(protocol: type) -> list[str]:

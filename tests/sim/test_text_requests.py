@@ -14,8 +14,8 @@ import pytest
 import tokenizers
 
 from schedkit.errors import SchedkitError
-from schedkit.sim.text_requests import DEFAULT_OUTPUT_TOKENS, HASH_BLOCK_TOKENS
-from schedkit.sim.workloads import load_workload
+from schedkit.workload import load_workload
+from schedkit.workload.formats.prompt_text import DEFAULT_OUTPUT_TOKENS, HASH_BLOCK_TOKENS
 
 TOKENIZER = str(Path(__file__).parent / "data" / "tiny-tokenizer")
 SYSTEM = "You are a scheduler. Admission, ordering and eviction decide what users feel. " * 4

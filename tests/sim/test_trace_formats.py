@@ -21,11 +21,12 @@ from hypothesis import strategies as st
 
 from schedkit.errors import SchedkitError
 from schedkit.inputs import MAX_LINE_BYTES
-from schedkit.sim import azure_csv
-from schedkit.sim.azure_csv import Reader, parse_azure_csv, read_azure_rows
-from schedkit.sim.limits import MAX_REQUESTS_VAR
-from schedkit.sim.trace_formats import TraceSource
-from schedkit.sim.workloads import TraceRequest, load_workload
+from schedkit.workload import TraceRequest, load_workload
+from schedkit.workload.formats import azure
+from schedkit.workload.formats.azure import Reader, parse_azure_csv
+from schedkit.workload.formats.azure_csv import read_azure_rows
+from schedkit.workload.limits import MAX_REQUESTS_VAR
+from schedkit.workload.source import TraceSource
 
 HAVE_PYARROW = importlib.util.find_spec("pyarrow") is not None
 READERS = [
@@ -46,7 +47,7 @@ def requests(
 
 
 def pyarrow_rows(data: bytes, max_rows: int | None = None) -> object:
-    from schedkit.sim.azure_arrow import read_azure_rows_pyarrow
+    from schedkit.workload.formats.azure_arrow import read_azure_rows_pyarrow
 
     return read_azure_rows_pyarrow(source_of(data), max_rows)
 
@@ -179,13 +180,13 @@ def test_pyarrow_reads_what_the_csv_reader_reads_to_the_bit(
 
 
 def test_bundled_traces_read_alike_by_both_readers() -> None:
-    from schedkit.sim.workloads import _trace_source
+    from schedkit.workload.loader import _trace_source
 
     source = _trace_source(None, "azure-2023-code.csv.gz")
     by_csv = parse_azure_csv(source, "azure-code", reader="csv")
     assert by_csv == list(load_workload("azure-code").requests)
     if HAVE_PYARROW:
-        from schedkit.sim.azure_arrow import read_azure_rows_pyarrow
+        from schedkit.workload.formats.azure_arrow import read_azure_rows_pyarrow
 
         assert read_azure_rows_pyarrow(source) is not None  # the real trace, not declined
         assert parse_azure_csv(source, "azure-code", reader="pyarrow") == by_csv
@@ -359,7 +360,7 @@ def test_bad_timestamps_are_quoted_short() -> None:
 
 @needs_pyarrow
 def test_auto_takes_pyarrow_only_for_large_reads(monkeypatch: pytest.MonkeyPatch) -> None:
-    from schedkit.sim import azure_arrow
+    from schedkit.workload.formats import azure_arrow
 
     calls: list[int | None] = []
     real = azure_arrow.read_azure_rows_pyarrow
@@ -372,8 +373,8 @@ def test_auto_takes_pyarrow_only_for_large_reads(monkeypatch: pytest.MonkeyPatch
     data = SHAPES["azure-2024"].encode()
     requests(data, "auto")
     assert calls == []  # small: the csv reader
-    monkeypatch.setattr(azure_csv, "PYARROW_MIN_BYTES", 10)
-    monkeypatch.setattr(azure_csv, "PYARROW_MIN_REQUESTS", 2)
+    monkeypatch.setattr(azure, "PYARROW_MIN_BYTES", 10)
+    monkeypatch.setattr(azure, "PYARROW_MIN_REQUESTS", 2)
     requests(data, "auto", max_rows=1)
     assert calls == []  # a short read: the csv reader
     assert columns(requests(data, "auto")) == columns(requests(data, "csv"))
@@ -385,9 +386,9 @@ def test_without_pyarrow_the_csv_module_reads(tmp_path: Path) -> None:
     path.write_text(SHAPES["azure-2024"])
     script = (
         "import sys; sys.modules['pyarrow'] = None\n"  # import pyarrow -> ImportError
-        "from schedkit.sim import azure_csv\n"
-        "from schedkit.sim.workloads import load_workload\n"
-        "azure_csv.PYARROW_MIN_BYTES = azure_csv.PYARROW_MIN_REQUESTS = 0\n"
+        "from schedkit.workload.formats import azure\n"
+        "from schedkit.workload import load_workload\n"
+        "azure.PYARROW_MIN_BYTES = azure.PYARROW_MIN_REQUESTS = 0\n"
         f"print(len(load_workload({str(path)!r}).requests))\n"
     )
     proc = subprocess.run(

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schedkit.errors import SchedkitError
-from schedkit.sim.workloads import KNOWN_WORKLOADS, TraceRequest, Workload, load_workload
+from schedkit.workload import KNOWN_WORKLOADS, TraceRequest, Workload, load_workload
 
 # --- bundled real traces (facts from the traces' README) ----------------------------------------
 

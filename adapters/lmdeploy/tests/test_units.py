@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from schedkit import BatchBudget, Policy, PolicyFacade, PolicyRegistry, hookimpl
 from schedkit.sim.config import SimConfig
-from schedkit.sim.workloads import TraceRequest
+from schedkit.workload import TraceRequest
 from schedkit.testing.contract import SCENARIOS, ContractRecorder, Scenario, check_outcome
 from schedkit.trust import TrustConfig
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from schedkit import PolicyRegistry
 from schedkit.sim.config import SimConfig
-from schedkit.sim.workloads import TraceRequest
+from schedkit.workload import TraceRequest
 from schedkit.testing.contract import Scenario, check_outcome, run_sim
 
 from schedkit_lmdeploy.contract import run_lmdeploy

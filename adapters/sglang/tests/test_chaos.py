@@ -32,7 +32,7 @@ from typing import Any
 
 import pytest
 from schedkit.sim.config import SimConfig
-from schedkit.sim.workloads import TraceRequest
+from schedkit.workload import TraceRequest
 from schedkit.testing.contract import Outcome, Scenario, check_outcome
 
 from schedkit_sglang.contract import run_sglang

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from schedkit.sim.config import SimConfig
-    from schedkit.sim.workloads import TraceRequest
+    from schedkit.workload import TraceRequest
 
 
 _CONFIG_DIRS: dict[int, Path] = {}

@@ -28,7 +28,7 @@ from schedkit.records import RequestRecord, RunResult
 from schedkit.sim.config import SimConfig, StepCost
 from schedkit.sim.engine import no_cyclic_gc
 from schedkit.sim.recorder import Recorder
-from schedkit.sim.workloads import TraceRequest
+from schedkit.workload import TraceRequest
 
 from schedkit_vllm.modelless import build_for
 

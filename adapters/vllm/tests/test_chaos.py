@@ -12,7 +12,7 @@ requests and evicts cached prefixes. Since a fault falls back to the next policy
 faulty run must decide as the clean one does: step for step on the synchronous
 scheduler, request for request on the async one.
 
-Run with ``-s`` for the figures (``benchmarks/chaos/vllm.md``).
+Run with ``-s`` for the figures (``benchmarks/engines/chaos-vllm.md``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from pydantic import Field
 from schedkit import Admission, Policy, PolicyOptions, RequestView, hookimpl
 from schedkit.policies.builtin import PriorityPolicy
 from schedkit.sim.config import SimConfig
-from schedkit.sim.workloads import load_workload
+from schedkit.workload import load_workload
 from schedkit.testing.contract import Flaky, Outcome, Scenario, check_outcome, compare_outcomes
 
 from schedkit_vllm import AsyncScheduler, Scheduler

@@ -151,7 +151,7 @@ def test_engine_vllm_needs_a_model_directory(tmp_path: Path) -> None:
 
 def test_requests_longer_than_the_model_are_clipped() -> None:
     from schedkit.bench.replay import fit_traces as _fit
-    from schedkit.sim.workloads import TraceRequest
+    from schedkit.workload import TraceRequest
 
     traces = [TraceRequest("a", 0.0, 100, 20), TraceRequest("b", 0.1, 600, 20)]
     max_model_len, fitted, clipped = _fit(traces, 512)

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from schedkit.sim.workloads import load_workload
+from schedkit.workload import load_workload
 from transformers import AutoTokenizer
 from vllm.benchmarks.datasets import CustomDataset, ShareGPTDataset
 

@@ -13,7 +13,7 @@ from schedkit.facade import PolicyFacade
 from schedkit.sim.config import SimConfig
 from schedkit.sim.costmodel import make_cost_model
 from schedkit.sim.engine import SimEngine
-from schedkit.sim.workloads import TraceRequest
+from schedkit.workload import TraceRequest
 
 from schedkit_vllm.twin import TwinEngine, run_twin_arm
 
@@ -112,7 +112,7 @@ class _ObservedSim(SimEngine):
 def test_twin_matches_simulator_step_by_step(kv_blocks: int | None) -> None:
     """On azure-conv (no shared prefixes, prompts within one step's budget) the simulator
     and vLLM schedule identical batches at every step, preemptions included
-    (benchmarks/vllm/fidelity.md: 41,151 and 36,975 steps, 100% identical)."""
+    (benchmarks/fidelity/vllm-twin.md: 41,151 and 36,975 steps, 100% identical)."""
     spec = BenchSpec(
         workload="azure-conv", policies=["fcfs"], max_requests=150, kv_blocks=kv_blocks
     )

@@ -17,8 +17,8 @@ from schedkit.sim.config import SimConfig
 from schedkit.sim.costmodel import LinearCostModel
 from schedkit.sim.engine import SimEngine
 from schedkit.sim.request import SimRequest
-from schedkit.sim.workloads import TraceRequest
 from schedkit.testing import conformance_test
+from schedkit.workload import TraceRequest
 
 from schedkit_lcf import LeastComputedFirst
 

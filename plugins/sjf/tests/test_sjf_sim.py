@@ -9,7 +9,7 @@ from schedkit.records import RunResult
 from schedkit.sim.config import SimConfig
 from schedkit.sim.costmodel import LinearCostModel
 from schedkit.sim.engine import SimEngine
-from schedkit.sim.workloads import TraceRequest
+from schedkit.workload import TraceRequest
 
 from schedkit_sjf import LearnedPredictor
 

@@ -10,7 +10,7 @@ from schedkit.records import RunResult
 from schedkit.sim.config import SimConfig
 from schedkit.sim.costmodel import LinearCostModel
 from schedkit.sim.engine import SimEngine
-from schedkit.sim.workloads import TraceRequest
+from schedkit.workload import TraceRequest
 
 # 2 ms per step plus 100 us per prefill token: prefill runs at ~10,000 tokens/s.
 COST = LinearCostModel(c0=0.002, c_prefill=1e-4, c_decode=0.0, c_kv=0.0)

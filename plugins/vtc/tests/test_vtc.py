@@ -26,8 +26,8 @@ from schedkit.records import RunResult
 from schedkit.sim.config import SimConfig
 from schedkit.sim.costmodel import LinearCostModel
 from schedkit.sim.engine import SimEngine
-from schedkit.sim.workloads import TraceRequest
 from schedkit.testing import conformance_test
+from schedkit.workload import TraceRequest
 
 from schedkit_vtc import VirtualTokenCounter, token_cost
 
