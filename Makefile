@@ -79,8 +79,8 @@ SGLANG_VENV := .venv-sglang
 .PHONY: test-sglang lint-sglang
 lint-sglang:
 	adapters/sglang/scripts/make-venv.sh
-	$(SGLANG_VENV)/bin/ruff check adapters/sglang benchmarks/sglang
-	$(SGLANG_VENV)/bin/ruff format --check adapters/sglang benchmarks/sglang
+	$(SGLANG_VENV)/bin/ruff check adapters/sglang benchmarks/speed/sglang
+	$(SGLANG_VENV)/bin/ruff format --check adapters/sglang benchmarks/speed/sglang
 	$(SGLANG_VENV)/bin/mypy --strict --config-file adapters/sglang/pyproject.toml adapters/sglang/schedkit_sglang
 
 test-sglang:
@@ -94,8 +94,8 @@ LMDEPLOY_VENV := .venv-lmdeploy
 .PHONY: test-lmdeploy lint-lmdeploy
 lint-lmdeploy:
 	adapters/lmdeploy/scripts/make-venv.sh
-	$(LMDEPLOY_VENV)/bin/ruff check adapters/lmdeploy benchmarks/lmdeploy
-	$(LMDEPLOY_VENV)/bin/ruff format --check adapters/lmdeploy benchmarks/lmdeploy
+	$(LMDEPLOY_VENV)/bin/ruff check adapters/lmdeploy benchmarks/speed/lmdeploy
+	$(LMDEPLOY_VENV)/bin/ruff format --check adapters/lmdeploy benchmarks/speed/lmdeploy
 	$(LMDEPLOY_VENV)/bin/mypy --strict --config-file adapters/lmdeploy/pyproject.toml adapters/lmdeploy/schedkit_lmdeploy
 
 test-lmdeploy:

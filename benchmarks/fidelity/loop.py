@@ -6,9 +6,9 @@ On this machine (CPU; by default a random-weight 43M-parameter Llama, ``--random
 whose steps are long enough that the engine's own loop is a small share)::
 
     HF_HUB_OFFLINE=1 taskset -c 1 .venv-vllm/bin/python benchmarks/fidelity/loop.py \\
-        --json benchmarks/fidelity/vllm-cpu.json
+        --json benchmarks/fidelity/loop-vllm-xeon.json
     HF_HUB_OFFLINE=1 taskset -c 1 .venv-sglang/bin/python benchmarks/fidelity/loop.py \\
-        --engine sglang --json benchmarks/fidelity/sglang-cpu.json
+        --engine sglang --json benchmarks/fidelity/loop-sglang-xeon.json
 
 On a GPU, with your model (the same code path; ``--gpu`` names the GPU profile of the
 roofline reference that coefficients nothing varies for fall back to)::

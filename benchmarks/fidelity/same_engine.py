@@ -1,7 +1,7 @@
 """Both arms of the A/B in one engine process: the policy's effect at one engine speed.
 
 On this 2-core machine two engines started a minute apart run 0.7x to 1.4x each other's
-speed (``benchmarks/sglang/idle-cost-spread.json``), so an A/B between two engines
+speed (``benchmarks/speed/sglang/idle-cost-spread.json``), so an A/B between two engines
 (``loop.py``, ``window.py``) measures the engines as much as the policies. Here one
 engine replays a test trace (``--test``, ``queued`` by default) four times, each copy (a
 segment) starting after the previous one has drained, under ``bench-switch-sjf``

@@ -2,7 +2,7 @@
 
 ``loop.py`` fits a profile on one engine's run and tests it on other engines' runs. On
 a shared 2-core machine engines a minute apart differ in speed by up to 0.7-1.4x
-(``benchmarks/sglang/idle-cost-spread.json``), so its held-out error mixes the
+(``benchmarks/speed/sglang/idle-cost-spread.json``), so its held-out error mixes the
 simulator's error with that. This is issue #15's other held-out design, "a later
 window": every real arm runs one trace in one engine. Its steps before the first
 request of the trace's second half arrives are fitted, and the simulator, given that

@@ -1,7 +1,7 @@
 """``schedkit serve lmdeploy``: the launcher, activation in spawned engine processes, and
 the request carrier (``schedkit_lmdeploy.carrier``) piece by piece with LMDeploy's real
 classes. LMDeploy's engine cannot run on CPU, so no server starts here:
-``benchmarks/lmdeploy/gpu.sh`` runs one on a GPU machine."""
+``benchmarks/engines/lmdeploy_gpu.sh`` runs one on a GPU machine."""
 
 from __future__ import annotations
 

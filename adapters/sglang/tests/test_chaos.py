@@ -19,7 +19,7 @@ victims. It is: the driver lets each request in at its arrival step counted in S
 batches, and memory, not time, decides admission and retraction (greedy sampling,
 ``ignore_eos``, fixed output lengths).
 
-Run with ``-s`` for the figures (``benchmarks/chaos/sglang.md``).
+Run with ``-s`` for the figures (``benchmarks/engines/chaos-sglang.md``).
 """
 
 from __future__ import annotations

@@ -262,7 +262,7 @@ def test_bodies_over_the_bound_get_413_and_huge_metadata_400(server: str, tiny_m
     keys = {**_claims(tiny_model), "vllm_xargs": {f"k{i}": i for i in range(20_000)}}
     code, answer = _send(url, json.dumps(keys).encode(), {"Content-Type": "application/json"})
     assert code == 400 and answer["error"]["param"] == "vllm_xargs", answer
-    assert "at most 64" in answer["error"]["message"]  # timed in benchmarks/policies/edge.py
+    assert "at most 64" in answer["error"]["message"]  # timed in benchmarks/policies/edge_cost.py
 
 
 @pytest.fixture(scope="module")
