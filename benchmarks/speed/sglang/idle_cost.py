@@ -29,8 +29,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-import overhead  # puts the timer plugin and engine_util on sys.path
-from engine_util import environ, prompt
+import overhead  # puts the timer plugin on sys.path
+from overhead import environ, prompt
 from schedkit_sglang import cpu
 
 CONFIGS: dict[str, dict[str, Any]] = {

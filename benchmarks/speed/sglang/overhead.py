@@ -33,17 +33,39 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[2]
-sys.path.insert(0, str(REPO / "adapters" / "sglang" / "tests"))
 # The timer plugin: spawned SGLang processes take sys.path from this one.
 sys.path.append(str(HERE / "site"))
 
-from engine_util import environ, prompt, tiny_model  # noqa: E402
 from schedkit_sglang import cpu  # noqa: E402
+from schedkit_sglang.config import scoped_environ as environ  # noqa: E402
 
 STEP_ARMS = {"stock": None, "fcfs": "fcfs", "fcfs-record": "fcfs+record", "priority": "priority"}
 ORDER_ARMS = {"lpm": None, "priority": "priority", "shortest-prompt": "shortest-prompt"}
 BUCKETS = ((64, 128), (129, 256), (257, 400))
+
+
+def tiny_model(path: Path) -> Path:
+    """Save the tiny random-weight Llama of SGLang's adapter tests (2 layers, hidden 64,
+    vocabulary 2,048, no tokenizer) in ``path``: SGLang starts on it with
+    ``skip_tokenizer_init`` and is sent token ids."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        num_hidden_layers=2,
+        vocab_size=2048,
+        max_position_embeddings=2048,
+    )
+    LlamaForCausalLM(config).save_pretrained(path, safe_serialization=True)
+    return path
+
+
+def prompt(i: int, length: int) -> list[int]:
+    """A prompt of ``length`` token ids, distinct for each ``i``."""
+    return [(i * 131 + j * 7) % 2000 + 1 for j in range(length)]
 
 
 def run_arm(model: Path, policy: str | None, kind: str, log: Path) -> list[dict[str, Any]]:
