@@ -21,6 +21,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check schedkit plugins tests benchmarks deploy
 	$(BIN)/ruff format --check schedkit plugins
 	$(BIN)/mypy --strict schedkit $(filter-out %.egg-info,$(wildcard plugins/*/schedkit_*))
+	$(BIN)/lint-imports  # the layers and no import cycles: [tool.importlinter] in pyproject.toml
 	$(BIN)/ruff check adapters/tensorrt-llm
 	$(BIN)/ruff format --check adapters/tensorrt-llm
 	$(BIN)/mypy --strict --config-file adapters/tensorrt-llm/pyproject.toml adapters/tensorrt-llm/schedkit_trtllm

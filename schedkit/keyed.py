@@ -8,7 +8,7 @@ dropped. Ties keep the engine's order: a preempted request goes ahead of its equ
 last preempted first, at the front of the engine's queue), an arrival behind them, in
 arrival order. Requests that did not move cost dict and set operations, no Python code
 each: at 16,000 waiting this costs 0.68x of a list hook's sort and permutation check
-(``benchmarks/bench_keys.py``).
+(``benchmarks/speed/bench_keys.py``).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ When it ends, the policy is consulted again.
 The handoff is a ``queue.SimpleQueue`` of calls and a lock per call that the thread
 releases when the call is done: about 13 us a call, nearly all of it the two thread
 wake-ups, against 16 us through a one-thread ``concurrent.futures`` pool
-(``benchmarks/bench_hook_budget.py``), whose threads are also joined at interpreter exit:
+(``benchmarks/speed/bench_hook_budget.py``), whose threads are also joined at interpreter exit:
 a hung abandoned call would keep the process from exiting. This thread is a daemon.
 """
 

@@ -10,6 +10,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# The steps file (``--record-steps``; docs/calibration.md): a CSV with these columns in
+# this order, after an optional first line of META_PREFIX + JSON naming what was recorded.
+# Written by the adapters' recorders, read by the simulator's calibration.
+STEP_COLUMNS = (
+    "start_s", "end_s", "prefill_tokens", "decode_tokens", "kv_tokens", "attn_pairs",
+    "batch_size", "num_running", "num_waiting", "seconds",
+)  # fmt: skip
+META_PREFIX = "# schedkit-steps "
+
 
 @dataclass(slots=True)
 class RequestRecord:

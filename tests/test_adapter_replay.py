@@ -1,4 +1,4 @@
-"""The real-engine replay kit (``schedkit.adapter.ReplayArm``), with no engine behind it."""
+"""The real-engine replay kit (``schedkit.bench.real_arm.ReplayArm``), with no engine behind it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from schedkit.adapter import ReplayArm
+from schedkit.bench.real_arm import ReplayArm
 from schedkit.bench.replay import ModelInfo
 from schedkit.bench.runner import Bench, BenchSpec
 from schedkit.errors import SchedkitError

@@ -16,27 +16,24 @@ pieces that do not depend on the engine live here, written once:
   names the installed and supported versions and the install command.
 - ``warn_unsupported`` (``schedkit.capabilities``): the launch warning for hooks an engine
   honours only in part.
-- ``ReplayArm`` (``replay``): the real-engine bench arm's bookkeeping (fitted traces,
-  prompts, records, the KV pre-check, rejections, token gaps, the result); the adapter's
-  ``RealEngine`` subclasses it with how its engine is built, fed and read.
-
-The trace-to-request helpers are ``schedkit.bench.replay``; the serve launchers share
-``schedkit.serving``. An adapter adds a ``RequestView``/``EngineView`` over its engine's
-objects and a driver (patches or a scheduler subclass) that calls the runtime.
+The kit loads no bench, no simulator and no numpy: an engine's scheduler process imports
+it (checked by ``make lint``'s import contracts and by each adapter's suite). The
+real-engine bench arm (``ReplayArm``) is bench harness, in ``schedkit.bench.real_arm``;
+the serve launchers share ``schedkit.serving``. An adapter adds a
+``RequestView``/``EngineView`` over its engine's objects and a driver (patches or a
+scheduler subclass) that calls the runtime.
 """
 
 from __future__ import annotations
 
-from schedkit.adapter.metadata import RequestMetadata, parse_metadata, parse_priority
-from schedkit.adapter.replay import ReplayArm
 from schedkit.adapter.runtime import REJECTED, AdapterRuntime
 from schedkit.adapter.steps import StepLedger
 from schedkit.adapter.versions import UnsupportedEngineError, check_engine_version, parse_version
+from schedkit.metadata import RequestMetadata, parse_metadata, parse_priority
 
 __all__ = [
     "REJECTED",
     "AdapterRuntime",
-    "ReplayArm",
     "RequestMetadata",
     "StepLedger",
     "UnsupportedEngineError",
@@ -45,3 +42,19 @@ __all__ = [
     "parse_priority",
     "parse_version",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """``schedkit.adapter.ReplayArm``, moved to ``schedkit.bench.real_arm`` (issue #36)."""
+    if name == "ReplayArm":
+        import importlib
+        import warnings
+
+        warnings.warn(
+            "schedkit.adapter.ReplayArm moved to schedkit.bench.real_arm.ReplayArm; import it"
+            " from there (the old name goes in a later release)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return importlib.import_module("schedkit.bench.real_arm").ReplayArm
+    raise AttributeError(f"module 'schedkit.adapter' has no attribute {name!r}")

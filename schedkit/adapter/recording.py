@@ -1,7 +1,7 @@
 """Recording an engine's steps for calibration (``record_steps`` in the schedkit config).
 
 One CSV row per step, in the columns ``schedkit calibrate`` reads
-(``schedkit.sim.calibration.STEP_COLUMNS``, in that order; docs/calibration.md), after
+(``schedkit.records.STEP_COLUMNS``, in that order; docs/calibration.md), after
 a first line ``# schedkit-steps {...}`` (``META_PREFIX``) naming the engine, model,
 device and TP. Times are seconds
 on the engine's clock, which starts when the recorder does. The cost per step is a few
@@ -21,7 +21,7 @@ from typing import Any
 
 from schedkit.decisions import StepReport
 from schedkit.errors import SchedkitError, quote
-from schedkit.sim.calibration import META_PREFIX, STEP_COLUMNS
+from schedkit.records import META_PREFIX, STEP_COLUMNS
 from schedkit.views import EngineView
 
 __all__ = ["RECORDING_ENGINES", "StepRecorder"]

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from schedkit.adapter.replay import ReplayArm
+from schedkit.bench.real_arm import ReplayArm
 from schedkit.bench.replay import ModelInfo, model_info, request_metadata
 from schedkit.records import RequestRecord, RunResult
 

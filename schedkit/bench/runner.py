@@ -29,10 +29,10 @@ from schedkit.config import SchedkitConfig
 from schedkit.errors import SchedkitError, quote
 from schedkit.facade import PolicyFacade
 from schedkit.records import RunResult
-from schedkit.sim.calibration import profile_mismatch
+from schedkit.sim.calibration import make_cost_model, profile_mismatch
 from schedkit.sim.cluster import Cluster
 from schedkit.sim.config import DEFAULT_EVICTION_WINDOW, SimConfig
-from schedkit.sim.costmodel import LinearCostModel, RooflineCostModel, make_cost_model
+from schedkit.sim.costmodel import LinearCostModel, RooflineCostModel
 from schedkit.sim.engine import SimEngine, StepCost, no_cyclic_gc
 from schedkit.sim.profiles import DEFAULT_REGISTRY, KV_CACHE_DTYPES, register_model_dir
 from schedkit.trust import TrustConfig

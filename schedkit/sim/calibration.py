@@ -23,12 +23,17 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from schedkit.errors import SchedkitError, quote
 from schedkit.inputs import decode_text, parse_document, read_document, read_lines
-from schedkit.sim.costmodel import LinearCostModel
+from schedkit.records import META_PREFIX, STEP_COLUMNS
+from schedkit.sim.costmodel import LinearCostModel, RooflineCostModel
 from schedkit.sim.fit import Calibration, StepRow
 from schedkit.sim.profiles import (
     GPUProfile,
     ModelProfile,
+    check_tp,
+    get_gpu,
+    get_model,
     gpu_for_device,
+    load_profile_file,
     model_for_engine_name,
     register_model_dir,
 )
@@ -38,6 +43,7 @@ __all__ = [
     "REQUIRED_COLUMNS",
     "STEP_COLUMNS",
     "load_cost_profile",
+    "make_cost_model",
     "profile_mismatch",
     "read_steps",
     "reference_names",
@@ -47,12 +53,7 @@ __all__ = [
 log = logging.getLogger("schedkit")
 
 REQUIRED_COLUMNS = ("prefill_tokens", "decode_tokens", "kv_tokens", "seconds")
-STEP_COLUMNS = (
-    "start_s", "end_s", "prefill_tokens", "decode_tokens", "kv_tokens", "attn_pairs",
-    "batch_size", "num_running", "num_waiting", "seconds",
-)  # fmt: skip
 _INTEGERS = frozenset(STEP_COLUMNS) - {"start_s", "end_s", "seconds"}
-META_PREFIX = "# schedkit-steps "
 
 
 def read_steps(path: str | Path) -> tuple[list[StepRow], dict[str, Any]]:
@@ -248,3 +249,32 @@ def load_cost_profile(path: str | Path) -> LinearCostModel:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         raise SchedkitError(f"invalid cost profile {path}: {problems}; refit it") from exc
     return LinearCostModel(p.c0, p.c_prefill, p.c_decode, p.c_kv, p.c_attn)
+
+
+def make_cost_model(
+    model_name: str, gpu_name: str, tp: int, profile_path: str | Path | None
+) -> tuple[RooflineCostModel | LinearCostModel, ModelProfile, GPUProfile]:
+    """The bench's cost model and the profiles it sizes the KV cache from.
+
+    ``profile_path`` may be a fitted cost profile (JSON with ``"kind": "linear"``), whose
+    model then times steps; or a GPU/model profile file, registered before the lookup.
+    """
+    timing: LinearCostModel | None = None
+    if profile_path is not None:
+        if _is_cost_profile(Path(profile_path)):
+            timing = load_cost_profile(profile_path)
+        else:
+            load_profile_file(profile_path)
+    model, gpu = get_model(model_name), get_gpu(gpu_name)
+    check_tp(model, tp)  # a fitted profile ignores tp, but the KV cache is sized with it
+    return timing if timing is not None else RooflineCostModel(model, gpu, tp), model, gpu
+
+
+def _is_cost_profile(path: Path) -> bool:
+    if path.suffix != ".json":
+        return False
+    try:
+        data = parse_document(read_document(path, "profile file", "a JSON file"), "json")
+    except (SchedkitError, ValueError):
+        return False  # let the profile loader report it
+    return isinstance(data, dict) and "kind" in data

@@ -12,19 +12,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, Protocol
 
 from schedkit.errors import SchedkitError, quote
-from schedkit.inputs import parse_document, read_document
 from schedkit.sim.profiles import (
     GPUProfile,
     ModelProfile,
     check_tp,
-    get_gpu,
-    get_model,
     kv_capacity_tokens,
-    load_profile_file,
 )
 
 LINEAR_COEFFICIENTS = ("c0", "c_prefill", "c_decode", "c_kv", "c_attn")
@@ -241,32 +236,17 @@ def _steps_before(run_time: Callable[[int], float], budget_s: float, k_max: int)
     return lo
 
 
-def make_cost_model(
-    model_name: str, gpu_name: str, tp: int, profile_path: str | Path | None
-) -> tuple[RooflineCostModel | LinearCostModel, ModelProfile, GPUProfile]:
-    """The bench's cost model and the profiles it sizes the KV cache from.
+def __getattr__(name: str) -> object:
+    """``make_cost_model``, moved to ``schedkit.sim.calibration`` (issue #36)."""
+    if name == "make_cost_model":
+        import importlib
+        import warnings
 
-    ``profile_path`` may be a fitted cost profile (JSON with ``"kind": "linear"``), whose
-    model then times steps; or a GPU/model profile file, registered before the lookup.
-    """
-    from schedkit.sim.calibration import load_cost_profile  # deferred: it builds on this module
-
-    timing: LinearCostModel | None = None
-    if profile_path is not None:
-        if _is_cost_profile(Path(profile_path)):
-            timing = load_cost_profile(profile_path)
-        else:
-            load_profile_file(profile_path)
-    model, gpu = get_model(model_name), get_gpu(gpu_name)
-    check_tp(model, tp)  # a fitted profile ignores tp, but the KV cache is sized with it
-    return timing if timing is not None else RooflineCostModel(model, gpu, tp), model, gpu
-
-
-def _is_cost_profile(path: Path) -> bool:
-    if path.suffix != ".json":
-        return False
-    try:
-        data = parse_document(read_document(path, "profile file", "a JSON file"), "json")
-    except (SchedkitError, ValueError):
-        return False  # let the profile loader report it
-    return isinstance(data, dict) and "kind" in data
+        warnings.warn(
+            "schedkit.sim.costmodel.make_cost_model moved to schedkit.sim.calibration;"
+            " import it from there (the old name goes in a later release)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return importlib.import_module("schedkit.sim.calibration").make_cost_model
+    raise AttributeError(f"module 'schedkit.sim.costmodel' has no attribute {name!r}")

@@ -1,5 +1,5 @@
 """A trivial OpenAI-compatible streaming server on loopback, for testing and measuring
-``bench --engine openai`` without a model (``benchmarks/live/replayer.py``, the tests).
+``bench --engine openai`` without a model (``benchmarks/fidelity/live_replayer.py``, the tests).
 
 ``POST /v1/completions`` streams ``max_tokens`` chunks ``token_delay_s`` apart, each with
 ``continuous_usage_stats``, then ``finish_reason`` ``length`` and ``[DONE]``, the way

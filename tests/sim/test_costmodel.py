@@ -11,11 +11,12 @@ from hypothesis import strategies as st
 from schedkit.errors import SchedkitError
 from schedkit.sim.calibration import (
     load_cost_profile,
+    make_cost_model,
     profile_mismatch,
     read_steps,
     save_cost_profile,
 )
-from schedkit.sim.costmodel import CostModel, LinearCostModel, RooflineCostModel, make_cost_model
+from schedkit.sim.costmodel import CostModel, LinearCostModel, RooflineCostModel
 from schedkit.sim.fit import MIN_STEPS, StepRow, fit_steps, with_gaps
 from schedkit.sim.profiles import GPUProfile, get_gpu, get_model, tp_degrees
 

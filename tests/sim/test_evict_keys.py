@@ -11,8 +11,8 @@ import pytest
 
 from schedkit import BlockView, EngineView, Policy, PolicyFacade, hookimpl
 from schedkit.errors import PolicyConfigError
+from schedkit.sim.calibration import make_cost_model
 from schedkit.sim.config import SimConfig
-from schedkit.sim.costmodel import make_cost_model
 from schedkit.sim.engine import SimEngine
 from schedkit.sim.evict_keys import ClassKeyedEvictions, SpanKeyedEvictions
 from schedkit.workload import load_workload

@@ -10,7 +10,7 @@ given (LMDeploy would pick TurboMind, whose scheduler is C++, for the models it
 supports), and ``--backend turbomind`` or ``--mp-engine-backend ray`` are refused.
 LMDeploy's engine needs a GPU (cuda, ascend, maca or camb): on this project's CPU
 machines the launcher's command and environment are tested, not a running server
-(``benchmarks/lmdeploy/gpu.sh`` runs one on a GPU machine). Before launching, a ``--tp``
+(``benchmarks/engines/lmdeploy_gpu.sh`` runs one on a GPU machine). Before launching, a ``--tp``
 that the model's attention heads cannot be split over is refused
 (``check_engine_args``); LMDeploy would find it only once its engine loads the model.
 """

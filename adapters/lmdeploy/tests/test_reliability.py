@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from schedkit import PolicyRegistry
 from schedkit.sim.config import SimConfig
-from schedkit.workload import TraceRequest
 from schedkit.testing.contract import Flaky, Scenario, check_outcome
+from schedkit.workload import TraceRequest
 
 from schedkit_lmdeploy.contract import run_lmdeploy
 

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from schedkit import BatchBudget, Policy, PolicyFacade, PolicyRegistry, hookimpl
 from schedkit.sim.config import SimConfig
-from schedkit.workload import TraceRequest
 from schedkit.testing.contract import SCENARIOS, ContractRecorder, Scenario, check_outcome
 from schedkit.trust import TrustConfig
+from schedkit.workload import TraceRequest
 
 from schedkit_lmdeploy import compat, patches
 from schedkit_lmdeploy.contract import build_scheduler, run_lmdeploy
@@ -302,3 +302,16 @@ def test_schedkit_policies_lists_every_policy_in_the_lmdeploy_environment() -> N
     assert done.returncode == 0, done.stderr[-2000:]
     for name in ("fcfs", "priority", "lfu", "prefix-aware", "slo", "vtc"):
         assert name in done.stdout, name
+
+
+def test_the_scheduler_patches_load_no_bench_simulator_or_numpy_of_ours() -> None:
+    """Issue #36: what LMDeploy's engine process imports of schedkit is the kit, the core
+    and the adapter's runtime (timed in benchmarks/speed/README.md)."""
+    from schedkit.testing.imports import HARNESS_PACKAGES, loaded_by
+
+    loaded = loaded_by("lmdeploy.pytorch.paging.scheduler", "schedkit_lmdeploy.patches:install")
+    modules = loaded["modules"]
+    assert isinstance(modules, list) and "schedkit_lmdeploy.runtime" in modules
+    harness = [m for m in modules if m.startswith(HARNESS_PACKAGES)]
+    assert harness == [], harness
+    assert not any(m == "numpy" or m.startswith("numpy.") for m in modules)

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from schedkit import PolicyRegistry
 from schedkit.sim.config import SimConfig
-from schedkit.workload import TraceRequest
 from schedkit.testing.contract import Scenario, check_outcome, run_sim
+from schedkit.workload import TraceRequest
 
 from schedkit_lmdeploy.contract import run_lmdeploy
 

@@ -32,8 +32,8 @@ from typing import Any
 
 import pytest
 from schedkit.sim.config import SimConfig
-from schedkit.workload import TraceRequest
 from schedkit.testing.contract import Outcome, Scenario, check_outcome
+from schedkit.workload import TraceRequest
 
 from schedkit_sglang.contract import run_sglang
 

@@ -452,3 +452,26 @@ def test_only_rank_zero_of_each_replica_records(
         recorder.close()
         assert recorder.path == tmp_path / str(written)
     assert sorted(p.name for p in tmp_path.iterdir()) == ([written] if written else [])
+
+
+def test_the_scheduler_patches_load_no_bench_simulator_or_numpy_of_ours() -> None:
+    """Issue #36: what SGLang's scheduler process imports of schedkit is the kit, the core
+    and the adapter's runtime (timed in benchmarks/speed/README.md)."""
+    import os
+    from pathlib import Path
+
+    from schedkit.testing.imports import HARNESS_PACKAGES, loaded_by
+
+    import schedkit_sglang
+
+    site = Path(schedkit_sglang.__file__).parent / "_cpu_site"  # torchvision stand-ins
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])
+    try:
+        loaded = loaded_by("sglang.srt.managers.scheduler", "schedkit_sglang.patches:plan")
+    finally:
+        os.environ["PYTHONPATH"] = os.environ["PYTHONPATH"].split(os.pathsep, 1)[1]
+    modules = loaded["modules"]
+    assert isinstance(modules, list) and "schedkit_sglang.runtime" in modules
+    harness = [m for m in modules if m.startswith(HARNESS_PACKAGES)]
+    assert harness == [], harness
+    assert not any(m == "numpy" or m.startswith("numpy.") for m in modules)

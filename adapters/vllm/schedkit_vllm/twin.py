@@ -7,7 +7,7 @@ duration comes from ``bench.cost.step_time`` with the simulator's definitions of
 decode, KV and attention work, the clock advances, and a fabricated model output samples
 one token for every request whose computed tokens reach its length. The result is the
 simulator's ``RunResult``, so metrics and reports mean the same; the simulator is what
-this checks (see ``benchmarks/vllm/fidelity.md``).
+this checks (see ``benchmarks/fidelity/vllm-twin.md``).
 
 Differences from the simulator that are deliberate: vLLM reserves one block of the pool
 as its null block, so the twin's pool has ``num_blocks + 1`` blocks (the same usable

@@ -30,8 +30,8 @@ from pydantic import Field
 from schedkit import Admission, Policy, PolicyOptions, RequestView, hookimpl
 from schedkit.policies.builtin import PriorityPolicy
 from schedkit.sim.config import SimConfig
-from schedkit.workload import load_workload
 from schedkit.testing.contract import Flaky, Outcome, Scenario, check_outcome, compare_outcomes
+from schedkit.workload import load_workload
 
 from schedkit_vllm import AsyncScheduler, Scheduler
 from schedkit_vllm.contract import run_vllm

@@ -32,7 +32,7 @@ class PrefixAware(Policy):
        depths: with exact depths, evictions interleave block by block between every run
        of blocks in the cache (36-55x LRU's replay time on mooncake-conv); with classes
        the engine ranks a run of blocks a class at a time, for a hit rate 0.05 points
-       lower (benchmarks/RESULTS.md).
+       lower (benchmarks/speed/RESULTS.md).
     3. Then least recently used first.
 
     A key hook reading hits, depth class and last access (``eviction_key_reads``): the

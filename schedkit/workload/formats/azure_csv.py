@@ -4,7 +4,7 @@ Read with the standard ``csv`` module (quoted cells holding commas, quotes and l
 breaks; a byte-order mark; CRLF; quoted, reordered or extra columns), streamed as
 :mod:`schedkit.workload.source` streams every trace, or with pyarrow
 (:mod:`schedkit.workload.formats.azure_arrow`) when it is installed and the read is large enough for it
-to be faster (measured in ``benchmarks/traces/reader.md``). The csv reader is the reference:
+to be faster (measured in ``benchmarks/speed/trace-reader.md``). The csv reader is the reference:
 pyarrow reads only what the csv reader reads the same way, to the bit, and declines
 anything unusual or wrong, which the csv reader then reads or reports.
 """
@@ -54,7 +54,7 @@ TIMESTAMP_PATTERN = (
 _TIMESTAMP = re.compile(TIMESTAMP_PATTERN)
 _BUILD_CHUNK = 1 << 16  # requests built from the columns at a time
 
-#: Reads at least this large go to pyarrow when it is installed (benchmarks/traces/reader.md):
+#: Reads at least this large go to pyarrow when it is installed (benchmarks/speed/trace-reader.md):
 #: it reads rows ~7x faster than csv and loads requests ~2x faster, but its import takes
 #: ~0.08 s and ~45 MB, in which the csv reader has read ~30,000 rows.
 
