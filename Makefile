@@ -19,8 +19,9 @@ demo: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check schedkit plugins tests benchmarks deploy
-	$(BIN)/ruff format --check schedkit plugins
+	$(BIN)/ruff format --check schedkit plugins tests
 	$(BIN)/mypy --strict schedkit $(filter-out %.egg-info,$(wildcard plugins/*/schedkit_*))
+	$(BIN)/mypy --strict tests $(wildcard plugins/*/tests) $(filter-out %.egg-info,$(wildcard plugins/*/schedkit_*))  # the plugins' tests find their packages by path
 	$(BIN)/lint-imports  # the layers and no import cycles: [tool.importlinter] in pyproject.toml
 	$(BIN)/ruff check adapters/tensorrt-llm
 	$(BIN)/ruff format --check adapters/tensorrt-llm

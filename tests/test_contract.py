@@ -5,6 +5,7 @@ checks catch broken engines (each mutation of an outcome fails)."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 
 import pytest
 
@@ -58,7 +59,7 @@ def test_scenarios_exercise_what_they_say() -> None:
     assert slo.rejected, "slo rejects a tight target"
 
 
-MUTATIONS = {
+MUTATIONS: dict[str, Callable[[Outcome], object]] = {
     "a request never ends": lambda o: o.finished.pop(next(iter(o.finished))),
     "one output token short": lambda o: o.output_tokens.update(
         {k: v - 1 for k, v in list(o.output_tokens.items())[:1]}

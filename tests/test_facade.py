@@ -166,7 +166,8 @@ def test_hookimpl_marks_cannot_change_the_configured_order(
     plain = getattr(type(marked), hook)
     # A copy of the function, so the mark does not leak to other Scripted classes.
     impl = types.FunctionType(plain.__code__, plain.__globals__, plain.__name__)
-    setattr(type(marked), hook, hookimpl(**{mark: True})(impl))
+    marker = hookimpl(tryfirst=mark == "tryfirst", trylast=mark == "trylast")
+    setattr(type(marked), hook, marker(impl))
 
     facade = PolicyFacade([("a", first), ("b", second)])
     result = call(facade, hook, world)

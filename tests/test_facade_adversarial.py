@@ -127,7 +127,7 @@ class ShapeShifter(list):  # type: ignore[type-arg]
 
     def __init__(self, stored: Sequence[Any], shown: Sequence[Any]) -> None:
         super().__init__(stored)
-        self.shown = list(shown)
+        self.shown: list[object] = list(shown)
         self.asked = self.iterations = 0
 
     def __iter__(self) -> Iterator[Any]:
@@ -155,7 +155,7 @@ class ShapeShifter(list):  # type: ignore[type-arg]
         self.asked += 1
         return True
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None
 
     def copy(self) -> list[Any]:
         self.asked += 1
@@ -177,7 +177,7 @@ class Booby(list):  # type: ignore[type-arg]
     def __eq__(self, other: object) -> bool:
         raise RuntimeError("no comparing me")
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None
 
 
 class Impostor:
@@ -251,11 +251,11 @@ class ShiftyAdmission(Admission):
         object.__setattr__(self, "reads", self.reads + 1)  # frozen, but not to this
         return self.reads
 
-    @property  # type: ignore[misc]
+    @property
     def admitted(self) -> bool:
         return self._read() % 2 == 0  # False on the first read
 
-    @property  # type: ignore[misc]
+    @property
     def reason(self) -> str:
         return "why" if self._read() % 2 == 0 else ""
 
@@ -269,9 +269,9 @@ class ShiftyBudget(BatchBudget):
         object.__setattr__(self, "reads", self.reads + 1)
         return self.reads if self.reads <= 3 else 10**9
 
-    token_budget = property(_next)  # type: ignore[assignment]
-    max_running = property(_next)  # type: ignore[assignment]
-    prefill_chunk = property(_next)  # type: ignore[assignment]
+    token_budget = property(_next)
+    max_running = property(_next)
+    prefill_chunk = property(_next)
 
 
 def bare(cls: type) -> Any:
@@ -428,10 +428,12 @@ INVALID = "invalid"
 def admission_answers() -> st.SearchStrategy[tuple[Any, Any]]:
     """(answer, expected): None, INVALID, or the (admitted, reason) the engine must get."""
     reasons = st.one_of(st.text(min_size=1, max_size=30), st.just("x" * 10_000))
-    not_bools = st.one_of(
+    not_bools: st.SearchStrategy[Any] = st.one_of(
         st.sampled_from([1, 0, None, "yes", 1.0, math.nan, IntSubclass(1)]), unprintables
     )
-    not_strs = st.one_of(st.sampled_from([429, None, b"full", math.inf, ("full",)]), unprintables)
+    not_strs: st.SearchStrategy[Any] = st.one_of(
+        st.sampled_from([429, None, b"full", math.inf, ("full",)]), unprintables
+    )
     return st.one_of(
         st.just((None, None)),
         st.just((Admission.admit(), (True, ""))),
@@ -477,7 +479,7 @@ def test_admission_is_always_an_exact_admission(case: tuple[Any, Any]) -> None:
 # -- plan_batch --------------------------------------------------------------------------
 
 FIELDS = ("token_budget", "max_running", "prefill_chunk")
-LIMITS = {name: getattr(DEFAULT, name) for name in FIELDS}
+LIMITS: dict[str, int] = {name: getattr(DEFAULT, name) for name in FIELDS}
 
 
 def budget_value(name: str) -> st.SearchStrategy[Any]:
@@ -494,7 +496,8 @@ def budget_value(name: str) -> st.SearchStrategy[Any]:
 def budget_valid(values: dict[str, Any]) -> bool:
     if any(type(v) is not int for v in values.values()):
         return False
-    t, m, c = (values[n] for n in FIELDS)
+    fields: list[int] = [values[n] for n in FIELDS]  # each exactly an int, as checked
+    t, m, c = fields
     return (
         1 <= t <= LIMITS["token_budget"]
         and 1 <= m <= LIMITS["max_running"]

@@ -8,7 +8,16 @@ from typing import Any
 import pytest
 from _policies import make_blocks, make_requests, raising, scripted
 
-from schedkit import Admission, BatchBudget, EngineState, PolicyFacade, ReplicaState, StepReport
+from schedkit import (
+    Admission,
+    BatchBudget,
+    EngineState,
+    EngineView,
+    PolicyFacade,
+    ReplicaState,
+    RequestView,
+    StepReport,
+)
 from schedkit.decisions import ADMIT
 
 DEFAULT = BatchBudget(token_budget=2048, max_running=16, prefill_chunk=512)
@@ -292,7 +301,12 @@ def test_hook_on_request_arrived_sees_every_arrival_before_admission(
 ) -> None:
     [request] = make_requests(1)
     calls: list[str] = []
-    gate = scripted(admit_request=lambda r, e: calls.append("admit") or Admission.reject("full"))
+
+    def reject(request: RequestView, engine: EngineView) -> Admission:
+        calls.append("admit")
+        return Admission.reject("full")
+
+    gate = scripted(admit_request=reject)
     watcher = scripted(on_request_arrived=lambda r, e: calls.append("arrived"))
     # The watcher is configured after the admission policy that answers: it still sees it.
     facade = PolicyFacade([("gate", gate), ("watcher", watcher)])

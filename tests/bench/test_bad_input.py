@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from schedkit.bench import output
 from schedkit.bench.engine_settings import check_engine_settings
 from schedkit.bench.output import check_out_dir, write_outputs
 from schedkit.bench.runner import BenchSpec, run_bench
@@ -189,7 +188,16 @@ def test_tp_that_does_not_divide_the_heads(tmp_path: Path) -> None:
 
 def test_real_engine_refuses_settings_it_does_not_pass(tmp_path: Path) -> None:
     # Refused before the engine is loaded, so this holds whether schedkit-vllm is installed.
-    args = ("--workload", SMALL, "--policy", "fcfs", "--engine", "vllm", "-tp", "2")
+    args: tuple[str, ...] = (
+        "--workload",
+        SMALL,
+        "--policy",
+        "fcfs",
+        "--engine",
+        "vllm",
+        "-tp",
+        "2",
+    )
     assert bench_error(tmp_path, *args) == (
         "--engine vllm does not pass these settings to the engine, so results.json would"
         " record settings the run did not use: --tensor-parallel-size 2 (it runs one in-process"
@@ -275,9 +283,9 @@ def test_binary_json_config_and_profile_files(tmp_path: Path) -> None:
         f"config file {config} is not UTF-8 text (byte 2 is 0xb6), so it looks like a binary"
         ' file; pass a TOML or JSON text file such as: policy = ["slo", "vtc"]'
     )
-    with pytest.raises(SchedkitError) as exc:
+    with pytest.raises(SchedkitError) as profile_exc:
         load_profile_file(profile)
-    assert str(exc.value) == (
+    assert str(profile_exc.value) == (
         f"profile file {profile} is not UTF-8 text (byte 0 is 0xb6), so it looks like a binary"
         " file; pass a TOML or JSON file of [[gpu]] / [[model]] tables"
     )
@@ -293,9 +301,9 @@ def test_deep_nesting_everywhere(tmp_path: Path) -> None:
     with pytest.raises(PolicyConfigError) as exc:
         load_config('{"policy": ' + "[" * 100_000)
     assert str(exc.value) == f"config is not valid JSON: {NESTED}"
-    with pytest.raises(SchedkitError) as exc:
+    with pytest.raises(SchedkitError) as options_exc:
         _json_object("[" * 100_000)
-    assert str(exc.value) == f"--options is not valid JSON: {NESTED}"
+    assert str(options_exc.value) == f"--options is not valid JSON: {NESTED}"
     toml_config = tmp_path / "deep.toml"
     toml_config.write_text("policy = " + "[" * 100_000)
     with pytest.raises(PolicyConfigError) as exc:
@@ -303,14 +311,14 @@ def test_deep_nesting_everywhere(tmp_path: Path) -> None:
     assert str(exc.value) == f"config file {toml_config} is not valid toml: {NESTED}"
     workload = tmp_path / "deep.json"
     workload.write_text("[" * 100_000)
-    with pytest.raises(SchedkitError) as exc:
+    with pytest.raises(SchedkitError) as workload_exc:
         load_workload(str(workload))
-    assert str(exc.value) == f"{workload.resolve()}: not valid JSON: {NESTED}"
+    assert str(workload_exc.value) == f"{workload.resolve()}: not valid JSON: {NESTED}"
     cost = tmp_path / "cost.json"
     cost.write_text('{"kind": ' * 100_000)
-    with pytest.raises(SchedkitError) as exc:
+    with pytest.raises(SchedkitError) as cost_exc:
         load_cost_profile(cost)
-    assert str(exc.value) == f"cost profile {cost} is not valid JSON: {NESTED}"
+    assert str(cost_exc.value) == f"cost profile {cost} is not valid JSON: {NESTED}"
 
 
 def test_integers_too_long_to_convert(tmp_path: Path) -> None:
@@ -492,7 +500,7 @@ def test_unwritable_out_stops_the_bench_before_it_runs(
     def no_arms(*args: object) -> None:  # pragma: no cover - must not be reached
         raise AssertionError("an arm ran")
 
-    monkeypatch.setattr(output.tempfile, "mkstemp", refuse)
+    monkeypatch.setattr("schedkit.bench.output.tempfile.mkstemp", refuse)
     monkeypatch.setattr("schedkit.bench.runner.Bench.__init__", no_arms)
     with pytest.raises(SchedkitError, match=r"is not writable \(Permission denied creating"):
         run_bench(spec(), tmp_path / "out")

@@ -10,6 +10,7 @@ import pytest
 
 from schedkit.bench import runner
 from schedkit.bench.runner import BenchSpec, run_bench
+from schedkit.capabilities import matrix_engine
 
 
 def _spec(engine: str, policies: list[str]) -> BenchSpec:
@@ -35,4 +36,4 @@ def test_a_partly_supported_hook_is_warned_and_recorded(
 def test_no_warning_where_every_hook_is_honoured(tmp_path: Path) -> None:
     results = run_bench(_spec("sim", ["slo", "lcf"]), tmp_path)
     assert results["warnings"] == []
-    assert runner.matrix_engine("vllm-twin") == "vllm"
+    assert matrix_engine("vllm-twin") == "vllm"

@@ -184,7 +184,7 @@ def test_policy_faults_and_overload_flags() -> None:
 
 
 def test_summary_names_inconclusive_regressions_as_possible() -> None:
-    rows = [
+    rows: list[dict[str, str | None]] = [
         {"label": "p50 TTFT", "tone": "better", "leaning": None},
         {"label": "p99 TTFT", "tone": "inconclusive", "leaning": "worse"},
         {"label": "p90 TPOT", "tone": "same", "leaning": None},

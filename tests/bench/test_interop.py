@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -44,7 +45,7 @@ def test_export_reads_back_as_the_same_workload(tmp_path: Path) -> None:
 
 def test_smaller_blocks_are_shared_in_512_token_blocks_only_when_whole(tmp_path: Path) -> None:
     trace = tmp_path / "small.jsonl"
-    rows = [{"workload": {"name": "small", "hash_block_tokens": 256}}]
+    rows: list[dict[str, object]] = [{"workload": {"name": "small", "hash_block_tokens": 256}}]
     rows += [  # 1,024 tokens each: two 512-token blocks of two 256-token hashes each
         {"arrival_s": 0.0, "prompt_tokens": 1024, "output_tokens": 4, "hash_ids": [1, 2, 3, 4]},
         {"arrival_s": 1.0, "prompt_tokens": 1024, "output_tokens": 4, "hash_ids": [1, 2, 3, 9]},
@@ -56,7 +57,7 @@ def test_smaller_blocks_are_shared_in_512_token_blocks_only_when_whole(tmp_path:
     assert a[0] == b[0] and a[1] != b[1]
 
 
-def arms(tmp_path: Path) -> tuple[dict, Path]:
+def arms(tmp_path: Path) -> tuple[dict[str, Any], Path]:
     spec = BenchSpec(workload=WORKLOAD, max_requests=N, policies=["fcfs", "vtc"], rate_scale=3.0,
                      kv_blocks=800, slo_ttft_ms=2000)  # fmt: skip
     return run_bench(spec, tmp_path / "sim"), tmp_path / "sim"
@@ -120,7 +121,7 @@ def test_another_request_stream_is_refused(tmp_path: Path) -> None:
     data["input_lens"][7] += 1
     wrong = tmp_path / "wrong.json"
     wrong.write_text(json.dumps(data))
-    spec = dict(
+    spec: dict[str, Any] = dict(
         workload=WORKLOAD, max_requests=N, policies=["fcfs"], rate_scale=3.0, engine="import"
     )
     with pytest.raises(SchedkitError, match=r"request 7 has a .*-token prompt"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_bench_cli import schedkit
@@ -18,7 +19,7 @@ from schedkit.sim.profiles import get_gpu, get_model
 WORKLOAD = "poisson:rate=40,n=300,prompt=1024,output=64"
 
 
-def plan(**changes: object) -> PlanSpec:
+def plan(**changes: Any) -> PlanSpec:
     bench = BenchSpec(workload=WORKLOAD, policies=["fcfs"], slo_ttft_ms=300.0, jobs=1)
     return PlanSpec(bench=bench, **{"gpus": ["H100-SXM", "A100-80GB"], **changes})
 

@@ -147,15 +147,15 @@ def decode_png(data: bytes, max_rows: int) -> tuple[int, int, list[bytes]]:
     prev, rows = bytearray(stride), []
     for r in range(min(height, max_rows)):
         at = r * (stride + 1)
-        kind, line = raw[at], bytearray(raw[at + 1 : at + 1 + stride])
-        for i in range(stride) if kind else ():
+        filter_type, line = raw[at], bytearray(raw[at + 1 : at + 1 + stride])
+        for i in range(stride) if filter_type else ():
             a = line[i - bpp] if i >= bpp else 0
             b, c = prev[i], prev[i - bpp] if i >= bpp else 0
-            if kind == 1:
+            if filter_type == 1:
                 line[i] = (line[i] + a) & 255
-            elif kind == 2:
+            elif filter_type == 2:
                 line[i] = (line[i] + b) & 255
-            elif kind == 3:
+            elif filter_type == 3:
                 line[i] = (line[i] + ((a + b) >> 1)) & 255
             else:  # Paeth
                 p = a + b - c

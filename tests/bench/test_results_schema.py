@@ -42,7 +42,9 @@ def documented() -> dict[str, set[str]]:
 
 def _trace(path: Path) -> Path:
     """A quiet first minute (1 req/s, two tenants), then a burst of 10 req/s."""
-    rows = [{"arrival_s": float(i), "prompt_tokens": 400, "output_tokens": 40} for i in range(60)]
+    rows: list[dict[str, float | str]] = [
+        {"arrival_s": float(i), "prompt_tokens": 400, "output_tokens": 40} for i in range(60)
+    ]
     rows += [
         {"arrival_s": 60.0 + i / 10, "prompt_tokens": 400, "output_tokens": 40} for i in range(300)
     ]

@@ -149,7 +149,8 @@ def test_sectioning_interval_is_the_t_interval_over_section_differences() -> Non
     assert r["diff"] == pytest.approx(b.mean() - a.mean())
     assert r["ci"] == pytest.approx([r["diff"] - half, r["diff"] + half])
     assert r["sections"] == 10 and r["significant"]
-    assert r["rel_ci"] is not None and r["rel_ci"][0] < r["rel"] < r["rel_ci"][1]
+    rel, rel_ci = r["rel"], r["rel_ci"]
+    assert rel is not None and rel_ci is not None and rel_ci[0] < rel < rel_ci[1]
 
 
 def test_sectioning_scales_totals_to_the_whole_run() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -51,7 +52,7 @@ def test_vllm_bench_files_match_schedkits_own_results(tmp_path: Path) -> None:
 
 
 def test_a_rerun_with_other_arms_leaves_no_stale_file(tmp_path: Path) -> None:
-    common = {"workload": "poisson:rate=5,n=30", "kv_blocks": 2000}
+    common: dict[str, Any] = {"workload": "poisson:rate=5,n=30", "kv_blocks": 2000}
     run_bench(BenchSpec(policies=["fcfs", "priority"], **common), tmp_path)
     run_bench(BenchSpec(policies=["fcfs"], **common), tmp_path)
     assert sorted(p.name for p in tmp_path.glob("vllm-bench-*.json")) == ["vllm-bench-0-fcfs.json"]

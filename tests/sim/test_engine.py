@@ -446,7 +446,8 @@ def test_a_preempted_request_goes_back_to_the_front(
     ]
     assert len(r2_prefills) == 2 and r2_prefills[1] <= r3_first
     recs = by_id(result)
-    assert recs["r3"].scheduled_s >= recs["r0"].finish_s
+    r3_scheduled, r0_finish = recs["r3"].scheduled_s, recs["r0"].finish_s
+    assert r3_scheduled is not None and r0_finish is not None and r3_scheduled >= r0_finish
     # With the prefix cache, r2 finds the block of its own that was not evicted meanwhile.
     assert result.recomputed_tokens == recomputed
     assert result.prefix_hit_tokens == 0 and recs["r2"].cached_tokens == 0

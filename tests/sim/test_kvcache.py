@@ -151,7 +151,9 @@ def test_shared_blocks_are_refcounted_and_cached_when_unreferenced() -> None:
     assert kv.cached_free == {} and kv.referenced_blocks() == 2
     kv.release(b, clock=3.0)
     assert kv.referenced_blocks() == 0 and shared_free(kv) == [101, 100]  # tail first
-    [[span]] = kv.cached_free.values()
+    [entry] = kv.cached_free.values()
+    assert isinstance(entry, list)  # shared spans, not a request's own span
+    [span] = entry
     assert (span.last_access, span.num_hits, kv.num_free) == (3.0, 1, 10)
     kv.check([])
     # A shorter prompt finds only block 100, reclaimed from the free pool; 101 stays free.

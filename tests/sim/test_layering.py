@@ -41,7 +41,7 @@ print("\\n".join(sorted(set(asked))))
 
 def _imported(path: Path) -> set[str]:
     """Every module ``path`` imports, at the top or inside a function."""
-    names = set()
+    names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)

@@ -98,13 +98,14 @@ def test_prefix_aware_queued_keeps_state_only_for_requests_in_the_engine() -> No
     facade = PolicyFacade.from_config("prefix-aware-queued", strict=True)
     policy = facade.policies[0][1]
     assert isinstance(policy, QueuedPrefixAware)
+    queued: QueuedPrefixAware = policy  # the narrowed type, for the Probe's method below
     peak = [0]
 
     class Probe(Policy):
         @hookimpl
         def on_step_finished(self, engine: EngineView) -> None:
-            assert len(policy._hashes) <= engine.num_running + engine.num_waiting
-            peak[0] = max(peak[0], len(policy._reuse))
+            assert len(queued._hashes) <= engine.num_running + engine.num_waiting
+            peak[0] = max(peak[0], len(queued._reuse))
 
     facade = PolicyFacade([("prefix-aware-queued", policy), ("probe", Probe())], strict=True)
     config = SimConfig(num_blocks=64, max_num_seqs=4, hash_block_tokens=16)
