@@ -5,7 +5,7 @@ and then only for the hooks the selected policies implement (the default ``fcfs`
 implements none: only ``__init__`` is patched, and no step pays anything); SGLang's own
 code runs unchanged around them.
 
-- Every process: ``Scheduler.__init__`` builds the ``SchedkitRuntime`` (after SGLang's
+- Every process: ``Scheduler.__init__`` builds the ``SglangRuntime`` (after SGLang's
   own init; a bad config stops the scheduler before the model loads) and logs a warning
   for each hook the policies use that SGLang honours only in part
   (``schedkit.capabilities``).
@@ -57,7 +57,7 @@ from schedkit.errors import PolicyConfigError
 from schedkit.trust import TrustConfig
 
 from schedkit_sglang import runtime as _runtime
-from schedkit_sglang.runtime import REJECTED, SchedkitRuntime
+from schedkit_sglang.runtime import REJECTED, SglangRuntime
 
 log = logging.getLogger("schedkit.sglang")
 
@@ -68,7 +68,7 @@ BATCH = "sglang.srt.managers.schedule_batch.ScheduleBatch"
 STREAMER = "sglang.srt.managers.scheduler_components.output_streamer.SchedulerOutputStreamer"
 
 
-def _active() -> SchedkitRuntime | None:
+def _active() -> SglangRuntime | None:
     return _runtime.ACTIVE
 
 
@@ -129,7 +129,7 @@ def _make_init(
                 " higher values first; add --schedule-low-priority-values-first so both"
                 " agree that lower values come first, as schedkit's 'priority' does"
             )
-        runtime = SchedkitRuntime(self, facade, trust, record_steps)
+        runtime = SglangRuntime(self, facade, trust, record_steps)
         runtime.timing = timing
         self.schedkit = runtime
         _runtime.ACTIVE = runtime
@@ -149,7 +149,7 @@ def _make_init(
 def _add_request(
     original: Callable[..., Any], self: Any, req: Any, is_retracted: bool = False
 ) -> Any:
-    runtime: SchedkitRuntime | None = self.schedkit
+    runtime: SglangRuntime | None = self.schedkit
     if runtime is None or is_retracted or getattr(req, "_schedkit_admitted", False):
         return original(self, req, is_retracted)
     req._schedkit_admitted = True
@@ -174,7 +174,7 @@ def _add_request(
     return None
 
 
-def _trace_admission(req: Any, runtime: SchedkitRuntime, reason: str | None) -> None:
+def _trace_admission(req: Any, runtime: SglangRuntime, reason: str | None) -> None:
     """The admission decision on the request's scheduler span, when SGLang traces
     requests (``--enable-trace``): ``schedkit.policy``, ``schedkit.rejected`` and the
     reason, ``schedkit.rejection`` (``docs/observability.md``)."""
@@ -208,7 +208,7 @@ def _calc_priority(
 
 
 def _prefill_raw(original: Callable[..., Any], self: Any, *args: Any, **kwargs: Any) -> Any:
-    runtime: SchedkitRuntime | None = self.schedkit
+    runtime: SglangRuntime | None = self.schedkit
     budget = runtime.plan() if runtime is not None and self.waiting_queue else None
     if runtime is None or budget is None:
         return original(self, *args, **kwargs)
@@ -228,7 +228,7 @@ def _allocatable(
     original: Callable[..., Any], self: Any, running_bs: int, *args: Any, **kwargs: Any
 ) -> int:
     result: int = original(self, running_bs, *args, **kwargs)
-    runtime: SchedkitRuntime | None = self.schedkit
+    runtime: SglangRuntime | None = self.schedkit
     if runtime is None or runtime.budget is None:
         return result
     return min(result, runtime.budget.max_running - running_bs)
@@ -314,13 +314,13 @@ def _preempt_to_schedule(original: Callable[..., Any], self: Any, req: Any) -> b
 
 
 def _next_batch(original: Callable[..., Any], self: Any, *args: Any, **kwargs: Any) -> Any:
-    runtime: SchedkitRuntime | None = self.schedkit
+    runtime: SglangRuntime | None = self.schedkit
     if runtime is not None:
         runtime.step_started()
     return original(self, *args, **kwargs)
 
 
-def _observe(runtime: SchedkitRuntime, what: Callable[[], None]) -> None:
+def _observe(runtime: SglangRuntime, what: Callable[[], None]) -> None:
     """Run an observation step; a failure there is logged, never raised into SGLang's
     loop (which would stop the server). Policy errors never get here: the facade
     isolates them."""
@@ -336,7 +336,7 @@ def _run_batch(
     original: Callable[..., Any], self: Any, batch: Any, *args: Any, **kwargs: Any
 ) -> Any:
     result = original(self, batch, *args, **kwargs)
-    runtime: SchedkitRuntime | None = self.schedkit
+    runtime: SglangRuntime | None = self.schedkit
     if runtime is not None:
         _observe(runtime, lambda: runtime.batch_launched(batch, result))
     return result
@@ -346,7 +346,7 @@ def _batch_result(
     original: Callable[..., Any], self: Any, batch: Any, result: Any, *args: Any, **kwargs: Any
 ) -> Any:
     out = original(self, batch, result, *args, **kwargs)
-    runtime: SchedkitRuntime | None = self.schedkit
+    runtime: SglangRuntime | None = self.schedkit
     if runtime is not None:
         _observe(runtime, lambda: runtime.step_finished(result, batch))
     return out
@@ -354,7 +354,7 @@ def _batch_result(
 
 def _internal_state(original: Callable[..., Any], self: Any, *args: Any, **kwargs: Any) -> Any:
     output = original(self, *args, **kwargs)
-    runtime: SchedkitRuntime | None = self.schedkit
+    runtime: SglangRuntime | None = self.schedkit
     state = getattr(output, "internal_state", None)
     if runtime is not None and isinstance(state, dict):
         state["schedkit"] = runtime.internal_state()
@@ -377,7 +377,7 @@ def _abort_output(
     original: Callable[..., Any], self: Any, abort_req: Any, req: Any, *args: Any, **kwargs: Any
 ) -> Any:
     result = original(self, abort_req, req, *args, **kwargs)
-    runtime: SchedkitRuntime | None = self.schedkit
+    runtime: SglangRuntime | None = self.schedkit
     if runtime is not None:
         _observe(runtime, lambda: runtime.finish(req, "aborted"))
     return result

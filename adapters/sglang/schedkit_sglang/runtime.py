@@ -1,6 +1,6 @@
 """The per-scheduler glue between SGLang and the policy facade.
 
-``SchedkitRuntime`` is the core kit's ``AdapterRuntime`` (facade, counters, metrics,
+``SglangRuntime`` is the core kit's ``AdapterRuntime`` (facade, counters, metrics,
 step ledger, finish bookkeeping) plus what only SGLang needs: views that ride on
 SGLang's ``Req``, the waiting-queue order, the prefill budget, retraction and preemption
 victims, eviction ranks and the batch index. Each patched SGLang method delegates to it
@@ -14,6 +14,7 @@ output streamer, the radix cache).
 from __future__ import annotations
 
 import time
+import warnings
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
@@ -34,13 +35,13 @@ from schedkit_sglang.views import (
     unset_priority,
 )
 
-__all__ = ["ACTIVE", "REJECTED", "SchedkitRuntime"]
+__all__ = ["ACTIVE", "REJECTED", "SglangRuntime"]
 
 _VIEW = "_schedkit_view"  # the view rides on SGLang's Req and dies with it
 _FINISHED = "_schedkit_finished"
 _FINISH_REASONS = {"FINISH_LENGTH": "length", "FINISH_ABORT": "aborted"}
 
-ACTIVE: SchedkitRuntime | None = None
+ACTIVE: SglangRuntime | None = None
 
 
 def _ranks() -> tuple[int, int, int, int]:
@@ -87,7 +88,7 @@ def recorder_for(scheduler: Any, path: str | None) -> StepRecorder | None:
     return StepRecorder(target, meta, flush_every=1)
 
 
-class SchedkitRuntime(AdapterRuntime):
+class SglangRuntime(AdapterRuntime):
     """What a schedkit-enabled SGLang scheduler keeps in ``scheduler.schedkit``."""
 
     engine: SglangEngineView
@@ -304,3 +305,17 @@ class SchedkitRuntime(AdapterRuntime):
             "evicted_by_policy": self.num_evicted_by_policy,
             "observer_errors": self.observer_errors,
         }
+
+
+def __getattr__(name: str) -> Any:
+    """``SchedkitRuntime``, renamed ``SglangRuntime`` (issue #36): each adapter's runtime is
+    named after its engine."""
+    if name == "SchedkitRuntime":
+        warnings.warn(
+            f"{__name__}.SchedkitRuntime is now SglangRuntime; use the new name (the old one"
+            " goes in a later release)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return SglangRuntime
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

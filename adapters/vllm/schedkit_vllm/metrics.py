@@ -1,6 +1,6 @@
 """Prometheus metrics of the schedkit policies running inside vLLM's scheduler.
 
-Created with the first ``SchedkitRuntime`` in a process (so a scheduler without a schedkit
+Created with the first ``VllmRuntime`` in a process (so a scheduler without a schedkit
 config never imports ``prometheus_client`` nor registers anything) in the default
 registry, which vLLM's API server serves on ``/metrics``. The scheduler runs in the
 engine-core process, not the API server, so the API server only sees these when

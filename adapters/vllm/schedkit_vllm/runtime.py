@@ -1,6 +1,6 @@
 """The per-scheduler glue between vLLM and the policy facade.
 
-``SchedkitRuntime`` is the core kit's ``AdapterRuntime`` (facade, counters, metrics,
+``VllmRuntime`` is the core kit's ``AdapterRuntime`` (facade, counters, metrics,
 step ledger) plus what only vLLM needs: the view cache, rejected requests owed a final
 output, the eviction hook and the victim plan. It never decides anything itself: every
 decision comes from ``PolicyFacade``, and every default is vLLM's own behaviour. It is
@@ -10,6 +10,7 @@ built only when a schedkit config is present; without one the scheduler is stock
 from __future__ import annotations
 
 import time
+import warnings
 from typing import Any, cast
 
 from schedkit import BatchBudget, PolicyFacade, RequestView
@@ -22,7 +23,7 @@ from schedkit.trust import DEFAULT_TRUST, TrustConfig
 from schedkit_vllm.eviction import EvictionHook
 from schedkit_vllm.views import VllmEngineView, VllmRequestView
 
-__all__ = ["REJECTED", "SchedkitRuntime", "recording_meta"]
+__all__ = ["REJECTED", "VllmRuntime", "recording_meta"]
 
 
 def recording_meta(scheduler: Any) -> dict[str, Any]:
@@ -45,7 +46,7 @@ def recording_meta(scheduler: Any) -> dict[str, Any]:
     }
 
 
-class SchedkitRuntime(AdapterRuntime):
+class VllmRuntime(AdapterRuntime):
     """What the schedkit scheduler subclass keeps in ``scheduler.schedkit``."""
 
     engine: VllmEngineView
@@ -206,3 +207,17 @@ class SchedkitRuntime(AdapterRuntime):
         if view is None or view.request is not request:
             view = VllmRequestView(request, self.engine.epoch, self.trust, self.seal)
         self.request_finished(view, reason)
+
+
+def __getattr__(name: str) -> Any:
+    """``SchedkitRuntime``, renamed ``VllmRuntime`` (issue #36): each adapter's runtime is
+    named after its engine."""
+    if name == "SchedkitRuntime":
+        warnings.warn(
+            f"{__name__}.SchedkitRuntime is now VllmRuntime; use the new name (the old one"
+            " goes in a later release)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return VllmRuntime
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

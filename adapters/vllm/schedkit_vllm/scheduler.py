@@ -62,7 +62,7 @@ from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs  # noqa: E402
 from vllm.v1.request import RequestStatus  # noqa: E402
 
 from schedkit_vllm.config import resolve_config  # noqa: E402
-from schedkit_vllm.runtime import SchedkitRuntime  # noqa: E402
+from schedkit_vllm.runtime import VllmRuntime  # noqa: E402
 
 if TYPE_CHECKING:
     _Base = Any
@@ -120,8 +120,8 @@ class OrderedRequestQueue(FCFSRequestQueue):  # type: ignore[misc]
 class SchedkitSchedulerMixin(_Base):  # type: ignore[misc]
     """The overrides shared by ``Scheduler`` and ``AsyncScheduler``."""
 
-    schedkit: SchedkitRuntime | None
-    _live: SchedkitRuntime | None
+    schedkit: VllmRuntime | None
+    _live: VllmRuntime | None
     _victim_allocate: Any
     _smallest_block: int
     # vLLM's attributes this mixin reassigns (vLLM is typed Any here).
@@ -147,14 +147,14 @@ class SchedkitSchedulerMixin(_Base):  # type: ignore[misc]
         trust: TrustConfig | None = None,
         *,
         record_steps: str | None = None,
-    ) -> SchedkitRuntime:
+    ) -> VllmRuntime:
         """Put ``facade``'s policies in charge of this (so far stock) scheduler, before
         any request arrives. ``__init__`` does this from the config; drivers that build
         policy objects themselves (the contract suite) call it directly."""
         if self.schedkit is not None or self.requests:
             raise RuntimeError("install_schedkit: the scheduler already has policies or requests")
         warn_unsupported(facade, "vllm")
-        runtime = SchedkitRuntime(self, facade, trust=trust, record_steps=record_steps)
+        runtime = VllmRuntime(self, facade, trust=trust, record_steps=record_steps)
         if facade.has_order:
             queue = OrderedRequestQueue()
             queue.replace(self.waiting)
@@ -172,7 +172,7 @@ class SchedkitSchedulerMixin(_Base):  # type: ignore[misc]
         )
         return runtime
 
-    def _install_victim_hook(self, runtime: SchedkitRuntime) -> None:
+    def _install_victim_hook(self, runtime: VllmRuntime) -> None:
         manager = self.kv_cache_manager
         allocate = manager.allocate_slots
         running_status = RequestStatus.RUNNING
