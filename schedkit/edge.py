@@ -159,7 +159,7 @@ class TrustMiddleware:
         while True:
             message = await receive()
             if message["type"] != "http.request":  # the client went away
-                await self.app(scope, _replay([message], receive), send)
+                await self.app(scope, _redeliver([message], receive), send)
                 return
             chunk = message.get("body", b"")
             size += len(chunk)
@@ -192,13 +192,13 @@ class TrustMiddleware:
         if self._secret_header is not None:  # the secret goes no further than the edge
             scope = _without(scope, self._secret_header)
         if not raw.strip():
-            await self.app(scope, _replay([_request(raw)], receive), send)
+            await self.app(scope, _redeliver([_request(raw)], receive), send)
             return
         try:
             body = read_body(raw, self.trust.max_body_depth)
         except BodyError as exc:
             if _is_form(headers) and not _engine_reads_json(raw):
-                await self.app(scope, _replay([_request(raw)], receive), send)
+                await self.app(scope, _redeliver([_request(raw)], receive), send)
             else:
                 await _refuse(send, 400, "body", str(exc), "unreadable request body")
             return
@@ -214,7 +214,7 @@ class TrustMiddleware:
         scope["headers"] = [
             (k, v) for k, v in scope.get("headers", ()) if k.lower() != b"content-length"
         ] + [(b"content-length", str(len(new)).encode())]
-        await self.app(scope, _replay([_request(new)], receive), send)
+        await self.app(scope, _redeliver([_request(new)], receive), send)
 
     def _from_gateway(self, scope: Scope, headers: dict[bytes, bytes]) -> bool:
         if self._networks:
@@ -297,15 +297,16 @@ def _request(body: bytes) -> Message:
     return {"type": "http.request", "body": body, "more_body": False}
 
 
-def _replay(messages: list[Message], receive: Receive) -> Receive:
+def _redeliver(messages: list[Message], receive: Receive) -> Receive:
+    """The app's ``receive``: the messages the edge already read, then the client's."""
     pending = list(messages)
 
-    async def replay() -> Message:
+    async def redelivered() -> Message:
         if pending:
             return pending.pop(0)
         return await receive()
 
-    return replay
+    return redelivered
 
 
 async def _answer(send: Send, status: int, body: bytes) -> None:

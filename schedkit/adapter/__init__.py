@@ -9,8 +9,8 @@ pieces that do not depend on the engine live here, written once:
 - ``StepLedger`` (``steps``): step reports keyed to the step they describe, so a
   pipelined scheduler (vLLM's async scheduling, SGLang's overlap loop), whose results
   arrive one or more steps late, can neither lose nor shift them.
-- ``parse_metadata`` (``metadata``): tenant, priority and SLO targets from the mapping a
-  request carries (vLLM's ``vllm_xargs``, SGLang's ``custom_params``), one meaning
+- ``parse_metadata`` (``schedkit.metadata``): tenant, priority and SLO targets from the
+  mapping a request carries (vLLM's ``vllm_xargs``, SGLang's ``custom_params``), one meaning
   everywhere.
 - ``check_engine_version`` (``versions``): the supported-version check with an error that
   names the installed and supported versions and the install command.
@@ -18,7 +18,7 @@ pieces that do not depend on the engine live here, written once:
   honours only in part.
 The kit loads no bench, no simulator and no numpy: an engine's scheduler process imports
 it (checked by ``make lint``'s import contracts and by each adapter's suite). The
-real-engine bench arm (``ReplayArm``) is bench harness, in ``schedkit.bench.real_arm``;
+real-engine bench arm (``RealArm``) is bench harness, in ``schedkit.bench.real_arm``;
 the serve launchers share ``schedkit.serving``. An adapter adds a
 ``RequestView``/``EngineView`` over its engine's objects and a driver (patches or a
 scheduler subclass) that calls the runtime.
@@ -45,16 +45,17 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
-    """``schedkit.adapter.ReplayArm``, moved to ``schedkit.bench.real_arm`` (issue #36)."""
+    """``schedkit.adapter.ReplayArm``, moved to ``schedkit.bench.real_arm.RealArm`` (issue
+    #36)."""
     if name == "ReplayArm":
         import importlib
         import warnings
 
         warnings.warn(
-            "schedkit.adapter.ReplayArm moved to schedkit.bench.real_arm.ReplayArm; import it"
+            "schedkit.adapter.ReplayArm moved to schedkit.bench.real_arm.RealArm; import it"
             " from there (the old name goes in a later release)",
             DeprecationWarning,
             stacklevel=2,
         )
-        return importlib.import_module("schedkit.bench.real_arm").ReplayArm
+        return importlib.import_module("schedkit.bench.real_arm").RealArm
     raise AttributeError(f"module 'schedkit.adapter' has no attribute {name!r}")

@@ -26,7 +26,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from schedkit.bench.replay import new_record
+from schedkit.bench.engine_requests import new_record
 from schedkit.errors import SchedkitError, quote
 from schedkit.facade import PolicyFacade
 from schedkit.records import RequestRecord, RunResult

@@ -41,8 +41,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from schedkit.bench.real_arm import ReplayArm
-from schedkit.bench.replay import ModelInfo, model_info, request_metadata
+from schedkit.bench.engine_requests import ModelInfo, model_info, request_metadata
+from schedkit.bench.real_arm import RealArm
 from schedkit.records import RequestRecord, RunResult
 
 if TYPE_CHECKING:
@@ -132,7 +132,7 @@ def _describe(exc: BaseException) -> str:
     return text[:SNIPPET]
 
 
-class LiveArm(ReplayArm):
+class LiveArm(RealArm):
     """One arm's replay against ``target``."""
 
     engine_name = "openai"

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from schedkit.bench.arms import EngineSettings
 from schedkit.bench.metrics import compute_metrics
-from schedkit.bench.runner import Bench, BenchSpec, arrival_rate, replay, trusted_requests
+from schedkit.bench.runner import Bench, BenchSpec, arrival_rate, simulate, trusted_requests
 from schedkit.bench.workers import fork_pool
 from schedkit.errors import SchedkitError
 from schedkit.sim.profiles import ACTIVATION_RESERVE_BYTES_PER_GPU, get_gpu, get_model
@@ -103,7 +103,7 @@ def search(plan: PlanSpec, gpu: str, tp: int, variant: int) -> dict[str, Any]:
 
     def probe(replicas: int) -> bool:
         if replicas not in probes:
-            run = replay(requests, cost, sim_config, config, replicas)
+            run = simulate(requests, cost, sim_config, config, replicas)
             m = compute_metrics(run, slo_ttft_ms=spec.slo_ttft_ms, slo_tpot_ms=spec.slo_tpot_ms)
             probes[replicas] = {
                 "replicas": replicas,

@@ -1,7 +1,7 @@
-"""``ReplayArm``: what every real-engine bench arm does besides driving its engine.
+"""``RealArm``: what every real-engine bench arm does besides driving its engine.
 
 ``schedkit bench --engine E --model DIR`` runs each arm on a fresh in-process engine E
-(the adapter's ``RealEngine``, a ``ReplayArm``), submits each request of the workload when
+(the adapter's ``RealEngine``, a ``RealArm``), submits each request of the workload when
 the wall clock reaches its (scaled) arrival time, and waits until every request has
 ended. The result is the simulator's ``RunResult``, so metrics and reports mean the same.
 What every engine does the same way lives here; the adapter adds how it builds the engine,
@@ -11,7 +11,7 @@ submits a request and reads its outputs (see its ``real.py``).
   than the model's ``max_position_embeddings`` are clipped (prompt first, ``fit_traces``),
   warned about and counted in ``results.json`` under ``engine.real.clipped_requests``.
 - Prompts are token ids (the engine skips its tokenizer) built as for every engine
-  (``schedkit.bench.replay``), mixed into the model's vocabulary; shared prefixes stay
+  (``schedkit.bench.engine_requests``), mixed into the model's vocabulary; shared prefixes stay
   shared. Records start as the simulator starts them.
 - Times are seconds from the start of the replay (``time.perf_counter``) on this machine,
   so ``results.json`` names no simulated GPU or cost model (``engine.real.clock`` is
@@ -38,7 +38,13 @@ import time
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from schedkit.adapter.runtime import REJECTED
-from schedkit.bench.replay import ModelInfo, fit_traces, model_info, new_record, prompt_token_ids
+from schedkit.bench.engine_requests import (
+    ModelInfo,
+    fit_traces,
+    model_info,
+    new_record,
+    prompt_token_ids,
+)
 from schedkit.facade import PolicyFacade
 from schedkit.records import RequestRecord, RunResult
 from schedkit.sim.recorder import Recorder
@@ -46,10 +52,10 @@ from schedkit.sim.recorder import Recorder
 if TYPE_CHECKING:
     from schedkit.bench.runner import Bench
 
-__all__ = ["ReplayArm"]
+__all__ = ["RealArm"]
 
 
-class ReplayArm(abc.ABC):
+class RealArm(abc.ABC):
     """One replay of the bench's workload on a fresh real engine with arm ``index``.
 
     A subclass names its engine (``engine_name``, as ``--engine`` spells it), builds the
@@ -184,3 +190,19 @@ class ReplayArm(abc.ABC):
         replay, if none did), with the recorder's gaps, KV usage and the facade's errors."""
         duration = max((r.finish_s or 0.0 for r in self.records), default=0.0) or end
         return self.recorder.finish(duration, steps, self.facade, self.started)
+
+
+def __getattr__(name: str) -> object:
+    """``ReplayArm``, renamed ``RealArm`` (issue #36): "replay" names running a workload
+    through an engine, not the class."""
+    if name == "ReplayArm":
+        import warnings
+
+        warnings.warn(
+            "schedkit.bench.real_arm.ReplayArm is now RealArm; use the new name (the old one"
+            " goes in a later release)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return RealArm
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -64,10 +64,10 @@ def run_on_sim(bench: Bench, index: int, rate_scale: float) -> RunResult:
     facade = PolicyFacade.from_config(config)
     requests = trusted_requests(bench.workload(rate_scale).requests, config.trust)
     info, cost, sim_config = bench.arm_engines[index]
-    return replay(requests, cost, sim_config, config, info["replicas"], facade)
+    return simulate(requests, cost, sim_config, config, info["replicas"], facade)
 
 
-def replay(
+def simulate(
     requests: Sequence[TraceRequest],
     cost: StepCost,
     sim_config: SimConfig,
@@ -655,7 +655,6 @@ def run_bench(spec: BenchSpec, out_dir: Path, progress: Progress | None = None) 
         runs,
         slo_ttft_ms=spec.slo_ttft_ms,
         slo_tpot_ms=spec.slo_tpot_ms,
-        seed=spec.seed,
         min_effect=spec.min_effect,
         metrics=spec.verdict_metrics or METRIC_KEYS,
     )
@@ -663,3 +662,19 @@ def run_bench(spec: BenchSpec, out_dir: Path, progress: Progress | None = None) 
         out_dir, results, runs, slo_ttft_ms=spec.slo_ttft_ms, slo_tpot_ms=spec.slo_tpot_ms
     )
     return results
+
+
+def __getattr__(name: str) -> object:
+    """``replay``, renamed ``simulate`` (issue #36): "replay" names running a workload
+    through any engine; this function runs it on the simulator."""
+    if name == "replay":
+        import warnings
+
+        warnings.warn(
+            "schedkit.bench.runner.replay is now simulate; use the new name (the old one goes"
+            " in a later release)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return simulate
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from schedkit.bench.flags import overload
 from schedkit.bench.metrics import compute_metrics
-from schedkit.bench.runner import Bench, BenchSpec, arrival_rate, replay, trusted_requests
+from schedkit.bench.runner import Bench, BenchSpec, arrival_rate, simulate, trusted_requests
 from schedkit.bench.sectioning import t_quantile
 from schedkit.errors import SchedkitError
 from schedkit.workload import TraceRequest
@@ -189,7 +189,7 @@ class Sweep:
         arm = bench.arms[point.arm]
         info, cost, sim_config = bench.arm_engines[point.arm]
         requests = trusted_requests(self.requests(point), arm.config.trust)
-        run = replay(requests, cost, sim_config, arm.config, info["replicas"])
+        run = simulate(requests, cost, sim_config, arm.config, info["replicas"])
         run.policy = arm.label
         spec = self.spec.bench
         metrics = compute_metrics(run, slo_ttft_ms=spec.slo_ttft_ms, slo_tpot_ms=spec.slo_tpot_ms)

@@ -29,7 +29,7 @@ time, and waits for every stream to end. What every real engine measures the sam
   scheduler process, so this process's facade (which only names the arm) never sees a
   fault. After the replay they are read from the scheduler through SGLang's
   internal-state readback (``Engine.get_server_info()``, where the plugin adds
-  ``schedkit``: ``SchedkitRuntime.internal_state``), summed over the schedulers that
+  ``schedkit``: ``SglangRuntime.internal_state``), summed over the schedulers that
   answer (one per data-parallel rank); ``steps`` is SGLang's count of batches run.
 
 Engine settings: ``--max-num-seqs`` is ``max_running_requests``,
@@ -51,8 +51,8 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from schedkit.bench.real_arm import ReplayArm
-from schedkit.bench.replay import ModelInfo, request_metadata
+from schedkit.bench.engine_requests import ModelInfo, request_metadata
+from schedkit.bench.real_arm import RealArm
 from schedkit.records import RequestRecord, RunResult
 
 from schedkit_sglang import cpu
@@ -74,7 +74,7 @@ def run_real_arm(bench: Bench, index: int, rate_scale: float) -> RunResult:
     return RealEngine.run_arm(bench, index, rate_scale)
 
 
-class RealEngine(ReplayArm):
+class RealEngine(RealArm):
     """One replay of the bench's workload on a fresh ``sglang.Engine`` with arm ``index``.
 
     The engine starts in ``run``; policies run in SGLang's scheduler process, so
@@ -225,7 +225,7 @@ class RealEngine(ReplayArm):
 
 @dataclass(slots=True)
 class SchedulerCounters:
-    """What SGLang's schedulers counted for schedkit (``SchedkitRuntime.internal_state``)."""
+    """What SGLang's schedulers counted for schedkit (``SglangRuntime.internal_state``)."""
 
     steps: int = 0
     policy_errors: int = 0

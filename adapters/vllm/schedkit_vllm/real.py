@@ -33,8 +33,8 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
-from schedkit.bench.real_arm import ReplayArm
-from schedkit.bench.replay import ModelInfo, request_metadata
+from schedkit.bench.engine_requests import ModelInfo, request_metadata
+from schedkit.bench.real_arm import RealArm
 from schedkit.records import RunResult
 
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ def run_real_arm(bench: Bench, index: int, rate_scale: float) -> RunResult:
     return RealEngine.run_arm(bench, index, rate_scale)
 
 
-class RealEngine(ReplayArm):
+class RealEngine(RealArm):
     """One replay of the bench's workload on a fresh ``vllm.LLM`` with arm ``index``."""
 
     engine_name = "vllm"

@@ -21,7 +21,12 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from schedkit.bench.replay import new_record, output_token_id, prompt_token_ids, request_metadata
+from schedkit.bench.engine_requests import (
+    new_record,
+    output_token_id,
+    prompt_token_ids,
+    request_metadata,
+)
 from schedkit.config import SchedkitConfig
 from schedkit.facade import PolicyFacade
 from schedkit.records import RequestRecord, RunResult
