@@ -36,7 +36,7 @@ def main() -> None:
         runs, metrics = run_arms(bench)
         for run, label in zip(runs, bench.labels, strict=True):
             run.policy = label
-        verdicts = compare_arms(runs, slo_ttft_ms=None, slo_tpot_ms=None, seed=0, min_effect=0.02)
+        verdicts = compare_arms(runs, slo_ttft_ms=None, slo_tpot_ms=None, min_effect=0.02)
         p90 = {
             c["policy"]: next(m for m in c["metrics"] if m["metric"] == "ttft_p90_ms")
             for c in verdicts

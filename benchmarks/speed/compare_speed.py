@@ -9,7 +9,8 @@ this tree and once on an older one to compare, with the same interpreter::
     PYTHONPATH=/tmp/schedkit-old .venv/bin/python benchmarks/speed/compare_speed.py
 
 (941cb60 is the last commit with the pure-Python bootstrap; its ``compare_arms`` took
-the arms' metrics as a second argument, which this script passes when asked for.)
+the arms' metrics as a second argument and a required ``seed``, which this script passes
+when asked for.)
 """
 
 from __future__ import annotations
@@ -41,12 +42,15 @@ def main() -> None:
         from schedkit.bench.compare import compare_arms
     except ImportError:  # an older tree: the comparison lived in metrics
         compare_arms = metrics_module.compare_arms
-    second = list(inspect.signature(compare_arms).parameters)[1]
+    parameters = inspect.signature(compare_arms).parameters
+    second = list(parameters)[1]
     extra = [[bench.metrics(r) for r in runs]] if second == "metrics" else []
+    seed = parameters.get("seed")
+    required = {"seed": 0} if seed is not None and seed.default is inspect.Parameter.empty else {}
     best = float("inf")
     for _ in range(args.repeat):
         started = time.perf_counter()
-        out = compare_arms(runs, *extra, slo_ttft_ms=2000, slo_tpot_ms=100, seed=0)
+        out = compare_arms(runs, *extra, slo_ttft_ms=2000, slo_tpot_ms=100, **required)
         best = min(best, time.perf_counter() - started)
     rows = len(out[0]["metrics"])
     print(

@@ -1,13 +1,6 @@
-"""Per-request metadata (``schedkit.metadata``), re-exported for the adapter kit."""
+"""Moved to ``schedkit.metadata`` (issue #36): per-request metadata is core, and the kit
+(``schedkit.adapter``) re-exports what an adapter needs of it."""
 
-from __future__ import annotations
+from schedkit._moved import alias_moved
 
-from schedkit.metadata import (
-    DEFAULT_TENANT,
-    RequestMetadata,
-    parse_metadata,
-    parse_priority,
-    parse_slo,
-)
-
-__all__ = ["DEFAULT_TENANT", "RequestMetadata", "parse_metadata", "parse_priority", "parse_slo"]
+alias_moved(__name__, "schedkit.metadata")

@@ -1,7 +1,11 @@
 """The paired circular block bootstrap (Politis and Romano, 1992; block 1 is the iid
-bootstrap), kept as the method the bench's sectioned intervals were calibrated against
-(``benchmarks/stats/calibration.md``): every arm replays the identical request stream, so
-each resample draws the same blocks of requests from both arms.
+bootstrap): every arm replays the identical request stream, so each resample draws the
+same blocks of requests from both arms.
+
+The bench's verdicts use paired sectioning (``schedkit.bench.sectioning``); this is kept
+as the reference method their A/A coverage check compares it with
+(``benchmarks/stats/interval_coverage.md``), and for the confidence intervals of the
+policy proofs in ``benchmarks/policies/``.
 """
 
 from __future__ import annotations

@@ -141,7 +141,7 @@ def bench(
     max_requests: Annotated[
         int | None, typer.Option(help="Replay only the first N requests.")
     ] = None,
-    seed: Annotated[int, typer.Option(help="Seed for synthetic workloads and bootstrap.")] = 0,
+    seed: Annotated[int, typer.Option(help="Seed for synthetic workloads; traces ignore it.")] = 0,
     slo_ttft_ms: Annotated[
         float | None,
         typer.Option(help="TTFT SLO in ms, for requests without their own (policies see it)."),

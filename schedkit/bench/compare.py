@@ -3,8 +3,9 @@
 Each arm after the first is compared with the first (the baseline) on the same request
 stream. Every compared metric gets a 95% interval from paired sectioning
 (:func:`schedkit.bench.sectioning.sectioned_diff`: the run cut into up to 10 stretches of
-consecutive arrivals, a Student t interval over their differences; the A/A calibration
-in ``benchmarks/stats/calibration.md`` checks its coverage) and a tone:
+consecutive arrivals, a Student t interval over their differences; the A/A coverage
+check in ``benchmarks/stats/interval_coverage.md`` measures how often it holds the truth)
+and a tone:
 
 - ``better`` / ``worse``: the interval excludes no change and the change is at least the
   minimum effect (``min_effect``, relative; for rates, in points: 0.02 = 2 pp);
@@ -25,6 +26,7 @@ never caught up with its arrivals, a trace cut before its busiest stretch.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -419,13 +421,24 @@ def compare_arms(
     *,
     slo_ttft_ms: float | None,
     slo_tpot_ms: float | None,
-    seed: int = 0,
     min_effect: float = DEFAULT_MIN_EFFECT,
     metrics: Sequence[str] | None = None,
     progress: Callable[[int], None] | None = None,
-    **_: Any,
+    seed: int | None = None,
+    n_boot: int | None = None,
 ) -> list[dict[str, Any]]:
-    """Every arm after the first against the first (see :func:`compare_pair`)."""
+    """Every arm after the first against the first (see :func:`compare_pair`).
+
+    ``seed`` and ``n_boot`` set the bootstrap the verdicts used before paired sectioning;
+    they are ignored, with a ``DeprecationWarning``.
+    """
+    if seed is not None or n_boot is not None:
+        warnings.warn(
+            "compare_arms ignores seed and n_boot (the verdicts' intervals come from paired"
+            " sectioning, not a bootstrap); drop them (they go in a later release)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
     out = []
     for i, run in enumerate(runs[1:], start=1):
         out.append(

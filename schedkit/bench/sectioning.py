@@ -1,7 +1,7 @@
 """Paired sectioning, the bench's intervals: the run cut into up to ``MAX_SECTIONS``
 stretches of consecutive arrivals, each long enough for the data's dependence
 (:func:`block_length`, Politis and White) and for the tail statistic, and a Student t
-interval over the sections' paired differences. Coverage: ``benchmarks/stats/calibration.md``.
+interval over the sections' paired differences. Coverage: ``benchmarks/stats/interval_coverage.md``.
 """
 
 from __future__ import annotations
@@ -99,8 +99,8 @@ def sections_for(a: FloatArray, b: FloatArray, statistic: Statistic) -> int:
     At most :data:`MAX_SECTIONS`; each section must span :data:`SECTION_BLOCKS` of the
     longer of the two arms' dependence lengths (:func:`block_length` of their ranks)
     and hold :data:`MIN_TAIL` samples beyond the statistic's quantile. Fewer than
-    :data:`MIN_SECTIONS` gives 0. These constants come from the A/A calibration in
-    ``benchmarks/stats/calibration.md``.
+    :data:`MIN_SECTIONS` gives 0. These constants were tuned by the A/A coverage check in
+    ``benchmarks/stats/interval_coverage.md``.
     """
     present = min(int(np.count_nonzero(~np.isnan(x))) for x in (a, b))
     if present < MIN_SECTIONS:

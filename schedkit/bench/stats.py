@@ -11,8 +11,8 @@ delays everything behind it, so intervals that treat requests as independent are
 too narrow. The bench's intervals come from :func:`sectioned_diff` (stretches of
 consecutive arrivals, sized by the data's dependence length, :func:`block_length`);
 ``schedkit.bench.bootstrap.paired_bootstrap`` (a circular block bootstrap, Politis and
-Romano, 1992) is kept as the method it was calibrated against. Their coverage:
-``benchmarks/stats/calibration.md``.
+Romano, 1992) is kept as the reference method it was checked against. Their coverage:
+``benchmarks/stats/interval_coverage.md``.
 """
 
 from __future__ import annotations

@@ -377,11 +377,6 @@ def load_profile_file(path: str | Path) -> None:
     DEFAULT_REGISTRY.load_file(path)
 
 
-def profile_dict(profile: GPUProfile | ModelProfile) -> dict[str, Any]:
-    """The profile's fields, for results files."""
-    return asdict(profile)
-
-
 def register_model_dir(name: str) -> str | None:
     """Register a local Hugging Face model directory (``--model DIR``) as a model profile.
 
@@ -411,3 +406,19 @@ def register_model_dir(name: str) -> str | None:
         raise SchedkitError(f"cannot read a model shape from {config_file}: {exc}") from exc
     DEFAULT_REGISTRY.register_model(profile)
     return name
+
+
+def __getattr__(name: str) -> object:
+    """``profile_dict``, which nothing used, is gone (issue #36): it was
+    ``dataclasses.asdict``, which the old name still gives."""
+    if name == "profile_dict":
+        import warnings
+
+        warnings.warn(
+            "schedkit.sim.profiles.profile_dict is deprecated; use dataclasses.asdict(profile)"
+            " (the old name goes in a later release)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return asdict
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,4 +1,4 @@
-"""A/A calibration of the bench's confidence intervals: do nominal 95% intervals cover?
+"""A/A coverage of the bench's confidence intervals: do nominal 95% intervals cover?
 
 The same policy (fcfs) runs against itself on independent request streams of one
 distribution: arm A on ``poisson:...,seed=2k``, arm B on ``seed=2k+1``, paired by arrival
@@ -11,9 +11,9 @@ interval should contain 0 in 95% of the pairs. Each pair gets three intervals:
   length (``paired_bootstrap(block=...)``), the other method valid under dependence;
 - ``iid bootstrap``: requests resampled independently, what schedkit printed before.
 
-    .venv/bin/python benchmarks/stats/calibration.py --out benchmarks/stats
+    .venv/bin/python benchmarks/stats/interval_coverage.py --out benchmarks/stats
 
-writes ``calibration.json`` and prints the table kept in ``calibration.md``. Coverage
+writes ``interval_coverage.json`` and prints the table kept in ``interval_coverage.md``. Coverage
 carries a binomial standard error of sqrt(p(1-p)/pairs): 1.5 points at 200 pairs.
 """
 
@@ -70,7 +70,7 @@ def intervals(
     return out
 
 
-def calibrate(rate: float, n: int, pairs: int, n_boot: int, offset: int = 0) -> dict[str, Any]:
+def coverage(rate: float, n: int, pairs: int, n_boot: int, offset: int = 0) -> dict[str, Any]:
     covered = {m: dict.fromkeys(STATISTICS, 0) for m in METHODS}
     given = {m: dict.fromkeys(STATISTICS, 0) for m in METHODS}
     widths: dict[str, dict[str, list[float]]] = {m: {s: [] for s in STATISTICS} for m in METHODS}
@@ -131,11 +131,11 @@ def main() -> None:
         default=0,
         help="first workload seed (fresh seeds check constants chosen on earlier ones)",
     )
-    parser.add_argument("--name", default="calibration.json", help="file name under --out")
+    parser.add_argument("--name", default="interval_coverage.json", help="file name under --out")
     parser.add_argument("--out", type=Path, default=None, help="directory for the JSON")
     args = parser.parse_args()
     results = [
-        calibrate(rate, n, args.pairs or pairs, args.n_boot, args.seed_offset)
+        coverage(rate, n, args.pairs or pairs, args.n_boot, args.seed_offset)
         for rate, n, pairs in SETTINGS
     ]
     print(table(results))
