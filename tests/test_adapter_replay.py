@@ -1,4 +1,4 @@
-"""The real-engine replay kit (``schedkit.bench.real_arm.ReplayArm``), with no engine behind it."""
+"""The real-engine replay kit (``schedkit.bench.real_arm.RealArm``), with no engine behind it."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from schedkit.bench.real_arm import ReplayArm
-from schedkit.bench.replay import ModelInfo
+from schedkit.bench.engine_requests import ModelInfo
+from schedkit.bench.real_arm import RealArm
 from schedkit.bench.runner import Bench, BenchSpec
 from schedkit.errors import SchedkitError
 from schedkit.records import RunResult
@@ -19,7 +19,7 @@ from schedkit.records import RunResult
 TRACE = [(0.3, 32, 8), (0.1, 20, 4), (0.2, 100, 50)]
 
 
-class FakeArm(ReplayArm):
+class FakeArm(RealArm):
     """An arm whose 'engine' is a script: ``run`` gives each request its outputs."""
 
     engine_name = "fake"

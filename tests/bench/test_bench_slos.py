@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from schedkit import EngineView, Policy, PolicyFacade, RequestView, hookimpl
+from schedkit.bench.engine_requests import request_metadata
 from schedkit.bench.metrics import compute_metrics
-from schedkit.bench.replay import request_metadata
 from schedkit.bench.runner import Bench, BenchSpec
 from schedkit.records import RunResult
 
