@@ -45,6 +45,7 @@ from schedkit.sim.calibration import read_steps, save_cost_profile
 from schedkit.sim.costmodel import LINEAR_COEFFICIENTS, LinearCostModel, RooflineCostModel
 from schedkit.sim.fit import StepRow, fit_steps, with_gaps
 from schedkit.sim.profiles import get_gpu, get_model, register_model_dir
+from schedkit.testing.models import tiny_llama
 
 TRAIN = "poisson:rate=12,n=400,prompt=96,output=24,seed=11"
 WARMUP = "poisson:rate=12,n=100,prompt=96,output=24,seed=5"
@@ -75,11 +76,7 @@ MODELS = {
 
 
 def random_model(path: Path, size: str) -> Path:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    config = LlamaConfig(vocab_size=512, max_position_embeddings=1024, **MODELS[size])
-    LlamaForCausalLM(config).save_pretrained(path, safe_serialization=True)
-    return path
+    return tiny_llama(path, vocab_size=512, max_position_embeddings=1024, **MODELS[size])
 
 
 def engine_model(

@@ -134,13 +134,14 @@ def rss_kib(pgid: int) -> int:
 
 def on_server() -> None:
     sys.path.insert(0, str(Path(__file__).parent))
-    from real_engine import build_tiny_model
     from trust_real import served
+
+    from schedkit.testing.models import VLLM_CPU, tiny_llama
 
     raw = bodies()["attack 1M keys"]
     with tempfile.TemporaryDirectory(prefix="schedkit-edge-") as name:
         tmp = Path(name)
-        model = build_tiny_model(tmp / "model")
+        model = tiny_llama(tmp / "model", **VLLM_CPU)
         with served(model, {"policy": ["vtc"]}, tmp) as base:
             port = base.rsplit(":", 1)[1]
             pgid = next(

@@ -38,6 +38,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from schedkit.testing.models import VLLM_CPU, tiny_llama
+
 ROOT = Path(__file__).resolve().parents[2]
 SCHEDKIT = str(Path(sys.executable).with_name("schedkit"))
 ENV = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
@@ -46,23 +48,6 @@ SJF_WORKLOAD = "poisson:rate=1000,n=60,prompt=lognormal:32:0.8,output=lognormal:
 CAL_WORKLOAD = "poisson:rate=10000,n=60,prompt=const:256,output=const:8"
 SLO_N, SLO_LOAD, SLO_SERVICE_TIMES = 240, 2.0, 20
 SLO_ENGINE_ARGS = ["--max-num-batched-tokens", "256"]
-
-
-def build_tiny_model(path: Path) -> Path:
-    """As in adapters/vllm/tests/test_real.py: a 2-layer, hidden-256 random-weight Llama."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    config = LlamaConfig(
-        hidden_size=256,  # head_dim 64: the CPU attention kernels have no head_dim 16
-        intermediate_size=512,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        num_hidden_layers=2,
-        vocab_size=512,
-        max_position_embeddings=512,
-    )
-    LlamaForCausalLM(config).save_pretrained(path, safe_serialization=True)
-    return path
 
 
 def bench(args: list[str], out: Path) -> dict[str, Any]:
@@ -144,7 +129,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     summary: dict[str, Any] = {"sjf": {}, "slo": {}}
     with tempfile.TemporaryDirectory(prefix="tiny-llama-") as tmp:
-        model = build_tiny_model(Path(tmp) / "tiny-llama")
+        model = tiny_llama(Path(tmp) / "tiny-llama", **VLLM_CPU)
         for engine in ("vllm", "sim"):
             for seed in args.seeds:
                 summary["sjf"][f"{engine}/s{seed}"] = run_sjf(engine, model, seed, args.out)

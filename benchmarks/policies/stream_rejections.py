@@ -27,8 +27,9 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from real_engine import build_tiny_model  # benchmarks/policies, this script's directory
-from trust_real import served
+from trust_real import served  # benchmarks/policies, this script's directory
+
+from schedkit.testing.models import VLLM_CPU, tiny_llama
 
 CONFIG: dict[str, object] = {
     "policy": ["slo"],
@@ -80,7 +81,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="schedkit-stream-") as name:
         tmp = Path(name)
-        model = build_tiny_model(tmp / "model")
+        model = tiny_llama(tmp / "model", **VLLM_CPU)
         arms = {
             "stock vLLM stream": run_arm(model, tmp, args.requests, stock=True),
             "schedkit serve vllm": run_arm(model, tmp, args.requests, stock=False),

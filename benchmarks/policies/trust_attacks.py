@@ -38,8 +38,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from real_engine import build_tiny_model  # benchmarks/policies, this script's directory
-from trust_real import served
+from trust_real import served  # benchmarks/policies, this script's directory
+
+from schedkit.testing.models import VLLM_CPU, tiny_llama
 
 SECRET_HEADER, SECRET = "x-gateway-secret", "the-gateway-secret-0123456789"
 CONFIG = {"policy": ["vtc"], "trust": {"gateway_secret_header": SECRET_HEADER}}
@@ -139,7 +140,7 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory(prefix="schedkit-attacks-") as name:
         tmp = Path(name)
-        model = build_tiny_model(tmp / "model")
+        model = tiny_llama(tmp / "model", **VLLM_CPU)
         for arm in args.arms:
             share, refused = run_arm(model, arm, args.per_client, tmp)
             rows.append((arm, share, refused))

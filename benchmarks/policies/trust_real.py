@@ -33,7 +33,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from real_engine import build_tiny_model  # benchmarks/policies, this script's directory
+from schedkit.testing.models import VLLM_CPU, tiny_llama
 
 SCHEDKIT = str(Path(sys.executable).parent / "schedkit")
 
@@ -153,7 +153,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="schedkit-trust-") as name:
         tmp = Path(name)
-        model = build_tiny_model(tmp / "model")
+        model = tiny_llama(tmp / "model", **VLLM_CPU)
         believed = run_arm(
             model,
             {"policy": ["vtc"], "trust": {"tenant_from_body": True}},

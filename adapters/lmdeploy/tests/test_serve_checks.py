@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from schedkit.errors import SchedkitError
+from schedkit.testing.models import tiny_llama
 
 from schedkit_lmdeploy.serve import TP_UNCHECKED, check_engine_args
 
@@ -21,18 +22,7 @@ SCHEDKIT = str(Path(sys.executable).parent / "schedkit")
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny Llama's config.json as transformers writes it (4 heads); no weights needed."""
-    from transformers import LlamaConfig
-
-    path = tmp_path_factory.mktemp("tiny-llama")
-    LlamaConfig(
-        hidden_size=64,
-        intermediate_size=128,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        num_hidden_layers=2,
-        vocab_size=2048,
-    ).save_pretrained(path)
-    return path
+    return tiny_llama(tmp_path_factory.mktemp("tiny-llama"), weights=False)
 
 
 @pytest.mark.parametrize("tp", [["--tp", "3"], ["--tp=3"]])

@@ -10,6 +10,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from schedkit.testing.models import tiny_llama
+
 from schedkit_sglang import cpu
 from schedkit_sglang.config import CONFIG_VAR, OPTIONS_VAR, POLICY_VAR, scoped_environ
 
@@ -49,22 +51,11 @@ def engine(
         llm.shutdown()
 
 
-def tiny_model(path: Path) -> Path:
-    """Save a tiny random-weight Llama (2 layers, hidden 64, vocab 2048, no tokenizer) in
-    ``path``: start SGLang on it with ``skip_tokenizer_init`` and send token ids."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    config = LlamaConfig(
-        hidden_size=64,
-        intermediate_size=128,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        num_hidden_layers=2,
-        vocab_size=2048,
-        max_position_embeddings=2048,
-    )
-    LlamaForCausalLM(config).save_pretrained(path, safe_serialization=True)
-    return path
+def tiny_model(path: Path, *, word_tokenizer: bool = False) -> Path:
+    """Save a tiny random-weight Llama (2 layers, hidden 64, vocab 2048) in ``path``
+    (``schedkit.testing.models.tiny_llama``). Without ``word_tokenizer`` it has no
+    tokenizer: start SGLang on it with ``skip_tokenizer_init`` and send token ids."""
+    return tiny_llama(path, word_tokenizer=word_tokenizer)
 
 
 def prompt(i: int, length: int) -> list[int]:

@@ -28,24 +28,9 @@ from test_server import (
 )
 
 
-def _word_tokenizer(path: Path, vocab_size: int) -> None:
-    """One word per token, ``t0`` .. ``t<n-1>``."""
-    from tokenizers import Tokenizer
-    from tokenizers.models import WordLevel
-    from tokenizers.pre_tokenizers import WhitespaceSplit
-    from transformers import PreTrainedTokenizerFast
-
-    words = Tokenizer(WordLevel({f"t{i}": i for i in range(vocab_size)}, unk_token="t0"))
-    words.pre_tokenizer = WhitespaceSplit()
-    PreTrainedTokenizerFast(tokenizer_object=words, unk_token="t0", eos_token="t2").save_pretrained(
-        path
-    )
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    model = tiny_model(tmp_path_factory.mktemp("tiny-llama-words"))
-    _word_tokenizer(model, 2048)
+    model = tiny_model(tmp_path_factory.mktemp("tiny-llama-words"), word_tokenizer=True)
     port = _free_port()
     log = tmp_path_factory.mktemp("live-log") / "server.log"
     args = [a for a in _engine_args(model, port) if a != "--skip-tokenizer-init"]

@@ -18,6 +18,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from schedkit import Policy, PolicyRegistry
 from schedkit.plugins import PolicyEntry
+from schedkit.testing.models import VLLM_CPU, tiny_llama
 from vllm.sampling_params import SamplingParams
 from vllm.utils.hashing import get_hash_fn_by_name
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
@@ -54,37 +55,11 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 2-layer, hidden-256 random-weight Llama with a 512-token vocabulary, for the
-    suites that run a real engine (in-process, the bench arm, the OpenAI server)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
+    suites that run a real engine (in-process, the bench arm, the OpenAI server), with a
+    tokenizer of one word per token whose chat prompt of k words is k tokens (the server
+    tests)."""
     path = tmp_path_factory.mktemp("tiny-llama-weights")
-    config = LlamaConfig(
-        hidden_size=256,  # head_dim 64: the CPU attention kernels have no head_dim 16
-        intermediate_size=512,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        num_hidden_layers=2,
-        vocab_size=512,
-        max_position_embeddings=512,
-    )
-    LlamaForCausalLM(config).save_pretrained(path, safe_serialization=True)
-    _save_word_tokenizer(path, config.vocab_size)
-    return path
-
-
-def _save_word_tokenizer(path: Path, vocab_size: int) -> None:
-    """One word per token (``t0`` .. ``t<n-1>``) and a chat template that joins the
-    messages' contents: a chat prompt of k words is k tokens (the server tests)."""
-    from tokenizers import Tokenizer
-    from tokenizers.models import WordLevel
-    from tokenizers.pre_tokenizers import WhitespaceSplit
-    from transformers import PreTrainedTokenizerFast
-
-    words = Tokenizer(WordLevel({f"t{i}": i for i in range(vocab_size)}, unk_token="t0"))
-    words.pre_tokenizer = WhitespaceSplit()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=words, unk_token="t0", eos_token="t2")
-    tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
-    tokenizer.save_pretrained(path)
+    return tiny_llama(path, **VLLM_CPU, word_tokenizer=True, chat_template=True)
 
 
 @pytest.fixture

@@ -39,28 +39,11 @@ sys.path.append(str(HERE / "site"))
 from schedkit_sglang import cpu  # noqa: E402
 from schedkit_sglang.config import scoped_environ as environ  # noqa: E402
 
+from schedkit.testing.models import tiny_llama  # noqa: E402
+
 STEP_ARMS = {"stock": None, "fcfs": "fcfs", "fcfs-record": "fcfs+record", "priority": "priority"}
 ORDER_ARMS = {"lpm": None, "priority": "priority", "shortest-prompt": "shortest-prompt"}
 BUCKETS = ((64, 128), (129, 256), (257, 400))
-
-
-def tiny_model(path: Path) -> Path:
-    """Save the tiny random-weight Llama of SGLang's adapter tests (2 layers, hidden 64,
-    vocabulary 2,048, no tokenizer) in ``path``: SGLang starts on it with
-    ``skip_tokenizer_init`` and is sent token ids."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    config = LlamaConfig(
-        hidden_size=64,
-        intermediate_size=128,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        num_hidden_layers=2,
-        vocab_size=2048,
-        max_position_embeddings=2048,
-    )
-    LlamaForCausalLM(config).save_pretrained(path, safe_serialization=True)
-    return path
 
 
 def prompt(i: int, length: int) -> list[int]:
@@ -130,13 +113,14 @@ def order_figures(lines: list[dict[str, Any]]) -> dict[str, float]:
 
 def setup(prefix: str) -> Path:
     """SGLang's CPU engine for this process and its engines; a work directory (``prefix``)
-    holding the tiny model at ``model``."""
+    holding the tiny model of SGLang's adapter tests at ``model`` (no tokenizer: SGLang
+    starts on it with ``skip_tokenizer_init`` and is sent token ids)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ["SGLANG_USE_CPU_ENGINE"] = "1"
     os.environ["PYTHONPATH"] = cpu.pythonpath(os.environ.get("PYTHONPATH", ""))
     cpu.install()
     work = Path(tempfile.mkdtemp(prefix=prefix))
-    tiny_model(work / "model")
+    tiny_llama(work / "model")
     return work
 
 
