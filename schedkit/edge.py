@@ -149,45 +149,12 @@ class TrustMiddleware:
             await self.app(scope, receive, send)
             return
         headers = _headers(scope)
-        limit = self.trust.max_body_bytes
-        length = headers.get(b"content-length", b"")
-        if length.isdigit() and int(length) > limit:
-            await _refuse(send, 413, "body", f"is {int(length)} bytes; at most {limit} are allowed")
-            return
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":  # the client went away
-                await self.app(scope, _redeliver([message], receive), send)
-                return
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                await _refuse(send, 413, "body", f"is over {limit} bytes (trust.max_body_bytes)")
-                return
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        raw = b"".join(chunks)
-        given = [v for k, v in scope.get("headers", ()) if k.lower() == self._header]
-        if len(given) > 1:
-            await _refuse(
-                send,
-                400,
-                f"header {self.trust.tenant_header}",
-                f"appears {len(given)} times; send it once",
-            )
-            return
-        tenant = given[0] if given and given[0] else None
-        if tenant is not None and not self._from_gateway(scope, headers):
-            await _refuse(
-                send,
-                403,
-                f"header {self.trust.tenant_header}",
-                "is accepted only from the gateway (trust.trusted_proxies /"
-                " trust.gateway_secret_header); send the request through it",
-            )
+        raw = await self._body(scope, receive, send, headers)
+        if raw is None:
+            return  # answered 413, or the client went away
+        tenant, refusal = self._tenant(scope, headers)
+        if refusal is not None:
+            await _refuse(send, *refusal)
             return
         if self._secret_header is not None:  # the secret goes no further than the edge
             scope = _without(scope, self._secret_header)
@@ -204,17 +171,57 @@ class TrustMiddleware:
             return
         if isinstance(body, dict):
             path = str(scope.get("path", ""))
-            value = None if tenant is None else tenant.decode("latin-1")
-            problems = self.rewrite(self.trust, value, body, path, self._seal)
+            problems = self.rewrite(self.trust, tenant, body, path, self._seal)
             if problems:
                 await _answer(send, 400, error_body(problems))
                 return
         new = dump_body(body)
-        scope = dict(scope)
-        scope["headers"] = [
-            (k, v) for k, v in scope.get("headers", ()) if k.lower() != b"content-length"
-        ] + [(b"content-length", str(len(new)).encode())]
-        await self.app(scope, _redeliver([_request(new)], receive), send)
+        await self.app(_with_length(scope, len(new)), _redeliver([_request(new)], receive), send)
+
+    async def _body(
+        self, scope: Scope, receive: Receive, send: Send, headers: dict[bytes, bytes]
+    ) -> bytes | None:
+        """The request's body, read whole up to ``max_body_bytes``; None when this answered
+        413, or passed on to the app a client that went away."""
+        limit = self.trust.max_body_bytes
+        length = headers.get(b"content-length", b"")
+        if length.isdigit() and int(length) > limit:
+            await _refuse(send, 413, "body", f"is {int(length)} bytes; at most {limit} are allowed")
+            return None
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away
+                await self.app(scope, _redeliver([message], receive), send)
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                await _refuse(send, 413, "body", f"is over {limit} bytes (trust.max_body_bytes)")
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+    def _tenant(
+        self, scope: Scope, headers: dict[bytes, bytes]
+    ) -> tuple[str | None, tuple[int, str, str] | None]:
+        """The tenant header's value (None when absent or empty), or why the request is
+        refused: ``(status, field, message)``."""
+        field = f"header {self.trust.tenant_header}"
+        given = [v for k, v in scope.get("headers", ()) if k.lower() == self._header]
+        if len(given) > 1:
+            return None, (400, field, f"appears {len(given)} times; send it once")
+        tenant = given[0].decode("latin-1") if given and given[0] else None
+        if tenant is not None and not self._from_gateway(scope, headers):
+            return None, (
+                403,
+                field,
+                "is accepted only from the gateway (trust.trusted_proxies /"
+                " trust.gateway_secret_header); send the request through it",
+            )
+        return tenant, None
 
     def _from_gateway(self, scope: Scope, headers: dict[bytes, bytes]) -> bool:
         if self._networks:
@@ -252,6 +259,15 @@ def _log_launch(trust: TrustConfig, sealed: bool) -> None:
 def _headers(scope: Scope) -> dict[bytes, bytes]:
     """Header names lowered; a repeated header keeps its last value."""
     return {name.lower(): value for name, value in scope.get("headers", ())}
+
+
+def _with_length(scope: Scope, length: int) -> Scope:
+    """``scope`` with its ``content-length`` header set to ``length``."""
+    scope = dict(scope)
+    scope["headers"] = [
+        (k, v) for k, v in scope.get("headers", ()) if k.lower() != b"content-length"
+    ] + [(b"content-length", str(length).encode())]
+    return scope
 
 
 def _without(scope: Scope, header: bytes) -> Scope:

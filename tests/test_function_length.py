@@ -30,7 +30,6 @@ ALLOWED = {
     "schedkit/bench/compare.py:compare_pair": 76,
     "schedkit/bench/sweep.py:aggregate": 73,
     "schedkit/bench/metrics.py:compute_metrics": 73,
-    "schedkit/edge.py:__call__": 71,
     "adapters/vllm/schedkit_vllm/modelless.py:build_scheduler": 71,
     "adapters/sglang/schedkit_sglang/contract.py:run_sglang": 71,
     "schedkit/bench/runner.py:_engine": 70,
