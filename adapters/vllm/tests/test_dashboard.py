@@ -36,10 +36,14 @@ NO_DATA = {
 
 def _workload(path: Path) -> None:
     lines = [json.dumps({"workload": {"name": "dashboard"}})]
-    for i in range(160):  # 16 s, a few requests running at a time
+    # 16 s of arrivals; 160 output tokens each (within --max-model-len 256) keep several
+    # requests running at once, so the running gauge is above 0 whenever vLLM samples it
+    # (with 48 the tiny model finished most requests between two samples, and the gauge
+    # could read 0 at every scrape of a run)
+    for i in range(160):
         prompt = 17 if i % 8 == 0 else 20 + i % 60
         lines.append(json.dumps({"arrival_s": 0.1 * i, "prompt_tokens": prompt,
-                                 "output_tokens": 48, "tenant": "ab"[i % 2]}))  # fmt: skip
+                                 "output_tokens": 160, "tenant": "ab"[i % 2]}))  # fmt: skip
     path.write_text("\n".join(lines) + "\n")
 
 
