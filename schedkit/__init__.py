@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from schedkit import _moved
 from schedkit._markers import hookimpl
 from schedkit.config import SchedkitConfig, load_config
 from schedkit.decisions import Admission, BatchBudget, StepReport
@@ -22,6 +23,8 @@ from schedkit.views import (
 )
 
 __version__ = "0.3.0"
+
+_moved.install()  # modules that moved keep their old names, with a warning
 
 __all__ = [
     "Admission",

@@ -6,7 +6,7 @@ The rule is the engines' own: vLLM (``ModelConfig.verify_with_parallel_config`` 
 (``ModelConfig.get_num_qkv_head_by_tp``) each need the degree to divide the attention
 heads, and either to divide the KV heads or to be a multiple of them (each KV head then
 replicated on ``tp / kv_heads`` GPUs). The simulator's profiles and ``schedkit serve``'s
-pre-launch check (``schedkit.serving.check_tensor_parallel``) both use it.
+pre-launch check (``schedkit.edge.serving.check_tensor_parallel``) both use it.
 """
 
 from __future__ import annotations

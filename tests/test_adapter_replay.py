@@ -1,4 +1,4 @@
-"""The real-engine replay kit (``schedkit.bench.real_arm.RealArm``), with no engine behind it."""
+"""The real-engine replay kit (``schedkit.bench.engines.real_arm.RealArm``), with no engine behind it."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from schedkit.bench.engine_requests import ModelInfo
-from schedkit.bench.real_arm import RealArm
+from schedkit.bench.engines.real_arm import RealArm
+from schedkit.bench.engines.requests import ModelInfo
 from schedkit.bench.runner import Bench, BenchSpec
 from schedkit.errors import SchedkitError
 from schedkit.records import RunResult

@@ -10,7 +10,7 @@ import sys
 from importlib.metadata import version
 from pathlib import Path
 
-from schedkit.bench.cli import DEPRECATED_FLAGS
+from schedkit.cli.bench import DEPRECATED_FLAGS
 from schedkit.workload import KNOWN_WORKLOADS, load_workload
 
 

@@ -25,10 +25,10 @@ from hypothesis import strategies as st
 from starlette.requests import Request
 
 from schedkit.edge import GATEWAY_SECRET_VAR, TrustMiddleware, rewrite_fields
+from schedkit.edge.serving import run_server
+from schedkit.edge.strict_json import BodyError, read_body
 from schedkit.errors import PolicyConfigError
 from schedkit.seal import EDGE_KEY_VAR, SEAL_KEY, Seal
-from schedkit.serving import run_server
-from schedkit.strict_json import BodyError, read_body
 from schedkit.trust import DEFAULT_TRUST, TrustConfig
 
 KEY = "k" * 32

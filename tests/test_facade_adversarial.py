@@ -42,7 +42,7 @@ from schedkit.errors import PolicyDecisionError
 from schedkit.facade import MAX_SHOWN
 from schedkit.hookspecs import DECISION_HOOKS, HOOK_NAMES, KEY_HOOKS, OBSERVATION_HOOKS
 from schedkit.sim.config import SimConfig
-from schedkit.sim.costmodel import LinearCostModel
+from schedkit.sim.cost.model import LinearCostModel
 from schedkit.sim.engine import SimEngine
 from schedkit.workload import load_workload
 

@@ -8,54 +8,65 @@ from typing import Any
 
 import pytest
 
-MOVED = {
-    "schedkit.sim.workloads": ("schedkit.workload", ["TraceRequest", "Workload", "load_workload"]),
-    "schedkit.sim.trace_formats": ("schedkit.workload.source", ["TraceSource", "parse_jsonl"]),
-    "schedkit.sim.azure_csv": ("schedkit.workload.formats.azure_csv", ["parse_azure_csv"]),
-    "schedkit.sim.azure_arrow": ("schedkit.workload.formats.azure_arrow", []),
-    "schedkit.sim.burstgpt": ("schedkit.workload.formats.burstgpt", []),
-    "schedkit.sim.text_requests": ("schedkit.workload.formats.prompt_text", []),
-    "schedkit.sim.synthetic": ("schedkit.workload.synthetic", ["spec_workload"]),
-    "schedkit.sim.limits": ("schedkit.workload.limits", ["MAX_TOKENS"]),
-}
+from schedkit._moved import MOVED
 
 
 @pytest.mark.parametrize("old", sorted(MOVED))
-def test_an_old_module_name_warns_and_gives_the_same_objects(old: str) -> None:
-    new, names = MOVED[old]
+def test_an_old_module_name_warns_and_gives_the_new_objects(old: str) -> None:
+    targets = MOVED[old]
     sys.modules.pop(old, None)
-    with pytest.warns(DeprecationWarning, match=f"{old} moved to {new}"):
+    with pytest.warns(DeprecationWarning, match=f"{old} moved to {targets[0]}"):
         module = importlib.import_module(old)
-    for name in names:
-        assert getattr(module, name) is not None
-    if not names:  # moved whole: the very module
-        assert module is importlib.import_module(new)
+    if len(targets) == 1:  # moved whole: the very module, so patching either patches both
+        assert module is importlib.import_module(targets[0])
+    else:  # split: every public name of every part, the same objects
+        for target in targets:
+            part = importlib.import_module(target)
+            for name in getattr(part, "__all__", []):
+                assert getattr(module, name) is getattr(part, name), (target, name)
     sys.modules.pop(old, None)
 
 
-# Modules moved whole in part 5 of issue #36 (one name per concept).
-PART5_MODULES = {
-    "schedkit.adapter.metadata": "schedkit.metadata",
-    "schedkit.bench.replay": "schedkit.bench.engine_requests",
-}
+def test_an_old_module_that_is_now_a_package_keeps_its_names_with_a_warning() -> None:
+    from schedkit.bench.report.render import write_report
+    from schedkit.bench.stats.estimators import summary
+    from schedkit.bench.sweep.spec import SweepSpec
+
+    for package, name, obj in [
+        ("schedkit.bench.stats", "summary", summary),
+        ("schedkit.bench.report", "write_report", write_report),
+        ("schedkit.bench.sweep", "SweepSpec", SweepSpec),
+    ]:
+        with pytest.warns(DeprecationWarning, match=f"{package}.{name} moved"):
+            assert getattr(importlib.import_module(package), name) is obj
+        with pytest.raises(AttributeError, match="no_such_name"):
+            _ = importlib.import_module(package).no_such_name
 
 
-@pytest.mark.parametrize("old", sorted(PART5_MODULES))
-def test_a_renamed_module_warns_and_is_the_new_module(old: str) -> None:
-    new = PART5_MODULES[old]
-    sys.modules.pop(old, None)
-    with pytest.warns(DeprecationWarning, match=f"{old} moved to {new}"):
-        module = importlib.import_module(old)
-    assert module is importlib.import_module(new)
-    sys.modules.pop(old, None)
+def test_the_moved_modules_left_no_file_behind() -> None:
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    left = [old for old in MOVED if (root / (old.replace(".", "/") + ".py")).exists()]
+    assert not left, f"a moved module's old file is back (the finder would never serve it): {left}"
+
+
+def test_the_edge_and_the_cli_packages_keep_the_modules_public_names() -> None:
+    import schedkit.cli
+    import schedkit.cli.commands
+    import schedkit.edge
+    import schedkit.edge.middleware
+
+    assert schedkit.edge.TrustMiddleware is schedkit.edge.middleware.TrustMiddleware
+    assert schedkit.cli.main is schedkit.cli.commands.main  # the console script's entry point
 
 
 # Names renamed in part 5 of issue #36: module, old name, the object it still gives.
 RENAMED = {
-    "ReplayArm": ("schedkit.bench.real_arm", "schedkit.bench.real_arm:RealArm"),
-    "schedkit.adapter.ReplayArm": ("schedkit.adapter", "schedkit.bench.real_arm:RealArm"),
+    "ReplayArm": ("schedkit.bench.engines.real_arm", "schedkit.bench.engines.real_arm:RealArm"),
+    "schedkit.adapter.ReplayArm": ("schedkit.adapter", "schedkit.bench.engines.real_arm:RealArm"),
     "replay": ("schedkit.bench.runner", "schedkit.bench.runner:simulate"),
-    "profile_dict": ("schedkit.sim.profiles", "dataclasses:asdict"),
+    "profile_dict": ("schedkit.sim.cost.profiles", "dataclasses:asdict"),
     "sglang SchedkitRuntime": ("schedkit_sglang.runtime", "schedkit_sglang.runtime:SglangRuntime"),
     "vllm SchedkitRuntime": ("schedkit_vllm.runtime", "schedkit_vllm.runtime:VllmRuntime"),
 }
@@ -79,7 +90,8 @@ def test_an_old_name_warns_and_gives_the_new_object(case: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "module_name", ["schedkit.bench.real_arm", "schedkit.bench.runner", "schedkit.sim.profiles"]
+    "module_name",
+    ["schedkit.bench.engines.real_arm", "schedkit.bench.runner", "schedkit.sim.cost.profiles"],
 )
 def test_a_missing_name_still_raises_attribute_error(module_name: str) -> None:
     module = importlib.import_module(module_name)
@@ -88,7 +100,7 @@ def test_a_missing_name_still_raises_attribute_error(module_name: str) -> None:
 
 
 def test_profile_dict_still_gives_the_profiles_fields() -> None:
-    from schedkit.sim import profiles
+    from schedkit.sim.cost import profiles
 
     profile = profiles.get_model("Llama-3-8B")
     with pytest.warns(DeprecationWarning, match="dataclasses.asdict"):
@@ -98,7 +110,7 @@ def test_profile_dict_still_gives_the_profiles_fields() -> None:
 
 
 def test_compare_arms_ignores_the_old_bootstrap_settings_with_a_warning() -> None:
-    from schedkit.bench.compare import compare_arms
+    from schedkit.bench.stats.compare import compare_arms
     from schedkit.records import RequestRecord, RunResult
 
     def run(policy: str, ttft: float) -> RunResult:

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from schedkit.errors import SchedkitError
-from schedkit.serving import (
+from schedkit.edge.serving import (
     check_tensor_parallel,
     find_option,
     last_option,
     metrics_dir,
     option_value,
 )
+from schedkit.errors import SchedkitError
 
 
 def test_find_option_gives_the_last_one_and_its_span() -> None:

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from schedkit.sim.profiles import BUILTIN_MODELS
-from schedkit.sim.profiles import tp_degrees as profile_degrees
+from schedkit.sim.cost.profiles import BUILTIN_MODELS
+from schedkit.sim.cost.profiles import tp_degrees as profile_degrees
 from schedkit.tensor_parallel import (
     AttentionHeads,
     hub_cache_dir,

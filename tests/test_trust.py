@@ -19,9 +19,9 @@ from schedkit.bench.runner import trusted_requests
 from schedkit.edge import TrustMiddleware, rewrite_fields
 from schedkit.errors import PolicyConfigError
 from schedkit.sim.config import SimConfig
-from schedkit.sim.costmodel import RooflineCostModel
+from schedkit.sim.cost.model import RooflineCostModel
+from schedkit.sim.cost.profiles import get_gpu, get_model
 from schedkit.sim.engine import SimEngine
-from schedkit.sim.profiles import get_gpu, get_model
 from schedkit.trust import DEFAULT_TRUST, TenantSlo, TrustConfig
 from schedkit.workload import TraceRequest
 

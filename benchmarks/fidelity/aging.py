@@ -25,9 +25,9 @@ from loop import TESTS, WARMUP, engine_model
 from same_engine import segmented_trace
 
 from schedkit.bench.runner import BenchSpec, run_bench
-from schedkit.sim.calibration import read_steps
-from schedkit.sim.costmodel import RooflineCostModel
-from schedkit.sim.fit import StepRow, fit_steps, step_kind, with_gaps
+from schedkit.sim.cost.calibration import read_steps
+from schedkit.sim.cost.fit import StepRow, fit_steps, step_kind, with_gaps
+from schedkit.sim.cost.model import RooflineCostModel
 
 
 def drift(rows: list[StepRow], windows: int, reference: RooflineCostModel) -> dict[str, Any]:

@@ -25,7 +25,7 @@ import argparse
 import csv
 from pathlib import Path
 
-from schedkit.sim.profiles import get_gpu, get_model, load_profile_file
+from schedkit.sim.cost.profiles import get_gpu, get_model, load_profile_file
 
 OPERATORS = (
     "input_layernorm", "attn_pre_proj", "attn_rope", "attn_post_proj",

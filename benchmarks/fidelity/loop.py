@@ -41,10 +41,10 @@ from pathlib import Path
 from typing import Any
 
 from schedkit.bench.runner import BenchSpec, run_bench
-from schedkit.sim.calibration import read_steps, save_cost_profile
-from schedkit.sim.costmodel import LINEAR_COEFFICIENTS, LinearCostModel, RooflineCostModel
-from schedkit.sim.fit import StepRow, fit_steps, with_gaps
-from schedkit.sim.profiles import get_gpu, get_model, register_model_dir
+from schedkit.sim.cost.calibration import read_steps, save_cost_profile
+from schedkit.sim.cost.fit import StepRow, fit_steps, with_gaps
+from schedkit.sim.cost.model import LINEAR_COEFFICIENTS, LinearCostModel, RooflineCostModel
+from schedkit.sim.cost.profiles import get_gpu, get_model, register_model_dir
 from schedkit.testing.models import tiny_llama
 
 TRAIN = "poisson:rate=12,n=400,prompt=96,output=24,seed=11"

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import argparse
 
-from schedkit.sim.costmodel import RooflineCostModel
-from schedkit.sim.profiles import get_gpu, get_model
+from schedkit.sim.cost.model import RooflineCostModel
+from schedkit.sim.cost.profiles import get_gpu, get_model
 
 
 def main() -> None:

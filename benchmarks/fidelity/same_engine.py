@@ -57,10 +57,10 @@ from loop import METRICS, SIM, TESTS, WARMUP, engine_model, step_bias  # noqa: E
 from window import requests, window_metrics  # noqa: E402
 
 from schedkit.bench.runner import BenchSpec, run_bench  # noqa: E402
-from schedkit.sim.calibration import read_steps, save_cost_profile  # noqa: E402
-from schedkit.sim.costmodel import RooflineCostModel  # noqa: E402
-from schedkit.sim.fit import fit_steps, with_gaps  # noqa: E402
-from schedkit.sim.workloads import load_workload  # noqa: E402
+from schedkit.sim.cost.calibration import read_steps, save_cost_profile  # noqa: E402
+from schedkit.sim.cost.fit import fit_steps, with_gaps  # noqa: E402
+from schedkit.sim.cost.model import RooflineCostModel  # noqa: E402
+from schedkit.workload import load_workload  # noqa: E402
 
 POLICY = "bench-switch-sjf"
 WARM = "warm"  # the leading copies' segment name: FCFS, neither fitted nor compared

@@ -33,8 +33,8 @@ from loop import TESTS, WARMUP, engine_model, metrics, step_bias
 
 from schedkit.bench.arms import ArmSpec
 from schedkit.bench.runner import BenchSpec, run_bench
-from schedkit.sim.calibration import read_steps
-from schedkit.sim.fit import StepRow, fit_steps, step_kind, with_gaps
+from schedkit.sim.cost.calibration import read_steps
+from schedkit.sim.cost.fit import StepRow, fit_steps, step_kind, with_gaps
 
 CONFIGS = {
     "fcfs": {"policy": "fcfs"},

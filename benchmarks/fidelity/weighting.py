@@ -23,10 +23,10 @@ import numpy as np
 from scipy.optimize import nnls
 
 from schedkit.bench.runner import BenchSpec, run_bench
-from schedkit.sim.calibration import read_steps
-from schedkit.sim.costmodel import LINEAR_COEFFICIENTS
-from schedkit.sim.fit import TEST_SHARE, with_gaps
-from schedkit.sim.profiles import register_model_dir
+from schedkit.sim.cost.calibration import read_steps
+from schedkit.sim.cost.fit import TEST_SHARE, with_gaps
+from schedkit.sim.cost.model import LINEAR_COEFFICIENTS
+from schedkit.sim.cost.profiles import register_model_dir
 
 METRICS = [(m, q) for m in ("ttft_ms", "tpot_ms", "e2e_ms") for q in ("p50", "p90")]
 

@@ -27,9 +27,9 @@ from typing import Any
 from loop import METRICS, POLICIES, SIM, WARMUP, engine_model, step_bias
 
 from schedkit.bench.runner import BenchSpec, run_bench
-from schedkit.bench.stats import percentile
-from schedkit.sim.calibration import read_steps, save_cost_profile
-from schedkit.sim.fit import fit_steps, with_gaps
+from schedkit.bench.stats.estimators import percentile
+from schedkit.sim.cost.calibration import read_steps, save_cost_profile
+from schedkit.sim.cost.fit import fit_steps, with_gaps
 
 # loop.py's tests, twice as long: the first half trains, the second tests
 TESTS: dict[str, tuple[str, dict[str, Any]]] = {

@@ -33,9 +33,9 @@ import numpy as np
 from schedkit_vtc import Ledger, VirtualTokenCounter
 
 from schedkit import EngineState, PolicyFacade, RequestState, StepReport
-from schedkit.bench.metrics import latencies_ms
+from schedkit.bench.stats.metrics import latencies_ms
 from schedkit.sim.engine import SimEngine
-from schedkit.sim.workloads import TraceRequest
+from schedkit.workload import TraceRequest
 
 PROMPT, DECODES, STEP_S = 64, 3, 0.01
 

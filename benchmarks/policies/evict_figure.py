@@ -9,7 +9,7 @@ import json
 import sys
 from pathlib import Path
 
-from schedkit.bench.svg import line_chart
+from schedkit.bench.report.svg import line_chart
 
 STYLE = (
     ".plot{background:#fff;font-family:system-ui,sans-serif}"

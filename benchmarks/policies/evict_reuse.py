@@ -24,7 +24,7 @@ import heapq
 from collections import Counter, OrderedDict
 from collections.abc import Sequence
 
-from schedkit.sim.workloads import load_workload
+from schedkit.workload import load_workload
 
 BLOCKS_PER_ID = 512 // 16
 NEVER = 1 << 62

@@ -24,8 +24,8 @@ import random
 from collections.abc import Sequence
 
 from schedkit import Policy, PolicyFacade, StepReport, hookimpl
-from schedkit.bench.bootstrap import DEFAULT_N_BOOT
 from schedkit.bench.runner import Bench, BenchSpec
+from schedkit.bench.stats.bootstrap import DEFAULT_N_BOOT
 from schedkit.sim.engine import SimEngine
 
 ARMS = ("fcfs", "lcf")

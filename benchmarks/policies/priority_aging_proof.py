@@ -15,10 +15,10 @@ from __future__ import annotations
 import argparse
 import json
 
-from schedkit.bench.bootstrap import BootstrapDiff, paired_bootstrap
-from schedkit.bench.metrics import latencies_ms
 from schedkit.bench.runner import Bench, BenchSpec
-from schedkit.bench.stats import Quantile
+from schedkit.bench.stats.bootstrap import BootstrapDiff, paired_bootstrap
+from schedkit.bench.stats.estimators import Quantile
+from schedkit.bench.stats.metrics import latencies_ms
 from schedkit.records import RunResult
 
 

@@ -13,9 +13,9 @@ import argparse
 import time
 from pathlib import Path
 
-from schedkit.bench.compare import compare_arms
-from schedkit.bench.flags import overload
 from schedkit.bench.runner import Bench, BenchSpec, run_arms
+from schedkit.bench.stats.compare import compare_arms
+from schedkit.bench.stats.flags import overload
 
 POLICIES = ["round-robin", "least-loaded", "prefix-affinity"]
 

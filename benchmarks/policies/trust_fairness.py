@@ -25,11 +25,11 @@ import random
 from schedkit import PolicyFacade, load_config
 from schedkit.bench.runner import trusted_requests
 from schedkit.sim.config import SimConfig
-from schedkit.sim.costmodel import RooflineCostModel
+from schedkit.sim.cost.model import RooflineCostModel
+from schedkit.sim.cost.profiles import get_gpu, get_model
 from schedkit.sim.engine import SimEngine
-from schedkit.sim.profiles import get_gpu, get_model
-from schedkit.sim.workloads import TraceRequest
 from schedkit.trust import TrustConfig
+from schedkit.workload import TraceRequest
 
 COST = RooflineCostModel(get_model("Llama-3-8B"), get_gpu("H100-SXM"))
 SIM = SimConfig(num_blocks=4096, max_num_seqs=32)

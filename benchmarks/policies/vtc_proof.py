@@ -24,10 +24,10 @@ import random
 from collections.abc import Sequence
 
 from schedkit import PolicyFacade
-from schedkit.bench.bootstrap import DEFAULT_N_BOOT, paired_bootstrap
-from schedkit.bench.metrics import latencies_ms, service_jain
 from schedkit.bench.runner import Bench, BenchSpec
-from schedkit.bench.stats import Quantile, jain
+from schedkit.bench.stats.bootstrap import DEFAULT_N_BOOT, paired_bootstrap
+from schedkit.bench.stats.estimators import Quantile, jain
+from schedkit.bench.stats.metrics import latencies_ms, service_jain
 from schedkit.records import RunResult
 from schedkit.sim.engine import SimEngine
 

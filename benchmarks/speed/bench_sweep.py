@@ -25,8 +25,8 @@ from pathlib import Path
 
 from schedkit.bench.arms import ArmSpec, EngineSettings
 from schedkit.bench.runner import BenchSpec
-from schedkit.bench.sweep import SweepSpec
-from schedkit.bench.sweep_run import run_sweep
+from schedkit.bench.sweep.run import run_sweep
+from schedkit.bench.sweep.spec import SweepSpec
 
 POLICIES = ("fcfs", "shortest-prompt", "sjf", "vtc", "lcf")
 CONFIGS = (

@@ -19,8 +19,8 @@ import argparse
 import inspect
 import time
 
-from schedkit.bench import metrics as metrics_module
 from schedkit.bench.runner import Bench, BenchSpec
+from schedkit.bench.stats import metrics as metrics_module
 
 
 def main() -> None:
@@ -39,7 +39,7 @@ def main() -> None:
     for run, label in zip(runs, bench.labels, strict=True):
         run.policy = label
     try:
-        from schedkit.bench.compare import compare_arms
+        from schedkit.bench.stats.compare import compare_arms
     except ImportError:  # an older tree: the comparison lived in metrics
         compare_arms = metrics_module.compare_arms
     parameters = inspect.signature(compare_arms).parameters

@@ -73,7 +73,7 @@ def measure(path: Path, reader: str, mode: str, max_requests: int | None) -> dic
     schedkit, so it measures older ones too, with ``PYTHONPATH``)."""
     import numpy  # noqa: F401  (imported before the baseline, as the readers import it)
 
-    from schedkit.sim.workloads import load_workload
+    from schedkit.workload import load_workload
 
     before = _rss_mb()  # with schedkit and numpy imported
     started = time.perf_counter()
@@ -81,12 +81,12 @@ def measure(path: Path, reader: str, mode: str, max_requests: int | None) -> dic
         workload = load_workload(str(path))
         count = len((workload.truncated(max_requests) if max_requests else workload).requests)
     elif mode == "rows":
-        from schedkit.sim import azure_csv
-        from schedkit.sim.workloads import _trace_source
+        from schedkit.workload.formats import azure_csv
+        from schedkit.workload.loader import _trace_source
 
         source = _trace_source(path, path.name)
         if reader == "pyarrow":
-            from schedkit.sim import azure_arrow
+            from schedkit.workload.formats import azure_arrow
 
             rows = azure_arrow.read_azure_rows_pyarrow(source, max_requests)
             assert rows is not None, "pyarrow declined"
@@ -94,11 +94,11 @@ def measure(path: Path, reader: str, mode: str, max_requests: int | None) -> dic
             rows = azure_csv.read_azure_rows(source, max_requests)
         count = len(rows.day)
     else:
-        from schedkit.sim import azure_csv
+        from schedkit.workload.formats import azure
 
         # load_workload picks the reader by size; force one for the measurement.
         size_bytes, size_requests = (0, 0) if reader == "pyarrow" else (1 << 62, 1 << 62)
-        azure_csv.PYARROW_MIN_BYTES, azure_csv.PYARROW_MIN_REQUESTS = (
+        azure.PYARROW_MIN_BYTES, azure.PYARROW_MIN_REQUESTS = (
             size_bytes,
             size_requests,
         )

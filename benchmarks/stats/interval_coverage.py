@@ -5,7 +5,7 @@ distribution: arm A on ``poisson:...,seed=2k``, arm B on ``seed=2k+1``, paired b
 index as the bench pairs arms. The true difference of every statistic is 0, so a 95%
 interval should contain 0 in 95% of the pairs. Each pair gets three intervals:
 
-- ``sectioning``: what ``schedkit bench`` prints (``schedkit.bench.sectioning.sectioned_diff``:
+- ``sectioning``: what ``schedkit bench`` prints (``schedkit.bench.stats.sectioning.sectioned_diff``:
   up to 10 stretches of consecutive arrivals, a Student t interval);
 - ``block bootstrap``: the paired circular block bootstrap with the Politis-White block
   length (``paired_bootstrap(block=...)``), the other method valid under dependence;
@@ -27,11 +27,11 @@ from typing import Any
 
 import numpy as np
 
-from schedkit.bench.bootstrap import paired_bootstrap
-from schedkit.bench.compare import samples
 from schedkit.bench.runner import Bench, BenchSpec
-from schedkit.bench.sectioning import block_length, ranks, sectioned_diff
-from schedkit.bench.stats import FloatArray, Mean, Quantile, Statistic
+from schedkit.bench.stats.bootstrap import paired_bootstrap
+from schedkit.bench.stats.compare import samples
+from schedkit.bench.stats.estimators import FloatArray, Mean, Quantile, Statistic
+from schedkit.bench.stats.sectioning import block_length, ranks, sectioned_diff
 
 STATISTICS: dict[str, tuple[str, Statistic]] = {
     "p50 TTFT": ("ttft_ms", Quantile(50)),

@@ -1,4 +1,4 @@
-"""Coverage of the sweep's 95% intervals (``schedkit.bench.sweep.interval``).
+"""Coverage of the sweep's 95% intervals (``schedkit.bench.sweep.spec.interval``).
 
 A sweep's interval at one rate is a Student t interval over K replicates' values of a
 metric (say p90 TTFT), each replicate an independent request stream. Its target is
@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from schedkit.bench.runner import BenchSpec
-from schedkit.bench.sweep import Sweep, SweepSpec, goodput, interval, knee
+from schedkit.bench.sweep.spec import Sweep, SweepSpec, goodput, interval, knee
 
 WORKLOAD = "poisson:rate=20,n=600,prompt=1024,output=128"  # lengths; arrivals re-drawn
 RATES = [10.0, 20.0, 25.0, 30.0, 35.0, 40.0, 50.0, 60.0]  # req/s: light, the knee (~22), overload

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from schedkit.bench.svg import line_chart
+from schedkit.bench.report.svg import line_chart
 
 HERE = Path(__file__).resolve().parent
 DASHBOARD = HERE / "schedkit.json"

@@ -18,8 +18,8 @@ pieces that do not depend on the engine live here, written once:
   honours only in part.
 The kit loads no bench, no simulator and no numpy: an engine's scheduler process imports
 it (checked by ``make lint``'s import contracts and by each adapter's suite). The
-real-engine bench arm (``RealArm``) is bench harness, in ``schedkit.bench.real_arm``;
-the serve launchers share ``schedkit.serving``. An adapter adds a
+real-engine bench arm (``RealArm``) is bench harness, in ``schedkit.bench.engines.real_arm``;
+the serve launchers share ``schedkit.edge.serving``. An adapter adds a
 ``RequestView``/``EngineView`` over its engine's objects and a driver (patches or a
 scheduler subclass) that calls the runtime.
 """
@@ -45,17 +45,17 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
-    """``schedkit.adapter.ReplayArm``, moved to ``schedkit.bench.real_arm.RealArm`` (issue
+    """``schedkit.adapter.ReplayArm``, moved to ``schedkit.bench.engines.real_arm.RealArm`` (issue
     #36)."""
     if name == "ReplayArm":
         import importlib
         import warnings
 
         warnings.warn(
-            "schedkit.adapter.ReplayArm moved to schedkit.bench.real_arm.RealArm; import it"
+            "schedkit.adapter.ReplayArm moved to schedkit.bench.engines.real_arm.RealArm; import it"
             " from there (the old name goes in a later release)",
             DeprecationWarning,
             stacklevel=2,
         )
-        return importlib.import_module("schedkit.bench.real_arm").RealArm
+        return importlib.import_module("schedkit.bench.engines.real_arm").RealArm
     raise AttributeError(f"module 'schedkit.adapter' has no attribute {name!r}")

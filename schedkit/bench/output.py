@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from schedkit.bench.metrics import latencies_ms, meets_slo, slo_applies
+from schedkit.bench.stats.metrics import latencies_ms, meets_slo, slo_applies
 from schedkit.errors import SchedkitError, quote
 from schedkit.records import RunResult
 
@@ -196,8 +196,8 @@ def write_outputs(
 ) -> list[Path]:
     """Write results.json, the per-request table and the reports into ``out_dir``, all or
     nothing; return the paths written."""
-    from schedkit.bench.report import write_report
-    from schedkit.bench.vllm_format import write_vllm_bench
+    from schedkit.bench.report.render import write_report
+    from schedkit.bench.report.vllm_format import write_vllm_bench
 
     try:
         out_dir.mkdir(parents=True, exist_ok=True)

@@ -24,11 +24,11 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from schedkit.bench.arms import EngineSettings
-from schedkit.bench.metrics import compute_metrics
 from schedkit.bench.runner import Bench, BenchSpec, arrival_rate, simulate, trusted_requests
+from schedkit.bench.stats.metrics import compute_metrics
 from schedkit.bench.workers import fork_pool
 from schedkit.errors import SchedkitError
-from schedkit.sim.profiles import ACTIVATION_RESERVE_BYTES_PER_GPU, get_gpu, get_model
+from schedkit.sim.cost.profiles import ACTIVATION_RESERVE_BYTES_PER_GPU, get_gpu, get_model
 
 __all__ = ["PlanSpec", "rule_of_thumb", "run_plan"]
 

@@ -18,23 +18,28 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from schedkit.adapter.recording import RECORDING_ENGINES
 from schedkit.bench.arms import ENGINE_KEYS, ArmSpec, KvCacheDtype, ResolvedArm, resolve_arms
-from schedkit.bench.compare import DEFAULT_MIN_EFFECT, METRIC_KEYS, check_metrics, compare_arms
 from schedkit.bench.engine_settings import check_engine_settings
-from schedkit.bench.flags import run_flags
-from schedkit.bench.metrics import compute_metrics
 from schedkit.bench.output import check_out_dir, provenance, write_outputs
+from schedkit.bench.stats.compare import (
+    DEFAULT_MIN_EFFECT,
+    METRIC_KEYS,
+    check_metrics,
+    compare_arms,
+)
+from schedkit.bench.stats.flags import run_flags
+from schedkit.bench.stats.metrics import compute_metrics
 from schedkit.bench.workers import fork_pool
 from schedkit.capabilities import matrix_engine, warn_unsupported
 from schedkit.config import SchedkitConfig
 from schedkit.errors import SchedkitError, quote
 from schedkit.facade import PolicyFacade
 from schedkit.records import RunResult
-from schedkit.sim.calibration import make_cost_model, profile_mismatch
 from schedkit.sim.cluster import Cluster
 from schedkit.sim.config import DEFAULT_EVICTION_WINDOW, SimConfig
-from schedkit.sim.costmodel import LinearCostModel, RooflineCostModel
+from schedkit.sim.cost.calibration import make_cost_model, profile_mismatch
+from schedkit.sim.cost.model import LinearCostModel, RooflineCostModel
+from schedkit.sim.cost.profiles import DEFAULT_REGISTRY, KV_CACHE_DTYPES, register_model_dir
 from schedkit.sim.engine import SimEngine, StepCost, no_cyclic_gc
-from schedkit.sim.profiles import DEFAULT_REGISTRY, KV_CACHE_DTYPES, register_model_dir
 from schedkit.trust import TrustConfig
 from schedkit.workload import TraceRequest, Workload, load_workload
 
@@ -129,7 +134,7 @@ def _check_targets(spec: BenchSpec, arms: int) -> None:
             " http://127.0.0.1:8000"
         )
     if spec.serve_command is not None:
-        from schedkit.bench.launch import POLICY_FIELD
+        from schedkit.bench.engines.launch import POLICY_FIELD
 
         if len(spec.targets) != 1:
             raise SchedkitError(
@@ -233,11 +238,11 @@ def load_engine(name: str) -> ArmRunner:
             raise SchedkitError(
                 "--engine openai needs aiohttp: pip install 'schedkit[live]'"
             ) from None
-        from schedkit.bench.live import run_live_arm
+        from schedkit.bench.engines.live import run_live_arm
 
         return run_live_arm
     if name == "import":
-        from schedkit.bench.interop import run_import_arm
+        from schedkit.bench.engines.interop import run_import_arm
 
         return run_import_arm
     for ep in metadata.entry_points(group=ENGINE_GROUP):

@@ -28,9 +28,9 @@ from contextlib import contextmanager
 from schedkit.decisions import BatchBudget, StepReport
 from schedkit.facade import PolicyFacade
 from schedkit.records import RunResult
-from schedkit.sim.blocks import blocks_for
 from schedkit.sim.config import SimConfig, StepCost
-from schedkit.sim.kvcache import KVCache
+from schedkit.sim.kv.blocks import blocks_for
+from schedkit.sim.kv.cache import KVCache
 from schedkit.sim.recorder import Recorder
 from schedkit.sim.request import SimRequest, TraceLike
 from schedkit.sim.stretch import TIME_EPS, DecodeStretches

@@ -6,7 +6,7 @@ from itertools import chain
 from typing import Protocol
 
 from schedkit.records import RequestRecord
-from schedkit.sim.blocks import BlockTable, blocks_for, group_key, own_block_hash
+from schedkit.sim.kv.blocks import BlockTable, blocks_for, group_key, own_block_hash
 
 
 class TraceLike(Protocol):

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING
 
 from schedkit.decisions import BatchBudget, StepReport
 from schedkit.facade import PolicyFacade
-from schedkit.sim.blocks import blocks_for
 from schedkit.sim.config import SimConfig, StepCost
-from schedkit.sim.kvcache import KVCache
+from schedkit.sim.kv.blocks import blocks_for
+from schedkit.sim.kv.cache import KVCache
 from schedkit.sim.recorder import Recorder
 from schedkit.sim.request import SimRequest
 from schedkit.sim.waiting import FifoWaiting, KeyedWaiting

@@ -18,14 +18,14 @@ import pytest
 from schedkit.bench.engine_settings import check_engine_settings
 from schedkit.bench.output import check_out_dir, write_outputs
 from schedkit.bench.runner import BenchSpec, run_bench
-from schedkit.cli import _json_object
+from schedkit.cli.commands import _json_object
 from schedkit.config import load_config
 from schedkit.errors import PolicyConfigError, SchedkitError, quote
 from schedkit.inputs import read_lines
 from schedkit.records import RunResult
-from schedkit.sim.calibration import load_cost_profile, read_steps
-from schedkit.sim.costmodel import RooflineCostModel
-from schedkit.sim.profiles import (
+from schedkit.sim.cost.calibration import load_cost_profile, read_steps
+from schedkit.sim.cost.model import RooflineCostModel
+from schedkit.sim.cost.profiles import (
     ModelProfile,
     check_tp,
     get_gpu,
@@ -514,7 +514,7 @@ def test_a_failed_write_is_an_error_and_leaves_earlier_results(
     def full_disk(*args: object, **kwargs: object) -> None:
         raise OSError(28, "No space left on device", str(tmp_path / "report.html"))
 
-    monkeypatch.setattr("schedkit.bench.report.write_report", full_disk)
+    monkeypatch.setattr("schedkit.bench.report.render.write_report", full_disk)
     run = RunResult(policy="fcfs", records=[], duration_s=0.0)
     with pytest.raises(SchedkitError) as exc:
         write_outputs(tmp_path, {}, [run], slo_ttft_ms=None, slo_tpot_ms=None)

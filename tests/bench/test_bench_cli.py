@@ -219,8 +219,8 @@ def test_calibrate_fits_and_bench_accepts_the_profile(tmp_path: Path) -> None:
 def test_calibrate_takes_its_reference_from_the_engines_names(
     tmp_path: Path, model: str, gpu: str, reference: tuple[str, str], note: str
 ) -> None:
-    from schedkit.sim.costmodel import RooflineCostModel
-    from schedkit.sim.profiles import get_gpu, get_model
+    from schedkit.sim.cost.model import RooflineCostModel
+    from schedkit.sim.cost.profiles import get_gpu, get_model
 
     meta = json.dumps({"engine": "vllm", "model": model, "gpu": gpu, "tp": 4})
     (tmp_path / "steps.csv").write_text(f"# schedkit-steps {meta}\n" + "\n".join(linear_steps()))

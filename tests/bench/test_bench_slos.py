@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from schedkit import EngineView, Policy, PolicyFacade, RequestView, hookimpl
-from schedkit.bench.engine_requests import request_metadata
-from schedkit.bench.metrics import compute_metrics
+from schedkit.bench.engines.requests import request_metadata
 from schedkit.bench.runner import Bench, BenchSpec
+from schedkit.bench.stats.metrics import compute_metrics
 from schedkit.records import RunResult
 
 # r1 brings its own TTFT target, r2 its own TPOT target; r0 and r3 bring none.

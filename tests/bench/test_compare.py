@@ -8,14 +8,14 @@ from typing import Any
 
 import pytest
 
-from schedkit.bench.compare import (
+from schedkit.bench.stats.compare import (
     METRIC_KEYS,
     check_metrics,
     check_min_effect,
     compare_arms,
     summary_line,
 )
-from schedkit.bench.flags import overload, policy_faults
+from schedkit.bench.stats.flags import overload, policy_faults
 from schedkit.errors import SchedkitError
 from schedkit.records import RequestRecord, RunResult
 

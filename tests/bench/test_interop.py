@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from schedkit.bench.interop import export_mooncake
+from schedkit.bench.engines.interop import export_mooncake
 from schedkit.bench.runner import BenchSpec, run_bench
 from schedkit.errors import SchedkitError
 from schedkit.workload import load_workload

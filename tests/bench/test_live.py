@@ -183,7 +183,7 @@ def stub_command(port: int, extra: str = "") -> str:
 
 
 def test_each_arm_gets_a_server_started_with_its_policy(tmp_path: Path) -> None:
-    from schedkit.bench.launch import answers
+    from schedkit.bench.engines.launch import answers
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"

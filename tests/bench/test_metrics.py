@@ -11,12 +11,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from schedkit.bench.metrics import (
+from schedkit.bench.stats.estimators import (
+    jain,
+    percentile,
+    summary,
+    weighted_percentile,
+    weighted_summary,
+)
+from schedkit.bench.stats.metrics import (
     compute_metrics,
     per_request_samples,
     service_jain,
 )
-from schedkit.bench.stats import jain, percentile, summary, weighted_percentile, weighted_summary
 from schedkit.records import RequestRecord, RunResult
 
 

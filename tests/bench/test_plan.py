@@ -13,7 +13,7 @@ from test_bench_cli import schedkit
 from schedkit.bench.arms import EngineSettings
 from schedkit.bench.plan import PlanSpec, rule_of_thumb, run_plan
 from schedkit.bench.runner import Bench, BenchSpec
-from schedkit.sim.profiles import get_gpu, get_model
+from schedkit.sim.cost.profiles import get_gpu, get_model
 
 # 300 requests at 40 req/s: more than one A100 serves within a 300 ms TTFT
 WORKLOAD = "poisson:rate=40,n=300,prompt=1024,output=64"

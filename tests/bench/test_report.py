@@ -9,19 +9,19 @@ from typing import Any
 
 import pytest
 
-from schedkit.bench.compare import compare_arms
-from schedkit.bench.metrics import compute_metrics
-from schedkit.bench.plots import (
+from schedkit.bench.report.plots import (
     SCATTER_POINTS,
     SCATTER_SLOWEST,
     THROUGHPUT_BINS,
     throughput,
     throughput_series,
 )
-from schedkit.bench.report import render_html, render_markdown, write_report
-from schedkit.bench.svg import bar_chart, ccdf_points, cdf_points, downsample, line_chart
-from schedkit.bench.tables import inline
-from schedkit.bench.verdicts import TONES, comparison_summaries
+from schedkit.bench.report.render import render_html, render_markdown, write_report
+from schedkit.bench.report.svg import bar_chart, ccdf_points, cdf_points, downsample, line_chart
+from schedkit.bench.report.tables import inline
+from schedkit.bench.report.verdicts import TONES, comparison_summaries
+from schedkit.bench.stats.compare import compare_arms
+from schedkit.bench.stats.metrics import compute_metrics
 from schedkit.records import RequestRecord, RunResult, TimelinePoint
 
 SLO = {"slo_ttft_ms": 200.0, "slo_tpot_ms": 50.0}

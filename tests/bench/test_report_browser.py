@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from test_report import fake_results, fake_run
 
-from schedkit.bench.report import write_report
+from schedkit.bench.report.render import write_report
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "report" / "screenshot.py"

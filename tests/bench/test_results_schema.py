@@ -151,7 +151,7 @@ def test_a_failed_run_leaves_the_previous_results_whole(
     def broken(*args: Any, **kwargs: Any) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr("schedkit.bench.report.write_report", broken)
+    monkeypatch.setattr("schedkit.bench.report.render.write_report", broken)
     with pytest.raises(SchedkitError, match=r"cannot write the results to --out .*disk full"):
         run_bench(spec.model_copy(update={"seed": 1}), tmp_path)
     assert (tmp_path / "results.json").read_text() == before

@@ -8,15 +8,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schedkit.bench.bootstrap import paired_bootstrap, paired_bootstrap_diff, resample_counts
-from schedkit.bench.sectioning import (
+from schedkit.bench.stats.bootstrap import paired_bootstrap, paired_bootstrap_diff, resample_counts
+from schedkit.bench.stats.estimators import Draws, Mean, Quantile, Ratio, Total
+from schedkit.bench.stats.sectioning import (
     MAX_SECTIONS,
     MIN_TAIL,
     block_length,
     sectioned_diff,
     sections_for,
 )
-from schedkit.bench.stats import Draws, Mean, Quantile, Ratio, Total
 
 
 def _expanded(values: np.ndarray, counts: np.ndarray, k: int) -> np.ndarray:

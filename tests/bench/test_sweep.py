@@ -16,8 +16,8 @@ from test_bench_cli import install_fake_plugin, schedkit
 
 from schedkit.bench.arms import parse_arm
 from schedkit.bench.runner import BenchSpec
-from schedkit.bench.sweep import Sweep, SweepSpec, crossing, goodput, knee
-from schedkit.bench.sweep_run import INTERRUPTED_EXIT, POINTS_FILE, STOPPED_EXIT, run_sweep
+from schedkit.bench.sweep.run import INTERRUPTED_EXIT, POINTS_FILE, STOPPED_EXIT, run_sweep
+from schedkit.bench.sweep.spec import Sweep, SweepSpec, crossing, goodput, knee
 from schedkit.errors import SchedkitError
 
 # 120 requests of 600 + 60 tokens; a few hundred blocks so that load shows.

@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 from schedkit import Admission, BatchBudget, Policy, PolicyFacade, StepReport, hookimpl
 from schedkit.records import RequestRecord, RunResult
 from schedkit.sim.config import SimConfig, StepCost
-from schedkit.sim.costmodel import LinearCostModel, RooflineCostModel
+from schedkit.sim.cost.model import LinearCostModel, RooflineCostModel
+from schedkit.sim.cost.profiles import get_gpu, get_model
 from schedkit.sim.engine import SimEngine
-from schedkit.sim.profiles import get_gpu, get_model
 from schedkit.sim.request import SimRequest
 from schedkit.views import BlockView, EngineView, RequestView
 from schedkit.workload import TraceRequest

@@ -15,8 +15,8 @@ import pytest
 
 from schedkit import Admission, Policy, PolicyFacade, RequestView, hookimpl
 from schedkit.policies.builtin import PriorityPolicy
-from schedkit.sim.calibration import make_cost_model
 from schedkit.sim.config import SimConfig
+from schedkit.sim.cost.calibration import make_cost_model
 from schedkit.sim.engine import SimEngine
 from schedkit.testing.contract import Flaky
 from schedkit.workload import load_workload

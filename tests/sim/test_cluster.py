@@ -10,9 +10,9 @@ import pytest
 
 from schedkit import Policy, PolicyFacade, ReplicaView, RequestView, hookimpl
 from schedkit.policies.builtin import LeastLoaded
-from schedkit.sim.calibration import make_cost_model
 from schedkit.sim.cluster import Cluster
 from schedkit.sim.config import SimConfig
+from schedkit.sim.cost.calibration import make_cost_model
 from schedkit.sim.engine import SimEngine
 from schedkit.workload import load_workload
 

@@ -9,16 +9,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schedkit.errors import SchedkitError
-from schedkit.sim.calibration import (
+from schedkit.sim.cost.calibration import (
     load_cost_profile,
     make_cost_model,
     profile_mismatch,
     read_steps,
     save_cost_profile,
 )
-from schedkit.sim.costmodel import CostModel, LinearCostModel, RooflineCostModel
-from schedkit.sim.fit import MIN_STEPS, StepRow, fit_steps, with_gaps
-from schedkit.sim.profiles import GPUProfile, get_gpu, get_model, tp_degrees
+from schedkit.sim.cost.fit import MIN_STEPS, StepRow, fit_steps, with_gaps
+from schedkit.sim.cost.model import CostModel, LinearCostModel, RooflineCostModel
+from schedkit.sim.cost.profiles import GPUProfile, get_gpu, get_model, tp_degrees
 
 LLAMA_8B = get_model("Llama-3-8B")
 H100 = get_gpu("H100-SXM")

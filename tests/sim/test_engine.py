@@ -44,9 +44,9 @@ from schedkit import EngineView, Policy, RequestView, hookimpl
 from schedkit.hookspecs import HOOK_NAMES
 from schedkit.policies.builtin import PriorityPolicy
 from schedkit.records import RunResult
-from schedkit.sim.blocks import own_block_hash
 from schedkit.sim.config import SimConfig, StepCost
 from schedkit.sim.engine import SimEngine
+from schedkit.sim.kv.blocks import own_block_hash
 from schedkit.sim.request import SimRequest
 from schedkit.workload import TraceRequest, load_workload
 

@@ -1,4 +1,4 @@
-"""Eviction by ``eviction_key`` in the simulator (schedkit/sim/evict_keys.py): the KV cache
+"""Eviction by ``eviction_key`` in the simulator (schedkit/sim/kv/evict_keys.py): the KV cache
 keeps its evictable spans in key order, and evicts exactly the blocks a list hook ranking
 every evictable block by the same key would (no window), at a fraction of the cost."""
 
@@ -11,10 +11,10 @@ import pytest
 
 from schedkit import BlockView, EngineView, Policy, PolicyFacade, hookimpl
 from schedkit.errors import PolicyConfigError
-from schedkit.sim.calibration import make_cost_model
 from schedkit.sim.config import SimConfig
+from schedkit.sim.cost.calibration import make_cost_model
 from schedkit.sim.engine import SimEngine
-from schedkit.sim.evict_keys import ClassKeyedEvictions, SpanKeyedEvictions
+from schedkit.sim.kv.evict_keys import ClassKeyedEvictions, SpanKeyedEvictions
 from schedkit.workload import load_workload
 
 Key = Callable[[BlockView], Any]
@@ -153,8 +153,8 @@ def test_a_run_of_spans_waits_for_a_piece_cut_from_its_middle() -> None:
     of the run while free ranks again as two pieces, and the rest of the run must not be
     evicted before them: the order stays LRU's, block by block."""
     from schedkit import EngineState
-    from schedkit.sim.blocks import BlockTable
-    from schedkit.sim.kvcache import KVCache
+    from schedkit.sim.kv.blocks import BlockTable
+    from schedkit.sim.kv.cache import KVCache
 
     kv = KVCache(
         6, 16, prefix_caching=True, facade=PolicyFacade([("p", key_policy(KEYS["alike"], ()))]),

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schedkit import BlockView, EngineState, EngineView, Policy, PolicyFacade, hookimpl
-from schedkit.sim.blocks import BlockTable, OwnSpan, blocks_for, own_block_hash, own_key_of
-from schedkit.sim.kvcache import KVCache
+from schedkit.sim.kv.blocks import BlockTable, OwnSpan, blocks_for, own_block_hash, own_key_of
+from schedkit.sim.kv.cache import KVCache
 
 BS = 16
 PER = 2  # blocks per trace hash id (group) in these tests

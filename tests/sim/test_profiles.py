@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from schedkit.errors import SchedkitError
-from schedkit.sim.profiles import (
+from schedkit.sim.cost.profiles import (
     GPUProfile,
     ModelProfile,
     ProfileRegistry,

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from schedkit.bench.engine_requests import output_token_id, prompt_token_ids, request_metadata
+from schedkit.bench.engines.requests import output_token_id, prompt_token_ids, request_metadata
 from schedkit.policy import Policy
 from schedkit.testing.contract import Outcome, Scenario, facade_of
 

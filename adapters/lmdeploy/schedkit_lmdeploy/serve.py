@@ -23,8 +23,8 @@ from collections.abc import Mapping, Sequence
 
 from schedkit import SchedkitConfig
 from schedkit.adapter.environ import with_config
+from schedkit.edge.serving import check_tensor_parallel, option_value, run_server
 from schedkit.errors import SchedkitError
-from schedkit.serving import check_tensor_parallel, option_value, run_server
 
 LAUNCH_MODULE = "schedkit_lmdeploy.launch"
 # LMDeploy's commands that take the model first and --tp (lmdeploy/cli/cli.py, serve.py).

@@ -17,7 +17,7 @@ knobs as closely as SGLang allows:
   vLLM and the simulator do, instead of reserving room for 70% of every running
   request's remaining output, and retracts decoding requests when the cache runs out.
 
-Requests are token-id prompts (``schedkit.bench.engine_requests.prompt_token_ids``, mixed into
+Requests are token-id prompts (``schedkit.bench.engines.requests.prompt_token_ids``, mixed into
 the model's vocabulary; shared prefixes stay shared), ``max_new_tokens`` their output
 length with ``ignore_eos``, tenant and SLO targets in ``custom_params`` and SGLang's own
 ``priority``, as the adapter reads them.
@@ -119,7 +119,7 @@ def run_sglang(
     policies ``policy_names`` (``options`` per policy, as in ``SCHEDKIT_OPTIONS``), in
     SGLang's overlap loop (``event_loop_overlap``) or its normal one."""
     from schedkit import PolicyFacade
-    from schedkit.bench.engine_requests import model_info, prompt_token_ids, request_metadata
+    from schedkit.bench.engines.requests import model_info, prompt_token_ids, request_metadata
 
     from schedkit_sglang.config import CONFIG_VAR, OPTIONS_VAR, POLICY_VAR
 

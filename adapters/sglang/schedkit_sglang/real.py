@@ -6,7 +6,7 @@ process it spawns loads the schedkit plugin and reads it), submits each request 
 workload with ``async_generate(stream=True)`` when the wall clock reaches its arrival
 time, and waits for every stream to end. What every real engine measures the same way
 (clipping, prompts, the wall clock, the KV pre-check, rejections, token gaps) is
-``schedkit.bench.real_arm``; what is SGLang's, in seconds from the start of the replay:
+``schedkit.bench.engines.real_arm``; what is SGLang's, in seconds from the start of the replay:
 
 - ``arrival_s``: a request is submitted when the replay's event loop reaches it (later
   while the loop is busy reading outputs), and that delay counts toward its TTFT.
@@ -51,8 +51,8 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from schedkit.bench.engine_requests import ModelInfo, request_metadata
-from schedkit.bench.real_arm import RealArm
+from schedkit.bench.engines.real_arm import RealArm
+from schedkit.bench.engines.requests import ModelInfo, request_metadata
 from schedkit.records import RequestRecord, RunResult
 
 from schedkit_sglang import cpu

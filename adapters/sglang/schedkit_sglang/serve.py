@@ -35,14 +35,14 @@ from collections.abc import Mapping, Sequence
 
 from schedkit import PolicyFacade, SchedkitConfig
 from schedkit.adapter.environ import with_config
-from schedkit.errors import SchedkitError
-from schedkit.serving import (
+from schedkit.edge.serving import (
     check_tensor_parallel,
     last_option,
     metrics_dir,
     option_value,
     run_server,
 )
+from schedkit.errors import SchedkitError
 
 from schedkit_sglang.cpu import pythonpath
 

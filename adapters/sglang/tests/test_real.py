@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from schedkit.bench.replay import model_info
+from schedkit.bench.engines.requests import model_info
 from schedkit.bench.runner import Bench, BenchSpec
 from schedkit.records import RequestRecord
 
@@ -190,7 +190,7 @@ def test_record_steps_on_sglang_then_calibrate(real_model_dir: Path, tmp_path: P
     decode row."""
     import csv
 
-    from schedkit.sim.calibration import read_steps
+    from schedkit.sim.cost.calibration import read_steps
 
     out, steps = tmp_path / "rec", tmp_path / "steps"
     proc = _schedkit(

@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from schedkit.bench.engine_requests import new_record
+from schedkit.bench.engines.requests import new_record
 from schedkit.policy import Policy
 from schedkit.testing.contract import Outcome, Scenario, facade_of
 
@@ -140,7 +140,7 @@ def run_vllm_engine(
     samples the tokens, vLLM's own output processing ends the requests."""
     import os
 
-    from schedkit.bench.engine_requests import in_vocab, prompt_token_ids, request_metadata
+    from schedkit.bench.engines.requests import in_vocab, prompt_token_ids, request_metadata
     from vllm import LLM, SamplingParams
 
     cfg = scenario.config

@@ -5,7 +5,7 @@ core in this process, ``scheduler_cls="schedkit_vllm.Scheduler"``, the arm's pol
 ``additional_config``), submits each request when the wall clock reaches its arrival
 time, and steps the engine until every request has finished. What every real engine
 measures the same way (clipping, prompts, the wall clock, the KV pre-check, rejections,
-token gaps) is ``schedkit.bench.real_arm``; what is vLLM's, in seconds from the start of
+token gaps) is ``schedkit.bench.engines.real_arm``; what is vLLM's, in seconds from the start of
 the replay:
 
 - ``arrival_s``: a request is submitted at the first step boundary at or after it, so the
@@ -33,8 +33,8 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
-from schedkit.bench.engine_requests import ModelInfo, request_metadata
-from schedkit.bench.real_arm import RealArm
+from schedkit.bench.engines.real_arm import RealArm
+from schedkit.bench.engines.requests import ModelInfo, request_metadata
 from schedkit.records import RunResult
 
 if TYPE_CHECKING:

@@ -32,14 +32,14 @@ from importlib import metadata
 from typing import Any
 
 from schedkit import SchedkitConfig
-from schedkit.errors import SchedkitError
-from schedkit.serving import (
+from schedkit.edge.serving import (
     check_tensor_parallel,
     find_option,
     metrics_dir,
     option_value,
     run_server,
 )
+from schedkit.errors import SchedkitError
 from schedkit.trust import DEFAULT_TRUST
 
 from schedkit_vllm.tracing import LABEL_VAR

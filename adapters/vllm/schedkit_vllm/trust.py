@@ -26,9 +26,9 @@ from typing import Any
 from pydantic import ValidationError
 from schedkit.edge import ASGIApp, rewrite_fields
 from schedkit.edge import TrustMiddleware as _EdgeMiddleware
+from schedkit.edge.serving import option_value
 from schedkit.errors import PolicyConfigError
 from schedkit.seal import Seal
-from schedkit.serving import option_value
 from schedkit.trust import DEFAULT_TRUST, Problem, TrustConfig
 
 TRUST_VAR = "SCHEDKIT_TRUST"

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from schedkit.bench.engine_requests import (
+from schedkit.bench.engines.requests import (
     new_record,
     output_token_id,
     prompt_token_ids,

@@ -78,7 +78,7 @@ def test_arms_with_their_own_engine_settings_on_real_engines(
 
 def test_record_steps_on_the_real_engine_then_calibrate(tiny_model: Path, tmp_path: Path) -> None:
     """--record-steps writes one row per vLLM step; every scheduled token is in a row."""
-    from schedkit.sim.calibration import read_steps
+    from schedkit.sim.cost.calibration import read_steps
 
     out, steps = tmp_path / "rec", tmp_path / "steps"
     proc = _schedkit(
@@ -150,7 +150,7 @@ def test_engine_vllm_needs_a_model_directory(tmp_path: Path) -> None:
 
 
 def test_requests_longer_than_the_model_are_clipped() -> None:
-    from schedkit.bench.replay import fit_traces as _fit
+    from schedkit.bench.engines.requests import fit_traces as _fit
     from schedkit.workload import TraceRequest
 
     traces = [TraceRequest("a", 0.0, 100, 20), TraceRequest("b", 0.1, 600, 20)]

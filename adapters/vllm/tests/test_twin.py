@@ -10,8 +10,8 @@ import pytest
 from schedkit import Admission, Policy, RequestView, hookimpl, load_config
 from schedkit.bench.runner import Bench, BenchSpec, run_bench, run_on_sim
 from schedkit.facade import PolicyFacade
-from schedkit.sim.calibration import make_cost_model
 from schedkit.sim.config import SimConfig
+from schedkit.sim.cost.calibration import make_cost_model
 from schedkit.sim.engine import SimEngine
 from schedkit.workload import TraceRequest
 

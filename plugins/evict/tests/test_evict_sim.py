@@ -6,7 +6,7 @@ import pytest
 from schedkit import EngineView, Policy, PolicyFacade, hookimpl
 from schedkit.records import RunResult
 from schedkit.sim.config import SimConfig
-from schedkit.sim.costmodel import LinearCostModel
+from schedkit.sim.cost.model import LinearCostModel
 from schedkit.sim.engine import SimEngine
 from schedkit.workload import TraceRequest
 

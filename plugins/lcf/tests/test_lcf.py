@@ -14,7 +14,7 @@ from schedkit import EngineState, PolicyFacade, PolicyRegistry, RequestState, lo
 from schedkit.plugins import implemented_hooks
 from schedkit.records import RunResult
 from schedkit.sim.config import SimConfig
-from schedkit.sim.costmodel import LinearCostModel
+from schedkit.sim.cost.model import LinearCostModel
 from schedkit.sim.engine import SimEngine
 from schedkit.sim.request import SimRequest
 from schedkit.testing import conformance_test

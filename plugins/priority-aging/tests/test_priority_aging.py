@@ -15,7 +15,7 @@ from schedkit.errors import PolicyConfigError
 from schedkit.plugins import implemented_hooks
 from schedkit.records import RunResult
 from schedkit.sim.config import SimConfig
-from schedkit.sim.costmodel import LinearCostModel
+from schedkit.sim.cost.model import LinearCostModel
 from schedkit.sim.engine import SimEngine
 from schedkit.testing import conformance_test
 from schedkit.workload import TraceRequest

@@ -7,7 +7,7 @@ from typing import Any
 from schedkit import PolicyFacade
 from schedkit.records import RunResult
 from schedkit.sim.config import SimConfig
-from schedkit.sim.costmodel import LinearCostModel
+from schedkit.sim.cost.model import LinearCostModel
 from schedkit.sim.engine import SimEngine
 from schedkit.workload import TraceRequest
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from schedkit import PolicyFacade
-from schedkit.bench.metrics import compute_metrics, latencies_ms
+from schedkit.bench.stats.metrics import compute_metrics, latencies_ms
 from schedkit.records import RunResult
 from schedkit.sim.config import SimConfig
-from schedkit.sim.costmodel import LinearCostModel
+from schedkit.sim.cost.model import LinearCostModel
 from schedkit.sim.engine import SimEngine
 from schedkit.workload import TraceRequest
 

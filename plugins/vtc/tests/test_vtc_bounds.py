@@ -12,7 +12,7 @@ from typing import Any
 from schedkit import EngineState, PolicyFacade, RequestState, StepReport
 from schedkit.records import RunResult
 from schedkit.sim.config import SimConfig
-from schedkit.sim.costmodel import LinearCostModel
+from schedkit.sim.cost.model import LinearCostModel
 from schedkit.sim.engine import SimEngine
 from schedkit.testing import conformance_test
 from schedkit.workload import TraceRequest

@@ -1,0 +1,281 @@
+"""The bench report's figures: what each plot shows, drawn from the arms' raw results.
+
+Latency plots use the metrics' definitions (:func:`schedkit.bench.stats.metrics.latencies_ms`):
+only completed requests have a TTFT, and each caption says how many did not complete.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from schedkit.bench.report.svg import (
+    Point,
+    bar_chart,
+    ccdf_points,
+    downsample,
+    line_chart,
+    scatter_chart,
+)
+from schedkit.bench.stats.metrics import is_completed, latencies_ms
+from schedkit.records import RunResult, TimelinePoint
+
+SCATTER_POINTS = 1200  # requests per arm in the TTFT-vs-prompt scatter
+SCATTER_SLOWEST = 30  # each arm's slowest requests, always drawn
+THROUGHPUT_BINS = 120
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One plot of the report: a stable ``key`` (its HTML id), the SVG and what it shows."""
+
+    key: str
+    svg: str
+    caption: str
+
+
+def _ttfts(run: RunResult) -> list[tuple[int, float]]:
+    """``(record index, TTFT ms)`` of the run's completed requests."""
+    return [
+        (i, ttft)
+        for i, r in enumerate(run.records)
+        if (ttft := latencies_ms(r)["ttft_ms"]) is not None
+    ]
+
+
+def _not_completed(runs: Sequence[RunResult]) -> str:
+    counts = [(r.policy, sum(not is_completed(x) for x in r.records)) for r in runs]
+    missing = [f"{name} {n:,}" for name, n in counts if n]
+    return f" Not completed, so not shown: {', '.join(missing)}." if missing else ""
+
+
+def ttft_ccdf(runs: Sequence[RunResult], slo_ttft_ms: float | None) -> Figure:
+    series = [(r.policy, ccdf_points(t for _, t in _ttfts(r))) for r in runs]
+    refs = [(slo_ttft_ms, f"SLO {slo_ttft_ms:,.0f} ms")] if slo_ttft_ms else []
+    svg = line_chart(
+        series,
+        title="TTFT tail (CCDF)",
+        x_label="TTFT (ms)",
+        y_label="fraction with TTFT ≥ x",
+        log_x=True,
+        log_y=True,
+        references=refs,
+    )
+    caption = (
+        "Fraction of completed requests that waited at least x for their first token, both "
+        "axes logarithmic: a line further right at the bottom is a heavier tail; the lowest "
+        "step is the single slowest request." + _not_completed(runs)
+    )
+    return Figure("ttft-ccdf", svg, caption)
+
+
+def ttft_vs_prompt(runs: Sequence[RunResult]) -> Figure:
+    """The starvation picture: TTFT against prompt length, the same requests in every arm."""
+    ids: set[str] = set()
+    if runs:
+        base = runs[0].records
+        step = max(1, math.ceil(len(base) / SCATTER_POINTS))
+        ids = {r.request_id for r in base[::step]}
+    series: list[tuple[str, Sequence[Point]]] = []
+    for run in runs:
+        ttfts = _ttfts(run)
+        slowest = {i for i, _ in sorted(ttfts, key=lambda p: p[1])[-SCATTER_SLOWEST:]}
+        points = [
+            (float(run.records[i].prompt_tokens), t)
+            for i, t in ttfts
+            if i in slowest or run.records[i].request_id in ids
+        ]
+        series.append((run.policy, points))
+    svg = scatter_chart(
+        series,
+        title="TTFT vs prompt length",
+        x_label="prompt (tokens)",
+        y_label="TTFT (ms)",
+        log_x=True,
+        log_y=True,
+    )
+    caption = (
+        f"One dot per request: the same sample of at most {SCATTER_POINTS:,} requests in "
+        f"every policy, plus each policy's {SCATTER_SLOWEST} slowest. Long prompts pushed "
+        "to the top are requests a policy starves." + _not_completed(runs)
+    )
+    return Figure("ttft-prompt", svg, caption)
+
+
+def group_ttft(results: Mapping[str, Any], key: str, noun: str) -> Figure | None:
+    """TTFT p90 per tenant (``key="tenants"``) or priority, one bar per arm; None with
+    fewer than two groups."""
+    arms = [
+        (str(a.get("policy", "?")), groups)
+        for a in results.get("arms", [])
+        if isinstance(groups := a.get("metrics", {}).get(key), Mapping)
+    ]
+    names = sorted({g for _, groups in arms for g in groups}, key=group_order)
+    if len(names) < 2:
+        return None
+
+    def p90(groups: Mapping[str, Any], name: str) -> float | None:
+        value = groups.get(name, {}).get("ttft_ms", {}).get("p90")
+        return float(value) if isinstance(value, int | float) else None
+
+    series = [(policy, [p90(groups, n) for n in names]) for policy, groups in arms]
+    title = f"TTFT p90 per {noun}"
+    svg = bar_chart(names, series, title=title, y_label="TTFT p90 (ms)")
+    return Figure(f"ttft-{key}", svg, f"90th-percentile TTFT of each {noun}'s completed requests.")
+
+
+def group_order(name: str) -> tuple[int, str]:
+    """Sort key of tenant or priority names. Priorities are numeric strings: sort "2"
+    before "10"; tenants sort by name."""
+    return (int(name), "") if name.lstrip("-").isdigit() else (0, name)
+
+
+def _timeline(
+    runs: Sequence[RunResult], value: Callable[[TimelinePoint], float]
+) -> list[tuple[str, Sequence[Point]]]:
+    return [(r.policy, downsample([(p.t, value(p)) for p in r.timeline])) for r in runs]
+
+
+def throughput_series(runs: Sequence[RunResult]) -> list[tuple[str, Sequence[Point]]]:
+    """Output tokens per second in :data:`THROUGHPUT_BINS` bins over the longest arm, at
+    the bins' centres. A request's first token counts at its first-token time; the rest,
+    which the records do not time one by one, are spread evenly up to its finish."""
+    end = max((r.duration_s for r in runs), default=0.0)
+    if end <= 0:
+        return [(r.policy, []) for r in runs]
+    width, last = end / THROUGHPUT_BINS, THROUGHPUT_BINS - 1
+    series: list[tuple[str, Sequence[Point]]] = []
+    for run in runs:
+        tokens = [0.0] * THROUGHPUT_BINS
+        for r in run.records:
+            first, finish = r.first_token_s, r.finish_s
+            if r.output_tokens <= 0 or first is None:
+                continue
+            tokens[min(int(first / width), last)] += 1.0
+            rest = r.output_tokens - 1
+            if rest <= 0:
+                continue
+            if finish is None or finish <= first:
+                tokens[min(int((finish or first) / width), last)] += rest
+                continue
+            rate = rest / (finish - first)
+            for b in range(min(int(first / width), last), min(int(finish / width), last) + 1):
+                lo = max(first, b * width)
+                hi = finish if b == last else min(finish, (b + 1) * width)
+                tokens[b] += rate * max(hi - lo, 0.0)
+        series.append((run.policy, [((b + 0.5) * width, t / width) for b, t in enumerate(tokens)]))
+    return series
+
+
+def throughput(runs: Sequence[RunResult]) -> Figure:
+    svg = line_chart(
+        throughput_series(runs), title="Output throughput", x_label="time (s)", y_label="tokens/s"
+    )
+    caption = (
+        f"Output tokens per second in {THROUGHPUT_BINS} time bins. Records keep no per-token "
+        "times, so each request's tokens after the first are spread evenly from its first "
+        "token to its finish."
+    )
+    return Figure("throughput", svg, caption)
+
+
+def preemptions(runs: Sequence[RunResult]) -> Figure:
+    """Cumulative preemptions, each request's count placed at its finish: the records say
+    how often a request was preempted, not when."""
+    series: list[tuple[str, Sequence[Point]]] = []
+    for run in runs:
+        events = sorted(
+            (r.finish_s if r.finish_s is not None else run.duration_s, r.preemptions)
+            for r in run.records
+            if r.preemptions
+        )
+        points, total = [(0.0, 0.0)], 0
+        for t, n in events:
+            total += n
+            points.append((t, float(total)))
+        points.append((max(run.duration_s, points[-1][0]), float(total)))
+        series.append((run.policy, downsample(points) if total else []))
+    svg = line_chart(
+        series,
+        title="Preemptions (cumulative)",
+        x_label="time (s)",
+        y_label="preemptions so far",
+        empty="no preemptions in any arm",
+    )
+    caption = (
+        "Preemptions of the requests finished by time t. A request's preemptions are "
+        "counted at its finish (unfinished ones at the end of the run): the bench records "
+        "how often a request was preempted, not when."
+    )
+    return Figure("preemptions", svg, caption)
+
+
+def figures(
+    results: Mapping[str, Any], runs: Sequence[RunResult], slo_ttft_ms: float | None
+) -> list[Figure]:
+    """Every figure of the report, in reading order (pairs sit side by side)."""
+    out = [ttft_ccdf(runs, slo_ttft_ms), ttft_vs_prompt(runs)]
+    out += [f for f in (group_ttft(results, "tenants", "tenant"),) if f]
+    out += [f for f in (group_ttft(results, "priorities", "priority"),) if f]
+    time = "time (s)"
+    out += [
+        Figure(
+            "waiting",
+            line_chart(_timeline(runs, _waiting), title="Queue length", x_label=time,
+                       y_label="waiting requests"),
+            "Requests waiting to be scheduled, sampled after every engine step.",
+        ),
+        Figure(
+            "running",
+            line_chart(_timeline(runs, _running), title="Batch size", x_label=time,
+                       y_label="running requests"),
+            "Requests in the running batch, sampled after every engine step.",
+        ),
+        throughput(runs),
+        preemptions(runs),
+        Figure(
+            "kv-usage",
+            line_chart(_timeline(runs, _kv_pct), title="KV cache usage", x_label=time,
+                       y_label="KV blocks in use (%)", y_max=100.0),
+            "Share of KV-cache blocks referenced by requests, sampled after every engine step.",
+        ),
+        tpot_ccdf(runs),
+    ]  # fmt: skip
+    return out
+
+
+def tpot_ccdf(runs: Sequence[RunResult]) -> Figure:
+    samples = [
+        (
+            r.policy,
+            ccdf_points(t for x in r.records if (t := latencies_ms(x)["tpot_ms"]) is not None),
+        )
+        for r in runs
+    ]
+    svg = line_chart(
+        samples,
+        title="TPOT tail (CCDF)",
+        x_label="TPOT (ms)",
+        y_label="fraction with TPOT ≥ x",
+        log_x=True,
+        log_y=True,
+    )
+    caption = (
+        "Fraction of completed requests (two or more output tokens) whose mean gap between "
+        "output tokens was at least x; the x axis is logarithmic when TPOT spans a decade."
+    )
+    return Figure("tpot-ccdf", svg, caption)
+
+
+def _waiting(point: TimelinePoint) -> float:
+    return float(point.waiting)
+
+
+def _running(point: TimelinePoint) -> float:
+    return float(point.running)
+
+
+def _kv_pct(point: TimelinePoint) -> float:
+    return point.kv_usage * 100.0

@@ -1,0 +1,456 @@
+"""A/B verdicts: every headline metric compared with the baseline arm, with its interval.
+
+Each arm after the first is compared with the first (the baseline) on the same request
+stream. Every compared metric gets a 95% interval from paired sectioning
+(:func:`schedkit.bench.stats.sectioning.sectioned_diff`: the run cut into up to 10 stretches of
+consecutive arrivals, a Student t interval over their differences; the A/A coverage
+check in ``benchmarks/stats/interval_coverage.md`` measures how often it holds the truth)
+and a tone:
+
+- ``better`` / ``worse``: the interval excludes no change and the change is at least the
+  minimum effect (``min_effect``, relative; for rates, in points: 0.02 = 2 pp);
+- ``same``: no meaningful difference: the interval lies within the minimum effect, or
+  the change is real but below it;
+- ``inconclusive``: the interval spans both no change and changes beyond the minimum,
+  or there is no interval (too few requests for five sections holding enough of the
+  tail: a p99 needs about 6,000 completed requests).
+
+A maximum has no interval (one request decides it), so ``ttft_max_ms`` is judged on its
+observed values alone and says so. The summary names regressions first:
+``"B vs A: worse on p99 TTFT; possibly worse on p99 queue; better on p50 TTFT"``.
+Flags say what no interval can: requests starved past the baseline's longest wait, a
+higher rejection share, policy faults (per arm; all in ``schedkit.bench.stats.flags``), an engine that
+never caught up with its arrivals, a trace cut before its busiest stretch.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from schedkit.bench.stats.estimators import FloatArray, Mean, Quantile, Ratio, Statistic, Total
+from schedkit.bench.stats.flags import comparison_flags
+from schedkit.bench.stats.metrics import is_completed, latencies_ms, meets_slo, slo_applies
+from schedkit.bench.stats.sectioning import MAX_SECTIONS, Diff, sectioned
+from schedkit.errors import SchedkitError
+from schedkit.records import RequestRecord, RunResult
+
+DEFAULT_MIN_EFFECT = 0.02
+Index = npt.NDArray[np.intp]
+CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True, slots=True)
+class Compared:
+    """One compared metric: its per-request sample, statistic and direction."""
+
+    key: str
+    label: str
+    sample: str  # a key of :func:`samples`
+    statistic: Statistic | None  # None: no interval (a maximum)
+    higher_is_better: bool = False
+    unit: str = "ms"  # "ms", "rate" (compared in points), "count", "tok/s"
+
+
+def _max(values: FloatArray) -> float | None:
+    present = values[~np.isnan(values)]
+    return float(present.max()) if present.size else None
+
+
+#: Every metric a comparison judges, in report order. ``--metrics`` picks from these keys.
+METRICS: tuple[Compared, ...] = (
+    Compared("ttft_p50_ms", "p50 TTFT", "ttft_ms", Quantile(50)),
+    Compared("ttft_p90_ms", "p90 TTFT", "ttft_ms", Quantile(90)),
+    Compared("ttft_p99_ms", "p99 TTFT", "ttft_ms", Quantile(99)),
+    Compared("ttft_max_ms", "max TTFT", "ttft_ms", None),
+    Compared("tpot_p50_ms", "p50 TPOT", "tpot_ms", Quantile(50)),
+    Compared("tpot_p90_ms", "p90 TPOT", "tpot_ms", Quantile(90)),
+    Compared("e2e_p90_ms", "p90 E2E", "e2e_ms", Quantile(90)),
+    Compared("queue_p99_ms", "p99 queue", "queue_ms", Quantile(99)),
+    Compared("throughput_tok_s", "throughput", "throughput", Total(), True, "tok/s"),
+    Compared("slo_attainment", "SLO attainment", "met_slo", Mean(), True, "rate"),
+    Compared("rejected_share", "rejected share", "rejected", Mean(), False, "rate"),
+    Compared("preemptions", "preemptions", "preemptions", Total(), False, "count"),
+    Compared("recomputed_tokens", "recomputed tokens", "recomputed", Total(), False, "count"),
+    Compared("prefix_hit_rate", "prefix hit rate", "prefix", Ratio(), True, "rate"),
+)
+METRIC_KEYS = tuple(m.key for m in METRICS)
+TENANT_METRIC = Compared("ttft_p90_ms", "p90 TTFT", "ttft_ms", Quantile(90))
+
+
+def check_metrics(keys: Sequence[str] | None) -> tuple[str, ...]:
+    """``keys`` if every one names a compared metric (all of them when None)."""
+    if keys is None:
+        return METRIC_KEYS
+    unknown = [k for k in keys if k not in METRIC_KEYS]
+    if unknown:
+        raise SchedkitError(
+            f"unknown verdict metric {', '.join(map(repr, unknown))}; choose from"
+            f" {', '.join(METRIC_KEYS)}"
+        )
+    return tuple(dict.fromkeys(keys))
+
+
+def check_min_effect(value: float) -> float:
+    if not 0.0 <= value < 1.0:
+        raise SchedkitError(
+            f"--min-effect {value!r} is outside 0 .. 1; pass a fraction such as 0.02 (2%)"
+        )
+    return value
+
+
+# ---------------------------------------------------------------------------
+# per-request samples
+# ---------------------------------------------------------------------------
+
+
+def wait_s(record: RequestRecord, end_s: float) -> float:
+    """How long the request waited before it was first scheduled: until it was
+    scheduled, else until it left (rejected or aborted while waiting), else until
+    ``end_s`` (still waiting when the run ended)."""
+    if record.scheduled_s is not None:
+        left = record.scheduled_s
+    elif record.finish_s is not None:
+        left = record.finish_s
+    else:
+        left = record.arrival_s if record.rejected else max(end_s, record.arrival_s)
+    return max(0.0, left - record.arrival_s)
+
+
+def samples(
+    run: RunResult, *, slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None
+) -> dict[str, FloatArray]:
+    """Per-request samples of one arm, aligned with ``run.records`` (NaN: none).
+
+    Latencies in ms (completed requests only), ``met_slo`` (1/0, NaN when no target
+    applies), ``rejected`` (1/0), ``throughput`` (a completed request's output tokens
+    over the run's duration: they sum to the throughput), ``preemptions``,
+    ``recomputed`` (NaN when the engine counts recomputed tokens only per run),
+    ``prefix`` (cached and prompt tokens of requests that were scheduled), and
+    ``wait_s`` (:func:`wait_s`, every request).
+    """
+    records = run.records
+    n = len(records)
+    lat = {key: np.full(n, np.nan) for key in ("ttft_ms", "tpot_ms", "e2e_ms", "queue_ms")}
+    for i, r in enumerate(records):
+        for key, value in latencies_ms(r).items():
+            if value is not None:
+                lat[key][i] = value
+    applies = slo_applies(records, slo_ttft_ms, slo_tpot_ms)
+    met = np.array(
+        [float(meets_slo(r, slo_ttft_ms, slo_tpot_ms)) if applies else np.nan for r in records]
+    )
+    duration = run.duration_s
+    tokens = np.array([float(r.output_tokens) if is_completed(r) else 0.0 for r in records])
+    recomputed = np.array([float(r.recomputed_tokens) for r in records])
+    if recomputed.sum() != run.recomputed_tokens:  # counted per run only: no interval
+        recomputed = np.full(n, np.nan)
+    prefix = np.array(
+        [
+            (float(r.cached_tokens), float(r.prompt_tokens))
+            if r.scheduled_s is not None
+            else (0.0, 0.0)
+            for r in records
+        ]
+    ).reshape(n, 2)
+    return {
+        **lat,
+        "met_slo": met,
+        "rejected": np.array([float(r.rejected) for r in records]),
+        "throughput": tokens / duration if duration > 0 else np.zeros(n),
+        "preemptions": np.array([float(r.preemptions) for r in records]),
+        "recomputed": recomputed,
+        "prefix": prefix,
+        "wait_s": np.array([wait_s(r, duration) for r in records]),
+    }
+
+
+def _paired(base: RunResult, other: RunResult) -> tuple[Index, Index]:
+    """Positions of each request in both arms, in the baseline's arrival order (the order
+    the block bootstrap's blocks follow). Requests pair by id, or by position when ids
+    repeat."""
+    n = len(base.records)
+    if len(other.records) != n:
+        raise SchedkitError(
+            f"arms {base.policy!r} and {other.policy!r} replayed different requests"
+            f" ({n} vs {len(other.records)}); compare arms of one bench run"
+        )
+    ids = {r.request_id: i for i, r in enumerate(other.records)}
+    positions = np.arange(n, dtype=np.intp)
+    if len(ids) == n and all(r.request_id in ids for r in base.records):
+        positions = np.array([ids[r.request_id] for r in base.records], dtype=np.intp)
+    order = np.argsort([r.arrival_s for r in base.records], kind="stable").astype(np.intp)
+    return order, positions[order]
+
+
+# ---------------------------------------------------------------------------
+# verdicts
+# ---------------------------------------------------------------------------
+
+
+def _relative(diff: float, base: float | None) -> float:
+    """``diff`` relative to ``base``; from a zero baseline any change is infinite."""
+    if base:
+        return diff / base
+    return 0.0 if diff == 0.0 else math.copysign(math.inf, diff)
+
+
+def _effect(metric: Compared, r: Diff) -> tuple[float, list[float] | None] | None:
+    """The change as the minimum effect measures it (points for rates, else relative to
+    the baseline), and its interval in the same terms; None without a change to judge."""
+    diff, ci = r["diff"], r["ci"]
+    if diff is None:
+        return None
+    if metric.unit == "rate":
+        return diff, ci
+    if r["a"]:
+        return _relative(diff, r["a"]), r["rel_ci"]
+    return _relative(diff, r["a"]), [_relative(c, r["a"]) for c in ci] if ci else None
+
+
+def tone(metric: Compared, r: Diff, min_effect: float) -> str:
+    """``better`` or ``worse`` (the interval excludes no change and the change reaches
+    the minimum effect), ``same`` (the interval lies within the minimum effect, or the
+    change is real but smaller) or ``inconclusive`` (anything else, and every change
+    without an interval except a maximum's, judged on its observed values)."""
+    judged = _effect(metric, r)
+    if judged is None:
+        return "inconclusive"
+    effect, ci = judged
+    small = abs(effect) < min_effect
+    gain = effect > 0 if metric.higher_is_better else effect < 0
+    direction = "better" if gain else "worse"
+    if effect == 0.0 and (ci is None or ci == [0.0, 0.0]):
+        return "same"
+    if metric.statistic is None:  # a maximum: the observed values decide
+        return "same" if small else direction
+    if ci is None:
+        return "same" if small else "inconclusive"
+    if ci[0] > -min_effect and ci[1] < min_effect:
+        return "same"
+    if r["significant"]:
+        return "same" if small else direction
+    return "inconclusive"
+
+
+def leaning(metric: Compared, r: Diff) -> str | None:
+    """For an inconclusive row, which way its point estimate leans."""
+    judged = _effect(metric, r)
+    if judged is None or judged[0] == 0.0:
+        return None
+    return "better" if (judged[0] > 0) == metric.higher_is_better else "worse"
+
+
+def _value(metric: Compared, value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    if metric.unit == "rate":
+        return f"{value * 100:.1f}%"
+    if metric.unit == "ms":
+        return f"{value / 1000:,.2f} s" if abs(value) >= 10_000 else f"{value:,.1f} ms"
+    return f"{value:,.1f}" if metric.unit == "tok/s" else f"{value:,.0f}"
+
+
+def verdict(metric: Compared, r: Diff, name: str, base: str, judged: str) -> str:
+    """One line: the values, the change with its interval, and the tone in words."""
+    a, b, diff = r["a"], r["b"], r["diff"]
+    values = f"{_value(metric, b)} vs {_value(metric, a)}"
+    if diff is None:
+        return f"{metric.label}: not enough samples to compare {name} with {base} ({values})"
+    if metric.unit == "rate":
+        change = f"{diff * 100:+.1f} pp"
+        ci = r["ci"]
+        span = f"95% CI {ci[0] * 100:+.1f} .. {ci[1] * 100:+.1f} pp" if ci else _none(r)
+    else:
+        rel, rel_ci = r["rel"], r["rel_ci"]
+        change = f"{rel * 100:+.1f}%" if rel is not None else f"{diff:+,.1f}"
+        span = (
+            f"95% CI {rel_ci[0] * 100:+.1f}% .. {rel_ci[1] * 100:+.1f}%"
+            if rel_ci is not None
+            else _none(r)
+        )
+    if metric.statistic is None:
+        span = "a maximum has no interval"
+    words = {
+        "better": "better",
+        "worse": "WORSE",
+        "same": "no meaningful difference",
+        "inconclusive": "no significant difference",
+    }[judged]
+    return f"{metric.label}: {name} {values}, {change} ({span}): {words}"
+
+
+def _none(r: Diff) -> str:
+    if r["a"] == r["b"]:
+        return "identical"
+    return "no interval: too few requests for five sections"
+
+
+def summary_line(name: str, base: str, rows: Sequence[Mapping[str, Any]]) -> str:
+    """``"B vs A: worse on X, Y; better on Z"``: regressions first, inconclusive changes
+    beyond the minimum effect as "possibly worse/better", never only "better" while
+    something got worse."""
+
+    def labels(tone: str, lean: str | None = None) -> list[str]:
+        return [
+            str(row["label"])
+            for row in rows
+            if row["tone"] == tone and (lean is None or row.get("leaning") == lean)
+        ]
+
+    parts = []
+    for words, found in (
+        ("worse on", labels("worse")),
+        ("possibly worse on", labels("inconclusive", "worse")),
+        ("better on", labels("better")),
+        ("possibly better on", labels("inconclusive", "better")),
+    ):
+        if found:
+            parts.append(f"{words} " + ", ".join(found))
+    if not parts:
+        parts.append("no meaningful difference on any compared metric")
+    return f"{name} vs {base}: " + "; ".join(parts)
+
+
+# ---------------------------------------------------------------------------
+# comparing arms
+# ---------------------------------------------------------------------------
+
+
+def compare_pair(
+    base: RunResult,
+    other: RunResult,
+    *,
+    slo_ttft_ms: float | None,
+    slo_tpot_ms: float | None,
+    min_effect: float = DEFAULT_MIN_EFFECT,
+    metrics: Sequence[str] | None = None,
+) -> dict[str, Any]:
+    """``other`` against the baseline ``base``: rows, summary, flags and the method."""
+    keys = check_metrics(metrics)
+    sa = samples(base, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms)
+    sb = samples(other, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms)
+    ia, ib = _paired(base, other)
+    pa = {k: v[ia] for k, v in sa.items()}
+    pb = {k: v[ib] for k, v in sb.items()}
+    chosen = [m for m in METRICS if m.key in keys]
+    if np.isnan(pa["met_slo"]).all() and np.isnan(pb["met_slo"]).all():
+        chosen = [m for m in chosen if m.sample != "met_slo"]
+    tenants = sorted({r.tenant for r in base.records})
+    tenant_rows: list[tuple[str, Compared]] = []
+    if len(tenants) > 1 and TENANT_METRIC.key in keys:
+        tenant_of = np.array([base.records[i].tenant for i in ia])
+        for t in tenants:
+            mask = tenant_of == t
+            name = f"tenant:{t}"
+            pa[name] = np.where(mask, pa["ttft_ms"], np.nan)
+            pb[name] = np.where(mask, pb["ttft_ms"], np.nan)
+            tenant_rows.append(
+                (
+                    t,
+                    Compared(
+                        f"{name}:{TENANT_METRIC.key}",
+                        f"p90 TTFT of tenant {t}",
+                        name,
+                        TENANT_METRIC.statistic,
+                    ),
+                )
+            )
+    judged = chosen + [m for _, m in tenant_rows]
+    with_interval = {
+        m.key: (pa[m.sample], pb[m.sample], m.statistic) for m in judged if m.statistic is not None
+    }
+    boot = sectioned(with_interval, confidence=CONFIDENCE)
+    rows = []
+    for m in judged:
+        r = boot.get(m.key) or _point_only(m, pa[m.sample], pb[m.sample])
+        judged_tone = tone(m, r, min_effect)
+        rows.append(
+            {
+                "metric": m.key,
+                "label": m.label,
+                "unit": m.unit,
+                "higher_is_better": m.higher_is_better,
+                **r,
+                "better": {"better": True, "worse": False}.get(judged_tone),
+                "tone": judged_tone,
+                "leaning": leaning(m, r) if judged_tone == "inconclusive" else None,
+                "verdict": verdict(m, r, other.policy, base.policy, judged_tone),
+            }
+        )
+    return {
+        "baseline": base.policy,
+        "policy": other.policy,
+        "n_requests": int(ia.size),
+        "summary": summary_line(other.policy, base.policy, rows),
+        "method": {
+            "name": "paired sectioning (batch means) with a Student t interval",
+            "max_sections": MAX_SECTIONS,
+            "confidence": CONFIDENCE,
+        },
+        "min_effect": min_effect,
+        "metrics": rows,
+        "verdicts": [row["verdict"] for row in rows],
+        "flags": comparison_flags(base, other, sa, sb),
+    }
+
+
+def _point_only(metric: Compared, a: FloatArray, b: FloatArray) -> Diff:
+    va, vb = _max(a), _max(b)
+    diff = vb - va if va is not None and vb is not None else None
+    return {
+        "a": va,
+        "b": vb,
+        "diff": diff,
+        "rel": diff / va if diff is not None and va else None,
+        "ci": None,
+        "rel_ci": None,
+        "significant": False,
+        "sections": 0,
+    }
+
+
+def compare_arms(
+    runs: Sequence[RunResult],
+    *,
+    slo_ttft_ms: float | None,
+    slo_tpot_ms: float | None,
+    min_effect: float = DEFAULT_MIN_EFFECT,
+    metrics: Sequence[str] | None = None,
+    progress: Callable[[int], None] | None = None,
+    seed: int | None = None,
+    n_boot: int | None = None,
+) -> list[dict[str, Any]]:
+    """Every arm after the first against the first (see :func:`compare_pair`).
+
+    ``seed`` and ``n_boot`` set the bootstrap the verdicts used before paired sectioning;
+    they are ignored, with a ``DeprecationWarning``.
+    """
+    if seed is not None or n_boot is not None:
+        warnings.warn(
+            "compare_arms ignores seed and n_boot (the verdicts' intervals come from paired"
+            " sectioning, not a bootstrap); drop them (they go in a later release)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+    out = []
+    for i, run in enumerate(runs[1:], start=1):
+        out.append(
+            compare_pair(
+                runs[0],
+                run,
+                slo_ttft_ms=slo_ttft_ms,
+                slo_tpot_ms=slo_tpot_ms,
+                min_effect=min_effect,
+                metrics=metrics,
+            )
+        )
+        if progress:
+            progress(i)
+    return out

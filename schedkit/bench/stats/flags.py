@@ -1,0 +1,139 @@
+"""Flags: what no interval can say about a comparison or an arm.
+
+Per comparison (:func:`comparison_flags`): requests starved past the baseline's longest
+wait, a higher rejection share. Per arm (:func:`run_flags`): policy faults, hook calls
+over the hook budget, an engine that never caught up with its arrivals. Each flag is a
+dict with ``kind``, a ``message`` for people, and data (``docs/results.md``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from schedkit.bench.stats.estimators import FloatArray
+from schedkit.bench.stats.metrics import latencies_ms
+from schedkit.records import RequestRecord, RunResult
+
+__all__ = ["comparison_flags", "overload", "policy_faults", "run_flags", "slow_hooks"]
+
+
+def _flag(kind: str, message: str, **data: Any) -> dict[str, Any]:
+    return {"kind": kind, "message": message, **data}
+
+
+def comparison_flags(
+    base: RunResult, other: RunResult, sa: Mapping[str, FloatArray], sb: Mapping[str, FloatArray]
+) -> list[dict[str, Any]]:
+    """Starvation past the baseline's longest wait, and a higher rejection share."""
+    flags = []
+    longest = float(sa["wait_s"].max()) if sa["wait_s"].size else 0.0
+    starved = sb["wait_s"] > longest
+    count = int(starved.sum())
+    if count:
+        worst = float(sb["wait_s"][starved].max())
+        flags.append(
+            _flag(
+                "starvation",
+                f"{count} requests under {other.policy} waited longer than the longest wait"
+                f" under {base.policy} ({longest:,.1f} s); the worst waited {worst:,.1f} s",
+                count=count,
+                baseline_max_wait_s=longest,
+                worst_wait_s=worst,
+            )
+        )
+    ra, rb = float(sa["rejected"].sum()), float(sb["rejected"].sum())
+    n = max(1, sb["rejected"].size)
+    if rb > ra:
+        flags.append(
+            _flag(
+                "rejections",
+                f"{other.policy} rejected {rb / n:.1%} of requests ({int(rb)}) against"
+                f" {ra / n:.1%} ({int(ra)}) under {base.policy}; its latencies cover only"
+                " the requests it served",
+                rejected=int(rb),
+                baseline_rejected=int(ra),
+            )
+        )
+    return flags
+
+
+def _backlog(records: Sequence[RequestRecord], t: float) -> int:
+    """Requests that had arrived by ``t`` and not yet left (finished or rejected)."""
+    count = 0
+    for r in records:
+        if r.arrival_s > t:
+            continue
+        left = r.finish_s if r.finish_s is not None else (r.arrival_s if r.rejected else None)
+        if left is None or left > t:
+            count += 1
+    return count
+
+
+OVERLOAD_MIN_BACKLOG = 0.05  # of the requests, and at least 10
+
+
+def overload(run: RunResult) -> dict[str, Any] | None:
+    """A flag when the engine never caught up with its arrivals: the requests in the
+    system at the last arrival are many (5% of all, at least 10) and kept growing
+    (mid-trace < three quarters in < last arrival)."""
+    records = run.records
+    if not records:
+        return None
+    first = min(r.arrival_s for r in records)
+    last = max(r.arrival_s for r in records)
+    if last <= first:
+        return None
+    points = [first + (last - first) * f for f in (0.5, 0.75, 1.0)]
+    mid, late, end = (_backlog(records, t) for t in points)
+    if end < max(10, OVERLOAD_MIN_BACKLOG * len(records)) or not mid < late < end:
+        return None
+    ttft = [v for r in records if (v := latencies_ms(r)["ttft_ms"]) is not None]
+    p50 = f"; p50 TTFT {np.median(ttft) / 1000:,.1f} s" if ttft else ""
+    return _flag(
+        "overload",
+        f"{run.policy}: arrivals outpace completions: {end} requests in the system at the"
+        f" last arrival, up from {mid} mid-trace{p50}. Every latency here measures the"
+        " backlog; lower --rate-scale or add capacity to compare policies at a load the"
+        " engine can serve",
+        policy=run.policy,
+        backlog=[mid, late, end],
+    )
+
+
+def policy_faults(run: RunResult) -> dict[str, Any] | None:
+    if not run.policy_errors:
+        return None
+    hooks = ", ".join(f"{hook} {n}" for hook, n in sorted(run.policy_errors_by_hook.items()))
+    return _flag(
+        "policy_errors",
+        f"{run.policy}: the policy faulted {run.policy_errors} times ({hooks or 'hooks'});"
+        " each fault fell back to the default decision, so this arm is partly the default",
+        policy=run.policy,
+        errors=run.policy_errors,
+        by_hook=dict(run.policy_errors_by_hook),
+    )
+
+
+def slow_hooks(run: RunResult) -> dict[str, Any] | None:
+    if not run.slow_hook_calls:
+        return None
+    total = sum(run.slow_hook_calls.values())
+    hooks = ", ".join(f"{hook} {n}" for hook, n in sorted(run.slow_hook_calls.items()))
+    return _flag(
+        "slow_hooks",
+        f"{run.policy}: {total} hook calls took longer than the hook budget ({hooks}); their"
+        " answers were used, but on an engine each one holds up a scheduling step",
+        policy=run.policy,
+        calls=total,
+        by_hook=dict(run.slow_hook_calls),
+    )
+
+
+def run_flags(runs: Sequence[RunResult]) -> list[dict[str, Any]]:
+    """Per-arm flags: policy faults, slow hooks and overload."""
+    found = [policy_faults(r) for r in runs] + [slow_hooks(r) for r in runs]
+    found += [overload(r) for r in runs]
+    return [f for f in found if f is not None]

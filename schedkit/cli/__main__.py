@@ -1,0 +1,3 @@
+from schedkit.cli.commands import main
+
+main()

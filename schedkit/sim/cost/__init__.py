@@ -1,0 +1,1 @@
+"""How long an engine step takes: the cost models (:mod:`.model`), the hardware and model profiles they are built from (:mod:`.profiles`), and fitting a model to measured steps (:mod:`.fit`, :mod:`.calibration`)."""
