@@ -94,6 +94,11 @@ def _req(
 
 
 def _scenarios() -> tuple[Scenario, ...]:
+    return (*_queue_order_scenarios(), *_memory_scenarios(), *_tenant_and_slo_scenarios())
+
+
+def _queue_order_scenarios() -> tuple[Scenario, ...]:
+    """Who waits when more requests arrive than may run."""
     tenants = ("a", "b")
     return (
         Scenario(
@@ -116,6 +121,12 @@ def _scenarios() -> tuple[Scenario, ...]:
             SimConfig(num_blocks=200, block_size=32, max_num_seqs=3, max_num_batched_tokens=128),
             what="arrivals over four steps while others decode",
         ),
+    )
+
+
+def _memory_scenarios() -> tuple[Scenario, ...]:
+    """KV cache pressure, chunked prefill and prefix caching."""
+    return (
         Scenario(
             "kv-pressure",
             tuple(_req(f"k{i}", 64, 40, at=0.0, priority=5 if i == 0 else 0) for i in range(4)),
@@ -146,6 +157,12 @@ def _scenarios() -> tuple[Scenario, ...]:
             ),
             what="three shared 32-token prefixes in a cache that must evict",
         ),
+    )
+
+
+def _tenant_and_slo_scenarios() -> tuple[Scenario, ...]:
+    """Tenants competing, and requests with SLO targets."""
+    return (
         Scenario(
             "two-tenant",
             tuple(

@@ -19,7 +19,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from aiohttp import web
 
 __all__ = ["MODES", "StubServer", "serve_stub"]
 
@@ -47,57 +50,9 @@ def serve_stub(
     from aiohttp import web
 
     stub = StubServer(owned_by=owned_by, token_delay_s=token_delay_s)
-
-    async def models(request: web.Request) -> web.Response:
-        model = {"id": "stub", "object": "model", "owned_by": owned_by}
-        model["max_model_len"] = max_model_len  # type: ignore[assignment]
-        return web.json_response({"object": "list", "data": [model]})
-
-    async def completions(request: web.Request) -> web.StreamResponse:
-        stub.in_flight += 1
-        stub.peak = max(stub.peak, stub.in_flight)
-        try:
-            return await respond(request)
-        finally:
-            stub.in_flight -= 1
-
-    async def respond(request: web.Request) -> web.StreamResponse:
-        body = await request.json()
-        stub.received.append(
-            {"t": time.perf_counter(), "body": body, "headers": dict(request.headers)}
-        )
-        prompt = body.get("prompt") or [0]
-        mode = request.headers.get("x-tenant-id", "")
-        if mode == "error-500":
-            return web.json_response({"error": {"message": "boom", "code": 500}}, status=500)
-        if mode == "rejected":
-            error = {"message": "rejected: tenant over quota", "code": 503}
-            return web.json_response({"error": error}, status=503)
-        if mode == "not-a-stream":
-            return web.Response(text="<html>hello</html>", content_type="text/html")
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await response.prepare(request)
-        n = int(body.get("max_tokens") or 1)
-        for i in range(1, n + 1):
-            if mode == "cut" and i > n // 2:
-                return response  # the connection ends without finish_reason or [DONE]
-            if mode == "hang":
-                await asyncio.sleep(3600)
-            if stub.token_delay_s:
-                await asyncio.sleep(stub.token_delay_s)
-            choice = {"index": 0, "text": " x", "finish_reason": "length" if i == n else None}
-            usage = {"prompt_tokens": len(prompt), "completion_tokens": i}
-            chunk = {"id": "c", "object": "text_completion", "choices": [choice], "usage": usage}
-            await response.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
-        await response.write(b"data: [DONE]\n\n")
-        return response
-
-    app = web.Application()
-    app.router.add_get("/v1/models", models)
-    app.router.add_post("/v1/completions", completions)
     ready = threading.Event()
     loop = asyncio.new_event_loop()
-    runner = web.AppRunner(app, access_log=None)
+    runner = web.AppRunner(_app(stub, max_model_len), access_log=None)
 
     def run() -> None:
         asyncio.set_event_loop(loop)
@@ -117,6 +72,73 @@ def serve_stub(
     finally:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(5)
+
+
+def _app(stub: StubServer, max_model_len: int) -> web.Application:
+    """The stub's routes: ``GET /v1/models`` and ``POST /v1/completions``, the latter
+    counted in ``stub.in_flight`` and ``stub.peak``."""
+    from aiohttp import web
+
+    async def models(request: web.Request) -> web.Response:
+        model = {"id": "stub", "object": "model", "owned_by": stub.owned_by}
+        model["max_model_len"] = max_model_len  # type: ignore[assignment]
+        return web.json_response({"object": "list", "data": [model]})
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        stub.in_flight += 1
+        stub.peak = max(stub.peak, stub.in_flight)
+        try:
+            return await _respond(stub, request)
+        finally:
+            stub.in_flight -= 1
+
+    app = web.Application()
+    app.router.add_get("/v1/models", models)
+    app.router.add_post("/v1/completions", completions)
+    return app
+
+
+async def _respond(stub: StubServer, request: web.Request) -> web.StreamResponse:
+    """Record the request, then answer as its tenant header (one of ``MODES``) says."""
+    from aiohttp import web
+
+    body = await request.json()
+    stub.received.append({"t": time.perf_counter(), "body": body, "headers": dict(request.headers)})
+    prompt = body.get("prompt") or [0]
+    mode = request.headers.get("x-tenant-id", "")
+    if mode == "error-500":
+        return web.json_response({"error": {"message": "boom", "code": 500}}, status=500)
+    if mode == "rejected":
+        error = {"message": "rejected: tenant over quota", "code": 503}
+        return web.json_response({"error": error}, status=503)
+    if mode == "not-a-stream":
+        return web.Response(text="<html>hello</html>", content_type="text/html")
+    return await _stream(stub, request, body, prompt, mode)
+
+
+async def _stream(
+    stub: StubServer, request: web.Request, body: dict[str, Any], prompt: Any, mode: str
+) -> web.StreamResponse:
+    """``max_tokens`` chunks ``token_delay_s`` apart, then ``[DONE]``; cut half way or
+    never ending for the ``cut`` and ``hang`` modes."""
+    from aiohttp import web
+
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    n = int(body.get("max_tokens") or 1)
+    for i in range(1, n + 1):
+        if mode == "cut" and i > n // 2:
+            return response  # the connection ends without finish_reason or [DONE]
+        if mode == "hang":
+            await asyncio.sleep(3600)
+        if stub.token_delay_s:
+            await asyncio.sleep(stub.token_delay_s)
+        choice = {"index": 0, "text": " x", "finish_reason": "length" if i == n else None}
+        usage = {"prompt_tokens": len(prompt), "completion_tokens": i}
+        chunk = {"id": "c", "object": "text_completion", "choices": [choice], "usage": usage}
+        await response.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+    await response.write(b"data: [DONE]\n\n")
+    return response
 
 
 def main(argv: list[str] | None = None) -> None:
