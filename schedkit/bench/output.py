@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from schedkit.bench.results import Results
 from schedkit.bench.stats.metrics import latencies_ms, meets_slo, slo_applies
 from schedkit.errors import SchedkitError, quote
 from schedkit.records import RunResult
@@ -188,7 +189,7 @@ def check_out_dir(out_dir: Path) -> None:
 
 def write_outputs(
     out_dir: Path,
-    results: dict[str, Any],
+    results: Results,
     runs: list[RunResult],
     *,
     slo_ttft_ms: float | None,
@@ -209,13 +210,14 @@ def write_outputs(
         ) from None
     try:
         (staging / "results.json").write_text(
-            json.dumps(results, indent=2, default=str), encoding="utf-8"
+            json.dumps(results.to_json(), indent=2, default=str), encoding="utf-8"
         )
         write_requests(
             staging, request_rows(runs, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms)
         )
-        write_report(staging, results, runs)
-        write_vllm_bench(staging, results, runs, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms)
+        data = results.to_json()
+        write_report(staging, data, runs)
+        write_vllm_bench(staging, data, runs, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms)
         written = []
         stale = {"requests.csv", "requests.parquet"}  # one of them is from an older run
         stale.update(p.name for p in out_dir.glob("vllm-bench-*.json"))  # an older run's arms

@@ -20,6 +20,7 @@ from schedkit.adapter.recording import RECORDING_ENGINES
 from schedkit.bench.arms import ENGINE_KEYS, ArmSpec, KvCacheDtype, ResolvedArm, resolve_arms
 from schedkit.bench.engine_settings import check_engine_settings
 from schedkit.bench.output import check_out_dir, provenance, write_outputs
+from schedkit.bench.results import SCHEMA_VERSION, Results
 from schedkit.bench.stats.compare import (
     DEFAULT_MIN_EFFECT,
     METRIC_KEYS,
@@ -264,7 +265,6 @@ def load_engine(name: str) -> ArmRunner:
     )
 
 
-SCHEMA_VERSION = 2  # results.json; documented in docs/results.md
 GOODPUT_TARGET = 0.9  # DistServe: the rate at which 90% of requests meet both SLOs
 
 
@@ -608,7 +608,7 @@ def run_arms(
     return [run for run, _ in out], [metrics for _, metrics in out]
 
 
-def run_bench(spec: BenchSpec, out_dir: Path, progress: Progress | None = None) -> dict[str, Any]:
+def run_bench(spec: BenchSpec, out_dir: Path, progress: Progress | None = None) -> Results:
     """Run every arm on the identical request stream; write results.json, requests.parquet
     (requests.csv without pyarrow) and the reports, all or nothing."""
     check_out_dir(out_dir)  # now, not after every arm ran
@@ -640,7 +640,7 @@ def run_bench(spec: BenchSpec, out_dir: Path, progress: Progress | None = None) 
     ]
     workload = bench.workload(spec.rate_scale)
     window = list(spec.window) if spec.window else None
-    results: dict[str, Any] = {
+    fields: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "provenance": provenance(spec.model_dump(mode="json")),
         "workload": {
@@ -656,13 +656,14 @@ def run_bench(spec: BenchSpec, out_dir: Path, progress: Progress | None = None) 
         "warnings": bench.warnings,
         "flags": bench.flags + run_flags(runs),
     }
-    results["comparisons"] = compare_arms(
+    fields["comparisons"] = compare_arms(
         runs,
         slo_ttft_ms=spec.slo_ttft_ms,
         slo_tpot_ms=spec.slo_tpot_ms,
         min_effect=spec.min_effect,
         metrics=spec.verdict_metrics or METRIC_KEYS,
     )
+    results = Results.model_validate(fields)
     write_outputs(
         out_dir, results, runs, slo_ttft_ms=spec.slo_ttft_ms, slo_tpot_ms=spec.slo_tpot_ms
     )

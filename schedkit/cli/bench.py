@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, cast
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 import typer.main
@@ -15,6 +16,9 @@ from rich.table import Table
 from rich.text import Text
 
 from schedkit.errors import SchedkitError, quote
+
+if TYPE_CHECKING:
+    from schedkit.bench.results import ArmMetrics, Results
 
 
 def bench(
@@ -305,7 +309,7 @@ def bench(
 
         results = run_bench(spec, out, progress)
     _print_summary(results, out)
-    unfinished = {a["policy"]: a["metrics"].get("unfinished") or 0 for a in results["arms"]}
+    unfinished = {a.policy: a.metrics.unfinished for a in results.arms}
     if any(unfinished.values()):
         counts = ", ".join(f"{arm}: {n:,}" for arm, n in unfinished.items() if n)
         console.print(
@@ -317,7 +321,7 @@ def bench(
             style="bold red",
             soft_wrap=True,
         )
-    failed = {a["policy"]: a["metrics"].get("failed") or 0 for a in results["arms"]}
+    failed = {a.policy: a.metrics.failed for a in results.arms}
     if any(failed.values()):
         counts = ", ".join(f"{arm}: {n:,}" for arm, n in failed.items() if n)
         console.print(
@@ -328,7 +332,7 @@ def bench(
             style="bold red",
             soft_wrap=True,
         )
-    if strict and any(f["kind"] == "policy_errors" for f in results.get("flags", [])):
+    if strict and any(f.kind == "policy_errors" for f in results.flags):
         raise typer.Exit(STRICT_EXIT)
     if any(unfinished.values()) or any(failed.values()):
         raise typer.Exit(UNFINISHED_EXIT)
@@ -409,48 +413,46 @@ def _window(text: str | None) -> tuple[float, float] | None:
         ) from None
 
 
-def _print_summary(results: dict[str, Any], out: Path) -> None:
-    engine = results["engine"]
-    table = Table(title=Text(f"{results['workload']['name']} on {engine['model']}/{engine['gpu']}"))
+def _print_summary(results: Results, out: Path) -> None:
+    engine = results.engine
+    table = Table(title=Text(f"{results.workload.name} on {engine['model']}/{engine['gpu']}"))
     table.add_column("metric")
-    for arm in results["arms"]:
-        table.add_column(Text(arm["policy"]), justify="right")  # a label, not markup
-    rows: list[tuple[str, Any]] = [
-        ("completed", lambda m: m["completed"]),
-        ("rejected", lambda m: m["rejected"]),
-        ("unfinished", lambda m: m.get("unfinished")),
-        ("failed", lambda m: m.get("failed") or None),
-        ("TTFT p50 ms", lambda m: m["ttft_ms"]["p50"]),
-        ("TTFT p90 ms", lambda m: m["ttft_ms"]["p90"]),
-        ("TPOT p50 ms", lambda m: m["tpot_ms"]["p50"]),
-        ("TPOT p90 ms", lambda m: m["tpot_ms"]["p90"]),
-        ("queue p90 ms", lambda m: m["queue_ms"]["p90"]),
-        ("throughput tok/s", lambda m: m["throughput_tok_s"]),
-        ("preemptions", lambda m: m["preemptions"]),
-        ("prefix hit rate", lambda m: m["prefix_hit_rate"]),
-        ("SLO attainment", lambda m: m["slo_attainment"]),
-        ("goodput req/s", lambda m: m.get("goodput_rps")),
-        ("policy errors", lambda m: m["policy_errors"]),
+    for arm in results.arms:
+        table.add_column(Text(arm.policy), justify="right")  # a label, not markup
+    rows: list[tuple[str, Callable[[ArmMetrics], Any]]] = [
+        ("completed", lambda m: m.completed),
+        ("rejected", lambda m: m.rejected),
+        ("unfinished", lambda m: m.unfinished),
+        ("failed", lambda m: m.failed or None),
+        ("TTFT p50 ms", lambda m: m.ttft_ms.p50),
+        ("TTFT p90 ms", lambda m: m.ttft_ms.p90),
+        ("TPOT p50 ms", lambda m: m.tpot_ms.p50),
+        ("TPOT p90 ms", lambda m: m.tpot_ms.p90),
+        ("queue p90 ms", lambda m: m.queue_ms.p90),
+        ("throughput tok/s", lambda m: m.throughput_tok_s),
+        ("preemptions", lambda m: m.preemptions),
+        ("prefix hit rate", lambda m: m.prefix_hit_rate),
+        ("SLO attainment", lambda m: m.slo_attainment),
+        ("goodput req/s", lambda m: m.goodput_rps),
+        ("policy errors", lambda m: m.policy_errors),
     ]
     for label, get in rows:
-        values = [get(arm["metrics"]) for arm in results["arms"]]
+        values = [get(arm.metrics) for arm in results.arms]
         if all(v is None for v in values):
             continue
         table.add_row(label, *[_fmt(v) for v in values])
     console = Console()
     console.print(table)
-    for flag in results.get("flags", []):
-        console.print(f"[bold red]! {escape(flag['message'])}[/]", highlight=False)
+    for flag in results.flags:
+        console.print(f"[bold red]! {escape(flag.message)}[/]", highlight=False)
     styles = {"worse": "red", "better": "green", "inconclusive": "yellow", "same": "dim"}
     order = {"worse": 0, "better": 1, "inconclusive": 2, "same": 3}
-    for comparison in results.get("comparisons", []):
-        console.print(f"[bold]{escape(comparison['summary'])}[/]", highlight=False)
-        for flag in comparison.get("flags", []):
-            console.print(f"  [bold red]! {escape(flag['message'])}[/]", highlight=False)
-        judged = sorted(comparison.get("metrics", []), key=lambda r: order.get(r["tone"], 4))
-        for verdict in judged:
-            style = styles.get(verdict["tone"], "")
-            console.print(f"  [{style}]{escape(verdict['verdict'])}[/]", highlight=False)
+    for comparison in results.comparisons:
+        console.print(f"[bold]{escape(comparison.summary)}[/]", highlight=False)
+        for flag in comparison.flags:
+            console.print(f"  [bold red]! {escape(flag.message)}[/]", highlight=False)
+        for row in sorted(comparison.metrics, key=lambda r: order[r.tone]):
+            console.print(f"  [{styles[row.tone]}]{escape(row.verdict)}[/]", highlight=False)
     written = ", ".join(str(out / name) for name in ("results.json", "report.md", "report.html"))
     console.print(Text(f"wrote {written}"), soft_wrap=True)
 

@@ -57,7 +57,7 @@ def test_arms_run_with_their_own_engine_and_are_compared_pairwise(tmp_path: Path
         kv_blocks=4000,
         jobs=1,
     )
-    results = run_bench(spec, tmp_path)
+    results = run_bench(spec, tmp_path).to_json()
     fcfs, same, seqs2 = results["arms"]
     assert [a["policy"] for a in results["arms"]] == ["fcfs", "same", "seqs2"]
     assert fcfs["engine_settings"] == same["engine_settings"] == {}

@@ -17,6 +17,7 @@ import pytest
 
 from schedkit.bench.engine_settings import check_engine_settings
 from schedkit.bench.output import check_out_dir, write_outputs
+from schedkit.bench.results import Results
 from schedkit.bench.runner import BenchSpec, run_bench
 from schedkit.cli.commands import _json_object
 from schedkit.config import load_config
@@ -517,7 +518,9 @@ def test_a_failed_write_is_an_error_and_leaves_earlier_results(
     monkeypatch.setattr("schedkit.bench.report.render.write_report", full_disk)
     run = RunResult(policy="fcfs", records=[], duration_s=0.0)
     with pytest.raises(SchedkitError) as exc:
-        write_outputs(tmp_path, {}, [run], slo_ttft_ms=None, slo_tpot_ms=None)
+        write_outputs(
+            tmp_path, Results.model_construct(), [run], slo_ttft_ms=None, slo_tpot_ms=None
+        )
     assert str(exc.value) == (
         f"cannot write the results to --out '{tmp_path}': No space left on device"
         f" ('{tmp_path / 'report.html'}'); free space or pass another directory. Earlier"

@@ -204,8 +204,8 @@ def test_arms_in_parallel_processes_give_the_same_results(tmp_path: Path) -> Non
     spec = BenchSpec(
         workload="poisson:rate=30,n=300", policies=["fcfs", "shortest-prompt"], kv_blocks=600
     )
-    one = run_bench(spec.model_copy(update={"jobs": 1}), tmp_path / "one")
-    two = run_bench(spec.model_copy(update={"jobs": 2}), tmp_path / "two")
+    one = run_bench(spec.model_copy(update={"jobs": 1}), tmp_path / "one").to_json()
+    two = run_bench(spec.model_copy(update={"jobs": 2}), tmp_path / "two").to_json()
     for results in (one, two):
         results.pop("provenance")
         for arm in results["arms"]:
@@ -268,3 +268,51 @@ def test_max_requests_reads_a_trace_only_as_far_as_it_needs(
     assert len(bench.base.requests) == 10
     with pytest.raises(SchedkitError, match="line 151"):
         Bench(BenchSpec(workload=str(trace), policies=["fcfs"]))
+
+
+# results.json's models (schedkit.bench.results) and their generated schema
+
+
+SCHEMA_FILE = Path(__file__).resolve().parents[2] / "schedkit" / "data" / "results.schema.json"
+
+
+def test_the_shipped_schema_is_the_one_the_models_generate() -> None:
+    from schedkit.bench.results import results_schema
+
+    shipped = json.loads(SCHEMA_FILE.read_text())
+    assert shipped == results_schema(), (
+        "schedkit/data/results.schema.json is stale: regenerate it with"
+        " `.venv/bin/python -m schedkit.bench.results > schedkit/data/results.schema.json`"
+    )
+
+
+def _properties(schema: dict[str, Any], name: str | None = None) -> set[str]:
+    part = schema if name is None else schema["$defs"][name]
+    return set(part["properties"])
+
+
+def test_docs_document_every_field_of_the_schema_and_nothing_else() -> None:
+    schema, docs = json.loads(SCHEMA_FILE.read_text()), documented()
+    assert _properties(schema) == docs["results.json"]
+    assert _properties(schema, "Provenance") == docs["provenance"]
+    assert _properties(schema, "WorkloadInfo") == docs["workload"]
+    assert _properties(schema, "ArmMetrics") == docs["arms[].metrics"]
+    assert _properties(schema, "Comparison") == docs["comparisons[]"]
+    assert _properties(schema, "MetricRow") == docs["comparisons[].metrics[]"]
+    flag = _properties(schema, "Flag")  # kind and message; the rest depends on the kind
+    assert flag == {"kind", "message"} and flag <= docs["flags[] and comparisons[].flags[]"]
+
+
+def test_a_results_file_is_validated_by_its_models(run: tuple[Path, dict[str, Any]]) -> None:
+    from pydantic import ValidationError
+
+    from schedkit.bench.results import Results
+
+    _, written = run
+    results = Results.model_validate(written)
+    assert results.to_json() == written  # the file is the models, nothing more or less
+    assert results.arms[1].metrics.policy_errors > 0  # read by attribute, typed
+    bad = json.loads(json.dumps(written))
+    bad["arms"][0]["metrics"]["ttft_p50"] = 1.0  # a key no model has
+    with pytest.raises(ValidationError, match="ttft_p50"):
+        Results.model_validate(bad)

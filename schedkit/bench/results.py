@@ -1,0 +1,257 @@
+"""What a bench run says, as typed models: ``results.json`` is :class:`Results` dumped, its
+JSON schema is generated from these classes (``schedkit/data/results.schema.json``,
+checked against ``docs/results.md`` by the tests), and the report, its tables and verdicts
+read them.
+
+Keys that only some runs have (``goodput_rps`` with ``--goodput``, ``tenants`` with several
+tenants, ``routed`` with replicas) are optional fields left out of the file when a run
+does not set them: :meth:`Results.to_json` dumps what was set, so a key's absence keeps
+its meaning. Unknown keys are refused (``extra="forbid"``): a key added to the output
+without its field here fails every run that writes it, and so the tests.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "Arm",
+    "ArmMetrics",
+    "Comparison",
+    "Flag",
+    "GroupMetrics",
+    "MetricRow",
+    "Provenance",
+    "Results",
+    "Slo",
+    "Summary",
+    "WorkloadInfo",
+    "results_schema",
+]
+
+SCHEMA_VERSION = 2  # raised whenever a key changes meaning or goes away (docs/results.md)
+
+
+class _Model(BaseModel):
+    """A part of the results; read by attribute. ``model["key"]``, ``model.get`` and
+    ``"key" in model`` read it as the dict results.json holds, for code written when
+    results were dicts (a key a run did not set is missing, as in the file)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.model_fields_set or key in (self.model_extra or {})
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return getattr(self, key) if key in self else default
+
+
+class Summary(_Model):
+    """A latency summary in ms; every entry None without samples."""
+
+    mean: float | None
+    p50: float | None
+    p90: float | None
+    p99: float | None
+
+
+class GroupMetrics(_Model):
+    """Counts, latency summaries and attainment of one tenant's or priority's requests."""
+
+    requests: int
+    completed: int
+    rejected: int
+    output_tokens: int
+    ttft_ms: Summary
+    tpot_ms: Summary
+    queue_ms: Summary
+    queue_ms_max: float | None
+    slo_attainment: float | None
+    slo_met: int | None
+
+
+class ArmMetrics(_Model):
+    """Every metric of one arm (definitions: ``schedkit.bench.stats.metrics``)."""
+
+    policy: str
+    requests: int
+    completed: int
+    rejected: int
+    unfinished: int
+    rejections: dict[str, int]
+    failed: int
+    errors: dict[str, int]
+    ttft_ms: Summary
+    tpot_ms: Summary
+    itl_ms: Summary
+    e2e_ms: Summary
+    queue_ms: Summary
+    queue_ms_max: float | None
+    output_tokens: int
+    throughput_tok_s: float
+    preemptions: int
+    recomputed_tokens: int
+    prefix_hit_rate: float | None
+    kv_usage_mean: float
+    slo_attainment: float | None
+    slo_met: int | None
+    policy_errors: int
+    policy_errors_by_hook: dict[str, int]
+    slow_hook_calls: int
+    slow_hook_calls_by_hook: dict[str, int]
+    duration_s: float
+    steps: int
+    wall_s: float
+    # only some runs have these
+    routed: list[int] | None = None
+    tenants: dict[str, GroupMetrics] | None = None
+    jain_fairness: float | None = None
+    jain_ttft: float | None = None
+    priorities: dict[str, GroupMetrics] | None = None
+    goodput_rps: float | None = None
+    goodput_rate_scale: float | None = None
+
+
+class Arm(_Model):
+    policy: str  # the arm's label
+    config: dict[str, Any]  # its policies and options (SchedkitConfig dumped)
+    engine_settings: dict[str, Any]  # what the arm sets itself; {} for a --policy arm
+    engine: dict[str, Any] | None  # the arm's engine when it sets any; else the bench's
+    metrics: ArmMetrics
+
+
+class Flag(_Model):
+    """What no interval can say; ``kind`` and ``message`` always, the rest by kind
+    (docs/results.md lists every key)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    kind: Literal[
+        "policy_errors", "slow_hooks", "overload", "truncated", "starvation", "rejections"
+    ]
+    message: str
+
+
+class MetricRow(_Model):
+    """One judged metric of a comparison."""
+
+    metric: str
+    label: str
+    unit: Literal["ms", "rate", "count", "tok/s"]
+    higher_is_better: bool
+    a: float | None
+    b: float | None
+    diff: float | None
+    rel: float | None
+    ci: list[float] | None
+    rel_ci: list[float] | None
+    significant: bool
+    sections: int
+    better: bool | None
+    tone: Literal["better", "worse", "same", "inconclusive"]
+    leaning: Literal["better", "worse"] | None
+    verdict: str
+
+
+class Method(_Model):
+    name: str
+    max_sections: int
+    confidence: float
+
+
+class Comparison(_Model):
+    baseline: str
+    policy: str
+    n_requests: int
+    summary: str
+    method: Method
+    min_effect: float
+    metrics: list[MetricRow]
+    verdicts: list[str]
+    flags: list[Flag]
+
+
+class WorkloadInfo(_Model):
+    name: str
+    source: str
+    requests: int
+    span_s: float
+    rate_rps: float
+    prompt_p50: int
+    prompt_p90: int
+    prompt_max: int
+    output_p50: int
+    output_p90: int
+    output_max: int
+    tenants: list[str]
+    hash_block_tokens: int
+    rate_scale: float
+    seed: int
+    window_s: list[float] | None
+    max_requests: int | None
+
+
+class Slo(_Model):
+    ttft_ms: float | None
+    tpot_ms: float | None
+
+
+class Provenance(_Model):
+    schedkit_version: str | None
+    git_revision: str | None
+    command: list[str]
+    python: str
+    numpy: str
+    platform: str
+    created_utc: str
+    spec: dict[str, Any]
+
+
+class Results(_Model):
+    """One bench run: ``results.json``."""
+
+    schema_version: int = SCHEMA_VERSION
+    provenance: Provenance
+    workload: WorkloadInfo
+    # the engine and its settings: which keys depends on the engine (docs/results.md)
+    engine: dict[str, Any]
+    slo: Slo
+    arms: list[Arm]
+    warnings: list[str]
+    flags: list[Flag]
+    comparisons: list[Comparison] = Field(default_factory=list)
+
+    def arm(self, label: str) -> Arm:
+        """The arm labelled ``label``."""
+        for arm in self.arms:
+            if arm.policy == label:
+                return arm
+        raise KeyError(label)
+
+    def to_json(self) -> dict[str, Any]:
+        """What results.json holds: every key set, optional ones a run did not set left out."""
+        dumped: dict[str, Any] = self.model_dump(exclude_unset=True)
+        dumped.setdefault("schema_version", self.schema_version)
+        dumped.setdefault("comparisons", [])
+        return dumped
+
+
+def results_schema() -> dict[str, Any]:
+    """results.json's JSON schema, generated from :class:`Results`."""
+    schema = Results.model_json_schema(mode="serialization")
+    schema["$id"] = "https://schedkit.dev/results.schema.json"
+    schema["title"] = f"schedkit bench results.json, schema version {SCHEMA_VERSION}"
+    return schema
+
+
+if __name__ == "__main__":  # python -m schedkit.bench.results > schedkit/data/results.schema.json
+    print(json.dumps(results_schema(), indent=2, sort_keys=True))
