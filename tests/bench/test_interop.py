@@ -60,7 +60,7 @@ def test_smaller_blocks_are_shared_in_512_token_blocks_only_when_whole(tmp_path:
 def arms(tmp_path: Path) -> tuple[dict[str, Any], Path]:
     spec = BenchSpec(workload=WORKLOAD, max_requests=N, policies=["fcfs", "vtc"], rate_scale=3.0,
                      kv_blocks=800, slo_ttft_ms=2000)  # fmt: skip
-    return run_bench(spec, tmp_path / "sim"), tmp_path / "sim"
+    return run_bench(spec, tmp_path / "sim").to_json(), tmp_path / "sim"
 
 
 def test_vllm_bench_results_come_back_as_the_same_paired_comparison(tmp_path: Path) -> None:

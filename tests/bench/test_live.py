@@ -36,7 +36,7 @@ def live(out: Path, workload: str, targets: list[str], **spec: Any) -> dict[str,
     return run_bench(
         BenchSpec(workload=workload, policies=policies, engine="openai", targets=targets, **spec),
         out,
-    )
+    ).to_json()
 
 
 def test_ab_of_two_servers_carries_metadata_as_each_adapter_reads_it(tmp_path: Path) -> None:
