@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from array import array
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -60,6 +61,38 @@ def _block_rows(table: Any) -> tuple[npt.NDArray[Any], ...] | None:
     return day, seconds, counts[0], counts[1]
 
 
+def _block_parser(source: TraceSource) -> Callable[[bytes, int], Any]:
+    """pyarrow's parser of one block (and its index) of ``source``, whose header the csv
+    module reads first: TIMESTAMP kept as text, the token counts as int64, no cell read as
+    null, the header row skipped in the first block, in this thread."""
+    header, i_time, i_prompt, i_output = read_azure_header(source)
+    names = [f"c{i}" for i in range(len(header))]
+    wanted = [names[i_time], names[i_prompt], names[i_output]]
+    parse = pa_csv.ParseOptions(newlines_in_values=True)
+    convert = pa_csv.ConvertOptions(
+        include_columns=wanted,
+        column_types=dict(zip(wanted, (pa.string(), pa.int64(), pa.int64()), strict=True)),
+        null_values=[],
+        strings_can_be_null=False,
+        quoted_strings_can_be_null=False,
+    )
+
+    def parse_block(block: bytes, index: int) -> Any:
+        return pa_csv.read_csv(
+            pa.BufferReader(block),
+            read_options=pa_csv.ReadOptions(
+                column_names=names,
+                skip_rows=0 if index else 1,
+                block_size=len(block) + 1,
+                use_threads=False,
+            ),
+            parse_options=parse,
+            convert_options=convert,
+        )
+
+    return parse_block
+
+
 def read_azure_rows_pyarrow(source: TraceSource, max_rows: int | None = None) -> AzureRows | None:
     """:func:`~schedkit.workload.formats.azure_csv.read_azure_rows`, parsed by pyarrow; ``None``
     where it declines (then the csv reader decides). Raises :class:`SchedkitError` only for
@@ -71,31 +104,11 @@ def read_azure_rows_pyarrow(source: TraceSource, max_rows: int | None = None) ->
     columns: tuple[array[Any], ...] = (array("q"), array("d"), array("q"), array("q"))
     kept = counted = 0
     try:
-        header, i_time, i_prompt, i_output = read_azure_header(source)
-        names = [f"c{i}" for i in range(len(header))]
-        wanted = [names[i_time], names[i_prompt], names[i_output]]
-        parse = pa_csv.ParseOptions(newlines_in_values=True)
-        convert = pa_csv.ConvertOptions(
-            include_columns=wanted,
-            column_types=dict(zip(wanted, (pa.string(), pa.int64(), pa.int64()), strict=True)),
-            null_values=[],
-            strings_can_be_null=False,
-            quoted_strings_can_be_null=False,
-        )
+        parse_block = _block_parser(source)
         for index, block in enumerate(trace_blocks(source)):
             if block.count(b'"') % 2:
                 return None  # a quoted cell (or a stray quote) runs on past the block
-            table = pa_csv.read_csv(
-                pa.BufferReader(block),
-                read_options=pa_csv.ReadOptions(
-                    column_names=names,
-                    skip_rows=0 if index else 1,
-                    block_size=len(block) + 1,
-                    use_threads=False,
-                ),
-                parse_options=parse,
-                convert_options=convert,
-            )
+            table = parse_block(block, index)
             if kept >= stop:
                 counted += table.num_rows
                 continue

@@ -15,6 +15,7 @@ import csv
 import gc
 import re
 from array import array
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import date
 
@@ -151,61 +152,18 @@ def read_azure_rows(source: TraceSource, max_rows: int | None = None) -> AzureRo
     cells run over more than that; more rows than the request limit.
     """
     origin, stop = source.origin, rows_to_read(max_rows)
-    minutes: dict[tuple[str, str | None], tuple[int, float]] = {}
     day, prompt, output = array("q"), array("q"), array("q")
     seconds = array("d")
     skipped = [0]  # records read but not kept: blank lines, rows counted past the limit
-    extra = 0  # rows past the request limit, counted for the message
-
-    done, since, last = -1, 0, 0
-
-    def check_row_size(size: int) -> None:
-        # csv reads a row whose quoted cells run over line breaks whole before returning
-        # it: one that has taken more than MAX_LINE_BYTES of whole blocks is refused.
-        nonlocal done, since, last
-        now = len(prompt) + skipped[0]
-        since, done, last = (since + last if now == done else 0), now, size
-        if since > MAX_LINE_BYTES:
-            raise SchedkitError(
-                f"{origin}: line {reader.line_num:,}: one CSV row runs over more than"
-                f' {MAX_LINE_BYTES:,} bytes; check the quoting: a quote (") left open'
-                " runs a cell on over the lines that follow"
-            )
-
-    reader = csv.reader(trace_lines(source, check_row_size))
+    check = _row_size_check(origin, lambda: len(prompt) + skipped[0], lambda: reader.line_num)
+    reader = csv.reader(trace_lines(source, check))
     field_limit = csv.field_size_limit(MAX_LINE_BYTES)  # process-wide: restored below
     try:
         header, i_time, i_prompt, i_output = azure_header(next(reader, []), origin)
-        width = len(header)
-        add_day, add_seconds = day.append, seconds.append
-        add_prompt, add_output = prompt.append, output.append
-        for cells in reader:
-            if len(cells) != width:
-                if not cells or (len(cells) == 1 and not cells[0].strip()):
-                    skipped[0] += 1
-                    continue
-                raise RowError(
-                    f"expected {width} columns ({quote(','.join(header))}), got {len(cells)}"
-                )
-            try:  # fast path; the helpers below re-read a bad cell to say what is wrong
-                tokens_in, tokens_out = int(cells[i_prompt]), int(cells[i_output])
-            except ValueError:
-                tokens_in = tokens_out = -1
-            if not (0 <= tokens_in <= MAX_TOKENS and 0 <= tokens_out <= MAX_TOKENS):
-                _int_cell(cells[i_prompt], "ContextTokens")
-                _int_cell(cells[i_output], "GeneratedTokens")
-            when, secs = _azure_time(cells[i_time], minutes)
-            add_day(when)
-            add_seconds(secs)
-            add_prompt(tokens_in)
-            add_output(tokens_out)
-            if len(prompt) >= stop:
-                break
+        at = (i_time, i_prompt, i_output)
+        _read_cells(reader, header, at, (day, seconds, prompt, output), skipped, stop)
         if len(prompt) > max_requests():
-            for cells in reader:
-                skipped[0] += 1
-                extra += bool(cells) and (len(cells) > 1 or bool(cells[0].strip()))
-            count = len(prompt) + extra
+            count = len(prompt) + _count_rest(reader, skipped)
             check_requests(count if max_rows is None else min(count, max_rows), f"trace {origin}")
     except RowError as exc:
         raise SchedkitError(f"{origin}: line {reader.line_num:,}: {exc}") from None
@@ -220,6 +178,79 @@ def read_azure_rows(source: TraceSource, max_rows: int | None = None) -> AzureRo
         np.frombuffer(prompt, np.int64),
         np.frombuffer(output, np.int64),
     )
+
+
+def _row_size_check(
+    origin: str, rows_read: Callable[[], int], line: Callable[[], int]
+) -> Callable[[int], None]:
+    """What :func:`trace_lines` calls with each block's size: csv reads a row whose quoted
+    cells run over line breaks whole before returning it, so one that has taken more than
+    ``MAX_LINE_BYTES`` of whole blocks (``rows_read`` not moving) is refused."""
+    done, since, last = -1, 0, 0
+
+    def check_row_size(size: int) -> None:
+        nonlocal done, since, last
+        now = rows_read()
+        since, done, last = (since + last if now == done else 0), now, size
+        if since > MAX_LINE_BYTES:
+            raise SchedkitError(
+                f"{origin}: line {line():,}: one CSV row runs over more than"
+                f' {MAX_LINE_BYTES:,} bytes; check the quoting: a quote (") left open'
+                " runs a cell on over the lines that follow"
+            )
+
+    return check_row_size
+
+
+def _read_cells(
+    reader: Iterator[list[str]],
+    header: list[str],
+    at: tuple[int, int, int],
+    columns: tuple[array[int], array[float], array[int], array[int]],
+    skipped: list[int],
+    stop: int,
+) -> None:
+    """Append each row's (day, seconds, prompt, output) to ``columns`` until ``stop`` rows
+    are kept; ``at``: the indexes of TIMESTAMP, ContextTokens and GeneratedTokens. Blank
+    lines count in ``skipped``. Raises :class:`RowError` for a bad row or cell."""
+    i_time, i_prompt, i_output = at
+    width = len(header)
+    minutes: dict[tuple[str, str | None], tuple[int, float]] = {}
+    day, seconds, prompt, output = columns
+    add_day, add_seconds = day.append, seconds.append
+    add_prompt, add_output = prompt.append, output.append
+    for cells in reader:
+        if len(cells) != width:
+            if not cells or (len(cells) == 1 and not cells[0].strip()):
+                skipped[0] += 1
+                continue
+            raise RowError(
+                f"expected {width} columns ({quote(','.join(header))}), got {len(cells)}"
+            )
+        try:  # fast path; the helpers below re-read a bad cell to say what is wrong
+            tokens_in, tokens_out = int(cells[i_prompt]), int(cells[i_output])
+        except ValueError:
+            tokens_in = tokens_out = -1
+        if not (0 <= tokens_in <= MAX_TOKENS and 0 <= tokens_out <= MAX_TOKENS):
+            _int_cell(cells[i_prompt], "ContextTokens")
+            _int_cell(cells[i_output], "GeneratedTokens")
+        when, secs = _azure_time(cells[i_time], minutes)
+        add_day(when)
+        add_seconds(secs)
+        add_prompt(tokens_in)
+        add_output(tokens_out)
+        if len(prompt) >= stop:
+            break
+
+
+def _count_rest(reader: Iterator[list[str]], skipped: list[int]) -> int:
+    """The rows left in ``reader``, read to its end (each record counted in ``skipped``),
+    blank lines not counted: how far a trace goes past the request limit."""
+    extra = 0
+    for cells in reader:
+        skipped[0] += 1
+        extra += bool(cells) and (len(cells) > 1 or bool(cells[0].strip()))
+    return extra
 
 
 def azure_requests(rows: AzureRows, origin: str, id_prefix: str) -> list[TraceRequest]:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -211,11 +211,7 @@ def text_workload(
     """The workload of request rows (``where``, row); ShareGPT's first ``max_rows`` within
     vLLM's limits, the others' first ``max_rows`` (no further row is read)."""
     sharegpt = fmt == "ShareGPT"
-    taken: list[Row] = []
-    for item in rows:
-        if not sharegpt and max_rows is not None and len(taken) >= max_rows:
-            break
-        taken.append(item)
+    taken = _first(rows, None if sharegpt else max_rows)
     prompts, given, outputs = [], [], []
     for where, row in taken:
         text, count, output = _fields(row, where, origin)
@@ -224,21 +220,64 @@ def text_workload(
         outputs.append(output)
     if not prompts:
         raise SchedkitError(f"{origin}: no requests with prompt text")
-    encode = None
+    encode = _encoder(tokenizer, taken, given, sharegpt, origin)
+    ids = encode(prompts) if encode is not None else [None] * len(prompts)
+    if sharegpt:
+        assert encode is not None
+        completions = encode([str(row["completion"]) for _, row in taken])
+        outputs = [len(c) for c in completions]
+    kept, skipped = _kept(ids, given, outputs, sharegpt, max_rows)
+    if not kept:
+        raise SchedkitError(f"{origin}: no request within vLLM's ShareGPT length limits")
+    notes = [f"{fmt} request file {origin}", "Poisson arrivals at 1 request/s"]
     if tokenizer is not None:
-        encode = load_tokenizer(tokenizer)
-    elif sharegpt or None in given:
+        notes.append(f"tokenizer {tokenizer}")
+    if skipped:
+        notes.append(f"{skipped:,} conversations outside vLLM's length limits skipped")
+    requests = _poisson_requests(name, kept, seed)
+    return Workload(name, requests, HASH_BLOCK_TOKENS if encode else 0, "; ".join(notes))
+
+
+def _first(rows: Iterable[Row], max_rows: int | None) -> list[Row]:
+    """The first ``max_rows`` rows (all when ``None``)."""
+    taken: list[Row] = []
+    for item in rows:
+        if max_rows is not None and len(taken) >= max_rows:
+            break
+        taken.append(item)
+    return taken
+
+
+def _encoder(
+    tokenizer: str | None,
+    taken: Sequence[Row],
+    given: Sequence[int | None],
+    sharegpt: bool,
+    origin: str,
+) -> Encode | None:
+    """The tokenizer's encoder, or None when every row gives its prompt's token count;
+    a :class:`SchedkitError` naming the first row that needs a tokenizer none was given."""
+    if tokenizer is not None:
+        return load_tokenizer(tokenizer)
+    if sharegpt or None in given:
         where = taken[given.index(None)][0] if None in given else taken[0][0]
         raise SchedkitError(
             f"{origin}: {where} has prompt text and no token counts; counting them needs the"
             " model's tokenizer: pass --tokenizer NAME_OR_DIR (or give each row"
             " prompt_tokens_count and output_tokens_count)"
         )
-    ids = encode(prompts) if encode is not None else [None] * len(prompts)
-    if sharegpt:
-        assert encode is not None
-        completions = encode([str(row["completion"]) for _, row in taken])
-        outputs = [len(c) for c in completions]
+    return None
+
+
+def _kept(
+    ids: Sequence[list[int] | None],
+    given: Sequence[int | None],
+    outputs: Sequence[int | None],
+    sharegpt: bool,
+    max_rows: int | None,
+) -> tuple[list[tuple[int, int, tuple[int, ...]]], int]:
+    """The first ``max_rows`` requests as (prompt tokens, output tokens, hash ids), ShareGPT's
+    within vLLM's limits, and how many ShareGPT conversations were outside them."""
     kept: list[tuple[int, int, tuple[int, ...]]] = []
     blocks: dict[int, int] = {}
     skipped = 0
@@ -251,20 +290,19 @@ def text_workload(
         kept.append((prompt_len, output, _hash_ids(token_ids, blocks) if token_ids else ()))
         if max_rows is not None and len(kept) >= max_rows:
             break
-    if not kept:
-        raise SchedkitError(f"{origin}: no request within vLLM's ShareGPT length limits")
+    return kept, skipped
+
+
+def _poisson_requests(
+    name: str, kept: Sequence[tuple[int, int, tuple[int, ...]]], seed: int
+) -> tuple[TraceRequest, ...]:
+    """``kept`` in order on Poisson arrivals at ``ARRIVAL_RATE``, drawn from ``seed``."""
     gaps = np.random.default_rng(seed).exponential(1 / ARRIVAL_RATE, len(kept))
     arrivals = np.concatenate(([0.0], np.cumsum(gaps[:-1])))
-    requests = tuple(
+    return tuple(
         TraceRequest(f"{name}-{i:06d}", float(t), p, o, hash_ids=h)
         for i, (t, (p, o, h)) in enumerate(zip(arrivals, kept, strict=True))
     )
-    notes = [f"{fmt} request file {origin}", "Poisson arrivals at 1 request/s"]
-    if tokenizer is not None:
-        notes.append(f"tokenizer {tokenizer}")
-    if skipped:
-        notes.append(f"{skipped:,} conversations outside vLLM's length limits skipped")
-    return Workload(name, requests, HASH_BLOCK_TOKENS if encode else 0, "; ".join(notes))
 
 
 def _fields(row: Mapping[str, Any], where: str, origin: str) -> tuple[str, int | None, int | None]:
