@@ -64,6 +64,8 @@ MOVED: dict[str, tuple[str, ...]] = {
     # one name per concept
     "schedkit.adapter.metadata": ("schedkit.metadata",),
     "schedkit.adapter.replay": ("schedkit.bench.engines.real_arm",),
+    # the SGLang and LMDeploy adapters' harness
+    "schedkit_lmdeploy.contract": ("schedkit_lmdeploy.harness.contract",),
 }
 
 

@@ -5,3 +5,8 @@
 builds when ``SCHEDKIT_CONFIG``/``SCHEDKIT_POLICY`` selects a policy (``schedkit serve
 lmdeploy`` sets them). Importing this package imports neither LMDeploy nor torch.
 """
+
+# schedkit serves the names of the adapter's moved modules (``schedkit_lmdeploy.contract``
+# is ``schedkit_lmdeploy.harness.contract``: ``schedkit._moved``) once it is imported;
+# importing it here makes them work in a fresh interpreter too.
+import schedkit  # noqa: F401

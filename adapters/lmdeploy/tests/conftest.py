@@ -1,5 +1,5 @@
 """The LMDeploy adapter's tests run LMDeploy's real ``Scheduler`` model-less on CPU
-(``schedkit_lmdeploy.contract``): LMDeploy's engine has no CPU backend, so nothing here
+(``schedkit_lmdeploy.harness``): LMDeploy's engine has no CPU backend, so nothing here
 loads a model. Warnings LMDeploy's imports print (torch version pins) are harmless."""
 
 from __future__ import annotations

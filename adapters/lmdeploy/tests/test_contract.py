@@ -1,7 +1,7 @@
 """The cross-engine contract suite on LMDeploy's real scheduler, model-less.
 
 Every scenario of ``schedkit.testing.contract.SCENARIOS`` runs with every shipped
-policy through ``schedkit_lmdeploy.contract.run_lmdeploy``, which drives LMDeploy's
+policy through ``schedkit_lmdeploy.harness.contract.run_lmdeploy``, which drives LMDeploy's
 ``Scheduler`` as its engine loop does. Each run must keep the contract
 (``check_outcome``: every request ends once with its full output or its rejection, each
 token LMDeploy scheduled is reported to the policies exactly once, every arrival and
@@ -41,7 +41,7 @@ from schedkit.testing.contract import (
     shipped_policies,
 )
 
-from schedkit_lmdeploy.contract import run_lmdeploy
+from schedkit_lmdeploy.harness.contract import run_lmdeploy
 
 POLICIES = shipped_policies()
 

@@ -26,7 +26,7 @@ import pytest
 from schedkit import Policy, PolicyFacade, PolicyRegistry, hookimpl
 
 from schedkit_lmdeploy import patches
-from schedkit_lmdeploy.contract import build_scheduler
+from schedkit_lmdeploy.harness.modelless import build_scheduler
 
 BLOCK = 4
 CHUNK = 2 * BLOCK  # max_prefill_token_num: a prompt above it is long

@@ -19,7 +19,7 @@ from schedkit.sim.config import SimConfig
 from schedkit.testing.contract import Flaky, Scenario, check_outcome
 from schedkit.workload import TraceRequest
 
-from schedkit_lmdeploy.contract import run_lmdeploy
+from schedkit_lmdeploy.harness.contract import run_lmdeploy
 
 
 def workload(seed: int, n: int = 60) -> Scenario:

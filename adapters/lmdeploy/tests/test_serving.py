@@ -24,7 +24,7 @@ from schedkit.testing.contract import ContractRecorder
 from schedkit.trust import TrustConfig
 
 from schedkit_lmdeploy import carrier, patches
-from schedkit_lmdeploy.contract import build_scheduler
+from schedkit_lmdeploy.harness.modelless import build_scheduler
 from schedkit_lmdeploy.serve import build_command, build_environ
 
 # -- the launcher ---------------------------------------------------------------------------
@@ -66,7 +66,7 @@ import schedkit_lmdeploy.launch  # what `python -m schedkit_lmdeploy.launch` imp
 
 
 def child(queue):  # as LMDeploy's ZMQMPEngine._mp_proc: a fresh spawned interpreter
-    from schedkit_lmdeploy.contract import build_scheduler
+    from schedkit_lmdeploy.harness.modelless import build_scheduler
     runtime = getattr(build_scheduler(16, 32, 4, 256), "schedkit", None)
     queue.put(None if runtime is None else runtime.facade.label)
 

@@ -18,13 +18,14 @@ from schedkit.trust import TrustConfig
 from schedkit.workload import TraceRequest
 
 from schedkit_lmdeploy import compat, patches
-from schedkit_lmdeploy.contract import build_scheduler, run_lmdeploy
+from schedkit_lmdeploy.harness.contract import run_lmdeploy
+from schedkit_lmdeploy.harness.modelless import build_scheduler
 
 FINGERPRINT = """
 import json, sys
 from schedkit.testing.contract import SCENARIOS
 from schedkit_lmdeploy import patches
-from schedkit_lmdeploy.contract import run_lmdeploy
+from schedkit_lmdeploy.harness.contract import run_lmdeploy
 out = {}
 for s in SCENARIOS:
     o = run_lmdeploy(s, None)
@@ -100,7 +101,7 @@ def test_an_unsupported_lmdeploy_is_refused_with_the_versions_named(
 ACTIVATE = """
 import json
 from schedkit_lmdeploy import patches
-from schedkit_lmdeploy.contract import build_scheduler
+from schedkit_lmdeploy.harness.modelless import build_scheduler
 active = patches.activate_from_environ()
 scheduler = build_scheduler(16, 32, 4, 256)
 runtime = getattr(scheduler, "schedkit", None)
@@ -306,12 +307,13 @@ def test_schedkit_policies_lists_every_policy_in_the_lmdeploy_environment() -> N
 
 def test_the_scheduler_patches_load_no_bench_simulator_or_numpy_of_ours() -> None:
     """Issue #36: what LMDeploy's engine process imports of schedkit is the kit, the core
-    and the adapter's runtime (timed in benchmarks/speed/README.md)."""
+    and the adapter's runtime, not the adapter's harness (timed in
+    benchmarks/speed/README.md)."""
     from schedkit.testing.imports import HARNESS_PACKAGES, loaded_by
 
     loaded = loaded_by("lmdeploy.pytorch.paging.scheduler", "schedkit_lmdeploy.patches:install")
     modules = loaded["modules"]
     assert isinstance(modules, list) and "schedkit_lmdeploy.runtime" in modules
-    harness = [m for m in modules if m.startswith(HARNESS_PACKAGES)]
+    harness = [m for m in modules if m.startswith((*HARNESS_PACKAGES, "schedkit_lmdeploy.harness"))]
     assert harness == [], harness
     assert not any(m == "numpy" or m.startswith("numpy.") for m in modules)

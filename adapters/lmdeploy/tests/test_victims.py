@@ -18,7 +18,7 @@ from schedkit.sim.config import SimConfig
 from schedkit.testing.contract import Scenario, check_outcome, run_sim
 from schedkit.workload import TraceRequest
 
-from schedkit_lmdeploy.contract import run_lmdeploy
+from schedkit_lmdeploy.harness.contract import run_lmdeploy
 
 VICTIMS = Scenario(
     "victims",

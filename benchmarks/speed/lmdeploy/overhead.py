@@ -3,7 +3,7 @@
 Each arm runs in its own process (stock LMDeploy is never patched there), arms
 alternate over ``--rounds``: ``--sequences`` requests arrive at once and decode
 ``--output`` tokens each through LMDeploy's real ``Scheduler``, driven as its engine loop
-drives it (``schedkit_lmdeploy.contract._Loop``). Timed: the scheduler's own calls per
+drives it (``schedkit_lmdeploy.harness.contract._Loop``). Timed: the scheduler's own calls per
 step (the prefill turn or ``schedule_running``, ``activate_seqs``, ``end_session`` of the
 finished), not the fabricated forward. Reported: the mean and median over the steps
 with at least ``--sequences // 2`` running: median, p90 and mean (the mean includes
@@ -29,7 +29,8 @@ def run_arm(arm: str, sequences: int, output: int) -> list[float]:
     """Seconds of scheduler work per step of one run of ``arm``."""
     import numpy as np
     from lmdeploy.pytorch.messages import MessageStatus, SamplingParam, UpdateTokenMode
-    from schedkit_lmdeploy.contract import PREFILL_INTERVAL, _Loop, build_scheduler
+    from schedkit_lmdeploy.harness.contract import _Loop
+    from schedkit_lmdeploy.harness.modelless import PREFILL_INTERVAL, build_scheduler
     from schedkit_lmdeploy.patches import install
 
     from schedkit import PolicyFacade, PolicyRegistry

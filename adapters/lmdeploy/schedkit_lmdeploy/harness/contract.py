@@ -29,14 +29,20 @@ the vLLM driver's ``batch_queue=1``: the contract is checked on that schedule.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from schedkit.bench.engines.requests import output_token_id, prompt_token_ids, request_metadata
 from schedkit.policy import Policy
 from schedkit.testing.contract import Outcome, Scenario, facade_of
 
-from schedkit_lmdeploy.views import trie_blocks
+from schedkit_lmdeploy.harness.modelless import (
+    PREFILL_INTERVAL,
+    build_scheduler,
+    cached_only_blocks,
+    check_blocks,
+)
 
+# build_scheduler and the block checks are here too, as before they moved (issue #36)
 __all__ = [
     "PREFILL_INTERVAL",
     "build_scheduler",
@@ -45,66 +51,12 @@ __all__ = [
     "run_lmdeploy",
 ]
 
-PREFILL_INTERVAL = 16  # SchedulerConfig's default: decode steps between forced prefills
 _EPS = 1e-9
 
+if TYPE_CHECKING:
+    from schedkit.workload import TraceRequest
 
-def build_scheduler(
-    num_blocks: int,
-    block_size: int,
-    max_batches: int,
-    max_prefill_tokens: int,
-    prefix_caching: bool = True,
-) -> Any:
-    """LMDeploy's ``Scheduler`` without a model, as its own tests build it."""
-    from lmdeploy.pytorch.config import CacheConfig, SchedulerConfig
-    from lmdeploy.pytorch.messages import SequenceMeta
-    from lmdeploy.pytorch.paging.scheduler import Scheduler
-    from lmdeploy.pytorch.strategies.ar.sequence import ARSequenceStrategy
-
-    limits = SchedulerConfig(
-        max_batches=max_batches,
-        max_session_len=1 << 20,
-        eviction_type="recompute",
-        prefill_interval=PREFILL_INTERVAL,
-    )
-    cache = CacheConfig(
-        max_batches=max_batches,
-        block_size=block_size,
-        num_cpu_blocks=0,
-        num_gpu_blocks=num_blocks,
-        max_prefill_token_num=max_prefill_tokens,
-        enable_prefix_caching=prefix_caching,
-    )
-    meta = SequenceMeta(block_size, strategy=ARSequenceStrategy())
-    return Scheduler(scheduler_config=limits, cache_config=cache, seq_meta=meta)
-
-
-def check_blocks(scheduler: Any, num_blocks: int) -> None:
-    """Every GPU block is free, held by a sequence, or held by the prefix trie, and each
-    held block's ref count is its number of owners (sequences holding it, plus one for
-    the trie): no block is lost, leaked or shared by mistake."""
-    owners: dict[int, int] = {}
-    for seq in scheduler.seq_manager.get_all_sequences():
-        for block in seq.logical_blocks.get_real_blocks():
-            owners[int(block)] = owners.get(int(block), 0) + 1
-    for node in trie_blocks(scheduler.block_trie):
-        owners[int(node.block_id)] = owners.get(int(node.block_id), 0) + 1
-    free = int(scheduler.block_manager.get_num_free_gpu_blocks())
-    assert free + len(owners) == num_blocks, (
-        f"{free} free and {len(owners)} held blocks of {num_blocks}: blocks lost or shared"
-    )
-    allocator = scheduler.block_manager.allocator
-    wrong = {b: (n, int(allocator.get_ref_count(b))) for b, n in owners.items()
-             if int(allocator.get_ref_count(b)) != n}  # fmt: skip
-    assert not wrong, f"blocks whose ref count is not their owners' number: {wrong}"
-
-
-def cached_only_blocks(scheduler: Any) -> int:
-    """Blocks the prefix trie alone holds (cached, evictable)."""
-    allocator = scheduler.block_manager.allocator
-    trie = scheduler.block_trie
-    return sum(1 for n in trie_blocks(trie) if int(allocator.get_ref_count(n.block_id)) == 1)
+    from schedkit_lmdeploy.runtime import LmdeployRuntime
 
 
 class _Loop:
@@ -258,113 +210,175 @@ def run_lmdeploy(
     conserve: bool = False,
 ) -> Outcome:
     """``scenario`` through LMDeploy's scheduler with ``policies`` (None: stock).
-    ``conserve``: check after every step that no KV block is lost (``check_blocks``)."""
-    import numpy as np
-    from lmdeploy.pytorch.messages import MessageStatus, SamplingParam, UpdateTokenMode
-
-    from schedkit_lmdeploy.patches import install
-
-    cfg = scenario.config
-    outcome = Outcome("lmdeploy", batches_comparable=False)
-    scheduler = build_scheduler(
-        cfg.num_blocks,
-        cfg.block_size,
-        cfg.max_num_seqs,
-        cfg.max_num_batched_tokens,
-        cfg.enable_prefix_caching,
-    )
-    clock = [0.0]
-    runtime = None
-    if policies is not None:
-        runtime = install(scheduler, facade_of(policies, outcome.recorder))
-        runtime.engine.use_clock(lambda: clock[0])
+    ``probe(scheduler)`` sees the scheduler before the first step; ``conserve``: check
+    after every step that no KV block is lost (``check_blocks``)."""
+    replay = _Replay(scenario, policies, conserve)
     if probe is not None:
-        probe(scheduler)
-
-    traces = sorted(enumerate(scenario.requests), key=lambda item: item[1].arrival_s)
-    rid_of: dict[int, str] = {}  # session id -> request id
-    index_of: dict[str, int] = {}
-    loop = _Loop(scheduler, cfg.max_num_seqs, cfg.max_num_batched_tokens)
-    running_status = MessageStatus.RUNNING
-
-    def end(session_id: int, reason: str) -> None:
-        scheduler.end_session(session_id)
-        outcome.finished[rid_of[session_id]] = reason
-
-    def arrive() -> None:
-        while traces and traces[0][1].arrival_s <= clock[0] + _EPS:
-            index, trace = traces.pop(0)
-            rid_of[index] = trace.request_id
-            index_of[trace.request_id] = index
-            outcome.output_tokens[trace.request_id] = 0
-            tokens = np.array(prompt_token_ids(trace, index, cfg.block_size, cfg.hash_block_tokens))
-            session = scheduler.add_session(index)
-            params = SamplingParam(max_new_tokens=max(1, trace.output_tokens))
-            meta = {"request_id": trace.request_id, "priority": trace.priority}
-            meta.update(request_metadata(trace))
-            if runtime is None:
-                session.add_sequence(tokens, sampling_param=params).meta = meta
-                continue
-            seq = session.add_sequence(tokens, sampling_param=params, schedkit_meta=meta)
-            reason = runtime.rejection(seq)
-            if reason is not None:  # the engine answers it at once; the client ends it
-                outcome.rejected[trace.request_id] = reason
-                end(index, "rejected")
-
+        probe(replay.scheduler)
     for _ in range(max_steps):
-        arrive()
-        if not traces and not scheduler.sessions:
+        replay.arrive()
+        if replay.done:
             break
-        before = [s for s in loop.running if s.status == running_status]
+        replay.step()
+    else:
+        raise AssertionError(f"lmdeploy: {scenario.name} still busy after {max_steps} steps")
+    return replay.finish()
+
+
+class _Replay:
+    """One scenario through LMDeploy's scheduler (``run_lmdeploy``): the scheduler and its
+    runtime, the engine loop's choice of forward (``_Loop``), the engine clock (the
+    scenario's ``step_s`` per forward; idle time skips to the next arrival) and the
+    ``Outcome`` being recorded."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        policies: Sequence[tuple[str, Policy]] | None,
+        conserve: bool,
+    ) -> None:
+        from lmdeploy.pytorch.messages import MessageStatus
+
+        from schedkit_lmdeploy.patches import install
+
+        self.scenario = scenario
+        self.conserve = conserve
+        cfg = self.cfg = scenario.config
+        self.outcome = Outcome("lmdeploy", batches_comparable=False)
+        self.scheduler = build_scheduler(
+            cfg.num_blocks,
+            cfg.block_size,
+            cfg.max_num_seqs,
+            cfg.max_num_batched_tokens,
+            cfg.enable_prefix_caching,
+        )
+        self.clock = 0.0
+        self.runtime: LmdeployRuntime | None = None
+        if policies is not None:
+            self.runtime = install(self.scheduler, facade_of(policies, self.outcome.recorder))
+            self.runtime.engine.use_clock(lambda: self.clock)
+        self.traces = sorted(enumerate(scenario.requests), key=lambda item: item[1].arrival_s)
+        self.rid_of: dict[int, str] = {}  # session id -> request id
+        self.index_of: dict[str, int] = {}
+        self.loop = _Loop(self.scheduler, cfg.max_num_seqs, cfg.max_num_batched_tokens)
+        self.running_status = MessageStatus.RUNNING
+
+    @property
+    def done(self) -> bool:
+        """Every request arrived and every session ended."""
+        return not self.traces and not self.scheduler.sessions
+
+    # -- arrivals ----------------------------------------------------------------------
+
+    def arrive(self) -> None:
+        """Add every request whose arrival has come on the engine clock."""
+        while self.traces and self.traces[0][1].arrival_s <= self.clock + _EPS:
+            index, trace = self.traces.pop(0)
+            self._add(index, trace)
+
+    def _add(self, index: int, trace: TraceRequest) -> None:
+        """Request ``index`` as a session of its own, its metadata in ``schedkit_meta`` (as
+        the request carrier puts it; ``seq.meta`` when stock). A rejected one ends at once:
+        the engine answers it, and the client ends the session."""
+        import numpy as np
+        from lmdeploy.pytorch.messages import SamplingParam
+
+        cfg, rid = self.cfg, trace.request_id
+        self.rid_of[index] = rid
+        self.index_of[rid] = index
+        self.outcome.output_tokens[rid] = 0
+        tokens = np.array(prompt_token_ids(trace, index, cfg.block_size, cfg.hash_block_tokens))
+        session = self.scheduler.add_session(index)
+        params = SamplingParam(max_new_tokens=max(1, trace.output_tokens))
+        meta = {"request_id": rid, "priority": trace.priority}
+        meta.update(request_metadata(trace))
+        if self.runtime is None:
+            session.add_sequence(tokens, sampling_param=params).meta = meta
+            return
+        seq = session.add_sequence(tokens, sampling_param=params, schedkit_meta=meta)
+        reason = self.runtime.rejection(seq)
+        if reason is not None:
+            self.outcome.rejected[rid] = reason
+            self._end(index, "rejected")
+
+    def _end(self, session_id: int, reason: str) -> None:
+        self.scheduler.end_session(session_id)
+        self.outcome.finished[self.rid_of[session_id]] = reason
+
+    # -- steps -------------------------------------------------------------------------
+
+    def step(self) -> None:
+        """The engine loop's next forward: what it schedules and preempts is recorded,
+        then the batch runs; with nothing to run the clock skips to the next arrival."""
+        loop, running = self.loop, self.running_status
+        before = [s for s in loop.running if s.status == running]
         kind, batch, invalid, chunk = loop.next_forward()
         if invalid:  # preempt_invalid_decode_seqs (after the step in the real loop)
-            scheduler.preempt_seqs(invalid)
-        preempted = sorted(rid_of[s.session_id] for s in before if s.status != running_status)
+            self.scheduler.preempt_seqs(invalid)
+        preempted = sorted(self.rid_of[s.session_id] for s in before if s.status != running)
         if not batch and not preempted:
-            if not traces:
-                raise AssertionError(f"lmdeploy: {scenario.name} stalled with sessions left")
-            clock[0] = max(clock[0], traces[0][1].arrival_s)  # idle until the next arrival
-            continue
-        scheduled = {}
+            if not self.traces:
+                raise AssertionError(f"lmdeploy: {self.scenario.name} stalled with sessions left")
+            self.clock = max(self.clock, self.traces[0][1].arrival_s)  # idle until then
+            return
+        scheduled: dict[str, int] = {}
         for seq in batch:
-            rid = rid_of[seq.session_id]
+            rid = self.rid_of[seq.session_id]
             scheduled[rid] = chunk or (1 if kind == "decode" else int(seq.num_token_ids))
-            if rid not in outcome.admitted:
-                outcome.admitted.append(rid)
-        outcome.steps.append(scheduled)
-        outcome.preempted.append(preempted)
-        if not batch:
-            continue
+            if rid not in self.outcome.admitted:
+                self.outcome.admitted.append(rid)
+        self.outcome.steps.append(scheduled)
+        self.outcome.preempted.append(preempted)
+        if batch:
+            self._run(kind, batch, chunk)
+
+    def _run(self, kind: str, batch: list[Any], chunk: int) -> None:
+        """Dispatch ``batch`` and fabricate its forward: a long prompt's chunk moves the
+        prompt on, any other forward samples one token per running sequence; sessions
+        whose last token came end."""
+        scheduler, loop = self.scheduler, self.loop
         scheduler.activate_seqs(batch)
         scheduler.tick()
         loop.last_kind = kind
-        clock[0] += scenario.step_s
+        self.clock += self.scenario.step_s
         if kind == "long_context_chunk":  # no token: the prompt moves on by a chunk
             batch[0].set_step(int(batch[0].num_history_ids) + chunk)
-            continue
+            return
+        done = self._sample(kind, batch)
+        loop.running = batch if kind == "decode" else [*loop.running, *batch]
+        for session_id in done:  # the client has its last token: the session ends
+            self._end(session_id, "length")
+        loop.running = [s for s in loop.running if s.session_id in scheduler.sessions]
+        if self.conserve:
+            check_blocks(scheduler, self.cfg.num_blocks)
+
+    def _sample(self, kind: str, batch: list[Any]) -> list[int]:
+        """One token for each running sequence of ``batch`` (``ARSequenceStrategy
+        .update_running``); returns the sessions that reached their ``max_new_tokens``."""
+        import numpy as np
+        from lmdeploy.pytorch.messages import UpdateTokenMode
+
         mode = UpdateTokenMode.DECODE if kind == "decode" else UpdateTokenMode.PREFILL
         done = []
-        for seq in batch:  # ARSequenceStrategy.update_running
-            if seq.status != running_status:
+        for seq in batch:
+            if seq.status != self.running_status:
                 continue
-            rid = rid_of[seq.session_id]
-            token = output_token_id(index_of[rid], int(seq.num_new_tokens)) & 0x7FFFFFFF
+            rid = self.rid_of[seq.session_id]
+            token = output_token_id(self.index_of[rid], int(seq.num_new_tokens)) & 0x7FFFFFFF
             seq.update_token_ids(np.array([token]), mode=mode)
-            outcome.output_tokens[rid] = outcome.output_tokens.get(rid, 0) + 1
+            self.outcome.output_tokens[rid] = self.outcome.output_tokens.get(rid, 0) + 1
             if seq.num_new_tokens >= seq.sampling_param.max_new_tokens:
                 seq.state.finish()
                 done.append(seq.session_id)
-        loop.running = batch if kind == "decode" else [*loop.running, *batch]
-        for session_id in done:  # the client has its last token: the session ends
-            end(session_id, "length")
-        loop.running = [s for s in loop.running if s.session_id in scheduler.sessions]
-        if conserve:
-            check_blocks(scheduler, cfg.num_blocks)
-    else:
-        raise AssertionError(f"lmdeploy: {scenario.name} still busy after {max_steps} steps")
-    if runtime is not None:
-        runtime.report_open()
-    free = int(scheduler.block_manager.get_num_free_gpu_blocks())
-    outcome.blocks_leaked = cfg.num_blocks - free - cached_only_blocks(scheduler)
-    outcome.policy_errors = runtime.policy_errors if runtime is not None else 0
-    return outcome
+        return done
+
+    def finish(self) -> Outcome:
+        """The outcome once every session ended: open reports closed, leaked blocks and
+        policy errors counted."""
+        scheduler, cfg, outcome = self.scheduler, self.cfg, self.outcome
+        if self.runtime is not None:
+            self.runtime.report_open()
+        free = int(scheduler.block_manager.get_num_free_gpu_blocks())
+        outcome.blocks_leaked = cfg.num_blocks - free - cached_only_blocks(scheduler)
+        outcome.policy_errors = self.runtime.policy_errors if self.runtime is not None else 0
+        return outcome
