@@ -66,6 +66,11 @@ MOVED: dict[str, tuple[str, ...]] = {
     "schedkit.adapter.replay": ("schedkit.bench.engines.real_arm",),
     # the SGLang and LMDeploy adapters' harness
     "schedkit_lmdeploy.contract": ("schedkit_lmdeploy.harness.contract",),
+    # the vLLM adapter's harness
+    "schedkit_vllm.contract": ("schedkit_vllm.harness.contract",),
+    "schedkit_vllm.twin": ("schedkit_vllm.harness.twin",),
+    "schedkit_vllm.modelless": ("schedkit_vllm.harness.modelless",),
+    "schedkit_vllm.real": ("schedkit_vllm.harness.real",),
 }
 
 

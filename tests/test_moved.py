@@ -14,6 +14,8 @@ from schedkit._moved import MOVED
 @pytest.mark.parametrize("old", sorted(MOVED))
 def test_an_old_module_name_warns_and_gives_the_new_objects(old: str) -> None:
     targets = MOVED[old]
+    if not targets[0].startswith("schedkit."):  # an adapter's: runs in that engine's venv
+        pytest.importorskip(targets[0].partition(".")[0])
     sys.modules.pop(old, None)
     with pytest.warns(DeprecationWarning, match=f"{old} moved to {targets[0]}"):
         module = importlib.import_module(old)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from prometheus_client import REGISTRY
-from schedkit_vllm.modelless import build_scheduler, stub_model_dir
+from schedkit_vllm.harness.modelless import build_scheduler, stub_model_dir
 
 from schedkit import Admission, EngineView, Policy, PolicyRegistry, RequestView, hookimpl
 from schedkit.plugins import PolicyEntry

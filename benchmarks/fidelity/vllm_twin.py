@@ -5,7 +5,7 @@ Both engines replay the same trace with the same cost model and engine config:
 - ``sim``: ``SimEngine`` with ``stretch=False`` (one step at a time, so steps line up),
   observed by overriding ``_execute``, which receives each step's ``{request: tokens}``
   and the preempted requests before the clock advances.
-- ``vllm-twin``: ``schedkit_vllm.twin.TwinEngine`` with an ``on_step`` callback, which
+- ``vllm-twin``: ``schedkit_vllm.harness.twin.TwinEngine`` with an ``on_step`` callback, which
   sees ``SchedulerOutput.num_scheduled_tokens`` and ``preempted_req_ids``.
 
 Step ``i`` matches when both scheduled the same set of (request id, tokens) pairs and
@@ -30,7 +30,7 @@ from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from schedkit_vllm.twin import TwinEngine
+from schedkit_vllm.harness.twin import TwinEngine
 
 from schedkit.bench.runner import Bench, BenchSpec
 from schedkit.facade import PolicyFacade

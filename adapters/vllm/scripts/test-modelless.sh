@@ -5,7 +5,7 @@
 # The suites are selected here, file by file (plus the model-less tests of the real-engine
 # files, by name), instead of being skipped at run time: a suite that stops running shows
 # up as a change to this list. No VLLM_TARGET_DEVICE is set: the adapter builds its
-# model-less scheduler for the CPU when vLLM finds no device (see schedkit_vllm.modelless),
+# model-less scheduler for the CPU when vLLM finds no device (see schedkit_vllm.harness.modelless),
 # and the variable is removed from the environment if the caller has it.
 set -euo pipefail
 

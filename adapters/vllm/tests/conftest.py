@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from schedkit_vllm.modelless import build_scheduler
+from schedkit_vllm.harness.modelless import build_scheduler
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

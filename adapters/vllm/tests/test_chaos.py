@@ -34,7 +34,7 @@ from schedkit.testing.contract import Flaky, Outcome, Scenario, check_outcome, c
 from schedkit.workload import load_workload
 
 from schedkit_vllm import AsyncScheduler, Scheduler
-from schedkit_vllm.contract import run_vllm
+from schedkit_vllm.harness.contract import run_vllm
 
 REQUESTS = 1_000
 SEED = 7

@@ -23,7 +23,7 @@ from schedkit.testing.contract import (
 )
 
 from schedkit_vllm import AsyncScheduler, Scheduler
-from schedkit_vllm.contract import run_vllm
+from schedkit_vllm.harness.contract import run_vllm
 
 POLICIES = shipped_policies()
 ENGINES = {

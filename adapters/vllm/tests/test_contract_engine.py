@@ -12,7 +12,7 @@ import pytest
 from schedkit import PolicyRegistry
 from schedkit.testing.contract import SCENARIOS, check_outcome, compare_outcomes, run_sim
 
-from schedkit_vllm.contract import run_vllm_engine
+from schedkit_vllm.harness.contract import run_vllm_engine
 
 VOCAB = 512  # conftest's tiny_model
 # Every scenario with the default policy, and every shipped policy on the scenario that

@@ -18,7 +18,7 @@ from typing import Any
 _CHILD = r"""
 import json, os
 from schedkit_vllm import AsyncScheduler, Scheduler
-from schedkit_vllm.modelless import build_scheduler
+from schedkit_vllm.harness.modelless import build_scheduler
 from vllm.platforms import current_platform
 from vllm.sampling_params import SamplingParams
 from vllm.utils.hashing import get_hash_fn_by_name

@@ -15,7 +15,7 @@ from schedkit.sim.cost.calibration import make_cost_model
 from schedkit.sim.engine import SimEngine
 from schedkit.workload import TraceRequest
 
-from schedkit_vllm.twin import TwinEngine, run_twin_arm
+from schedkit_vllm.harness.twin import TwinEngine, run_twin_arm
 
 
 def _cost() -> Any:

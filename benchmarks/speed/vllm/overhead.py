@@ -79,7 +79,7 @@ def baseline(arm: str) -> str:
 
 def build_scheduler(arm: str, model_dir: Path, running: int) -> Any:
     from schedkit_vllm import AsyncScheduler, Scheduler
-    from schedkit_vllm.modelless import build_scheduler as build
+    from schedkit_vllm.harness.modelless import build_scheduler as build
     from vllm.v1.core.sched.async_scheduler import AsyncScheduler as VllmAsyncScheduler
     from vllm.v1.core.sched.scheduler import Scheduler as VllmScheduler
 

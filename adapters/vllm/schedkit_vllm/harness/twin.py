@@ -35,7 +35,7 @@ from schedkit.sim.engine import no_cyclic_gc
 from schedkit.sim.recorder import Recorder
 from schedkit.workload import TraceRequest
 
-from schedkit_vllm.modelless import build_for
+from schedkit_vllm.harness.modelless import build_for
 
 if TYPE_CHECKING:
     from schedkit.bench.runner import Bench

@@ -25,7 +25,7 @@ from schedkit.bench.engines.requests import new_record
 from schedkit.policy import Policy
 from schedkit.testing.contract import Outcome, Scenario, facade_of
 
-from schedkit_vllm.modelless import build_for
+from schedkit_vllm.harness.modelless import build_for
 
 __all__ = ["run_vllm", "run_vllm_engine"]
 
@@ -45,7 +45,7 @@ def run_vllm(
     from vllm.v1.outputs import ModelRunnerOutput
     from vllm.v1.request import RequestStatus
 
-    from schedkit_vllm.twin import _make_request
+    from schedkit_vllm.harness.twin import _make_request
 
     cfg = scenario.config
     name = "vllm" if batch_queue == 1 else f"vllm-batch-queue-{batch_queue}"
