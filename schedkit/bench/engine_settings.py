@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from schedkit.errors import SchedkitError
 
 if TYPE_CHECKING:
-    from schedkit.bench.runner import BenchSpec
+    from schedkit.bench.spec import BenchSpec
 
 __all__ = ["IGNORED_SETTINGS", "check_engine_settings"]
 

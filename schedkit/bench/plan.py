@@ -24,7 +24,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from schedkit.bench.arms import EngineSettings
-from schedkit.bench.runner import Bench, BenchSpec, arrival_rate, simulate, trusted_requests
+from schedkit.bench.runner import Bench, arrival_rate, simulate, trusted_requests
+from schedkit.bench.spec import BenchSpec
 from schedkit.bench.stats.metrics import compute_metrics
 from schedkit.bench.workers import fork_pool
 from schedkit.errors import SchedkitError

@@ -247,7 +247,8 @@ def bench(
     some failed. Results are written for 3 and 4.
     """
     from schedkit.bench.arms import KvCacheDtype, parse_arm
-    from schedkit.bench.runner import BenchSpec, run_bench
+    from schedkit.bench.runner import run_bench
+    from schedkit.bench.spec import BenchSpec
     from schedkit.bench.stats.compare import check_metrics, check_min_effect
 
     check_min_effect(min_effect)

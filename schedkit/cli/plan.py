@@ -70,7 +70,7 @@ def plan(
     meeting the SLOs for --target of requests, and the cheapest of them."""
     from schedkit.bench.arms import parse_arm
     from schedkit.bench.plan import PlanSpec, run_plan
-    from schedkit.bench.runner import BenchSpec
+    from schedkit.bench.spec import BenchSpec
 
     variants = [parse_arm(s).engine for s in setting or []]
     if any(v.gpu or v.tp or v.replicas for v in variants):

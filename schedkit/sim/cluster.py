@@ -67,6 +67,7 @@ class RoutedView(SimEngineView):
     it sent; otherwise a burst would all go to the replica that looked idle."""
 
     __slots__ = ()
+    _engine: SimEngine
 
     @property
     def num_waiting(self) -> int:

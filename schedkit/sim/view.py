@@ -2,10 +2,32 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sized
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from schedkit.sim.engine import SimEngine
+from schedkit.sim.config import SimConfig
+
+
+class _Free(Protocol):
+    @property
+    def num_free(self) -> int: ...
+
+
+class ViewedEngine(Protocol):
+    """What the view reads of the simulated engine (``engine.SimEngine``)."""
+
+    @property
+    def clock(self) -> float: ...
+    @property
+    def cfg(self) -> SimConfig: ...
+    @property
+    def kv(self) -> _Free: ...
+    @property
+    def running(self) -> Sized: ...
+    @property
+    def waiting(self) -> Sized: ...
+    @property
+    def step_index(self) -> int: ...
 
 
 class SimEngineView:
@@ -16,9 +38,9 @@ class SimEngineView:
     """
 
     __slots__ = ("_engine",)
-    _engine: SimEngine
+    _engine: ViewedEngine
 
-    def __init__(self, engine: SimEngine) -> None:
+    def __init__(self, engine: ViewedEngine) -> None:
         object.__setattr__(self, "_engine", engine)
 
     def __setattr__(self, name: str, value: object) -> None:

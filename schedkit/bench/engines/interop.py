@@ -34,7 +34,7 @@ from schedkit.sim.recorder import Recorder
 from schedkit.workload import TraceRequest, Workload
 
 if TYPE_CHECKING:
-    from schedkit.bench.runner import Bench
+    from schedkit.bench.spec import PreparedBench
 
 __all__ = ["MOONCAKE_BLOCK", "export_mooncake", "read_results", "run_import_arm"]
 
@@ -208,7 +208,7 @@ def read_results(path: Path) -> list[dict[str, Any]]:
     )
 
 
-def run_import_arm(bench: Bench, index: int, rate_scale: float) -> RunResult:
+def run_import_arm(bench: PreparedBench, index: int, rate_scale: float) -> RunResult:
     """``--engine import``: arm ``index``'s records from its ``--target`` file."""
     path = Path(bench.spec.targets[index])
     rows = read_results(path)

@@ -46,7 +46,7 @@ from schedkit.bench.engines.requests import ModelInfo, model_info, request_metad
 from schedkit.records import RequestRecord, RunResult
 
 if TYPE_CHECKING:
-    from schedkit.bench.runner import Bench
+    from schedkit.bench.spec import PreparedBench
 
 __all__ = ["DEFAULT_VOCAB", "LiveArm", "Target", "probe", "run_live_arm"]
 
@@ -58,7 +58,7 @@ ERROR = "error"
 SNIPPET = 200  # characters of an error body kept in a reason
 
 
-def run_live_arm(bench: Bench, index: int, rate_scale: float) -> RunResult:
+def run_live_arm(bench: PreparedBench, index: int, rate_scale: float) -> RunResult:
     """``--engine openai``: arm ``index`` against its target (with ``--serve-command``, a
     server started for this arm: ``schedkit.bench.engines.launch``)."""
     spec = bench.spec
@@ -76,7 +76,7 @@ def run_live_arm(bench: Bench, index: int, rate_scale: float) -> RunResult:
     return result
 
 
-def _replay_arm(bench: Bench, index: int, rate_scale: float, url: str) -> RunResult:
+def _replay_arm(bench: PreparedBench, index: int, rate_scale: float, url: str) -> RunResult:
     target = asyncio.run(probe(url, bench.spec.request_timeout_s))
     arm = LiveArm(bench, index, rate_scale, _info(bench.spec.model, target), target)
     return arm.run()
@@ -138,7 +138,7 @@ class LiveArm(RealArm):
     engine_name = "openai"
 
     def __init__(
-        self, bench: Bench, index: int, rate_scale: float, info: ModelInfo, target: Target
+        self, bench: PreparedBench, index: int, rate_scale: float, info: ModelInfo, target: Target
     ) -> None:
         super().__init__(bench, index, rate_scale, info)
         self.target = target

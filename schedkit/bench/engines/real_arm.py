@@ -50,7 +50,7 @@ from schedkit.records import RequestRecord, RunResult
 from schedkit.sim.recorder import Recorder
 
 if TYPE_CHECKING:
-    from schedkit.bench.runner import Bench
+    from schedkit.bench.spec import PreparedBench
 
 __all__ = ["RealArm"]
 
@@ -70,7 +70,7 @@ class RealArm(abc.ABC):
 
     def __init__(
         self,
-        bench: Bench,
+        bench: PreparedBench,
         index: int,
         rate_scale: float,
         info: ModelInfo,
@@ -112,7 +112,7 @@ class RealArm(abc.ABC):
         self.started = 0.0  # time.perf_counter() at the start of the replay
 
     @classmethod
-    def run_arm(cls, bench: Bench, index: int, rate_scale: float) -> RunResult:
+    def run_arm(cls, bench: PreparedBench, index: int, rate_scale: float) -> RunResult:
         """One arm on the engine: the ``schedkit.engines`` entry point's body. The engine
         is closed however the replay ends."""
         arm = cls(bench, index, rate_scale, model_info(bench.spec.model, cls.engine_name))

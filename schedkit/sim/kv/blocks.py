@@ -12,13 +12,14 @@ two of its blocks' states would differ.
 
 from __future__ import annotations
 
-from itertools import pairwise
-from typing import TYPE_CHECKING, Any
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any, Protocol
 
 from schedkit.views import BlockSnapshot
 
 if TYPE_CHECKING:
-    from schedkit.sim.kv.cache import KVCache
+    from schedkit.facade import PolicyFacade
+    from schedkit.views import EngineView
 
 OWN_SHIFT = 24  # room for 16M own blocks per request in own block hashes
 
@@ -178,35 +179,18 @@ def add_ref(refs: list[tuple[int, int, int]], g: int, lo: int, hi: int) -> None:
     refs.append((g, lo, hi))
 
 
-def check_cache(kv: KVCache, tables: list[BlockTable]) -> None:
-    """Assert a KV cache's block conservation and reference counts given the live
-    requests' tables (tests)."""
-    held = sum(t.private_blocks for t in tables)
-    total = kv.free_uncached + kv.cached_blocks + kv.referenced_blocks() + held
-    assert total == kv.num_blocks, (total, kv.num_blocks)
-    counted = 0
-    for key, entry in kv.cached_free.items():
-        if isinstance(entry, OwnSpan):
-            assert key == entry.key and entry.count > 0
-            counted += entry.count
-            continue
-        assert entry, key
-        for s in entry:
-            assert s.refs == 0 and s.entry == key and s in kv.groups[s.group]
-            counted += s.hi - s.lo
-    assert counted == kv.cached_blocks, (counted, kv.cached_blocks)
-    refs: dict[tuple[int, int], int] = {}
-    for t in tables:
-        assert t.num_referenced == sum(hi - lo for _, lo, hi in t.refs)
-        for g, lo, hi in t.refs:
-            for j in range(lo, hi):
-                refs[g, j] = refs.get((g, j), 0) + 1
-    seen: dict[tuple[int, int], int] = {}
-    for g, spans in kv.groups.items():
-        assert spans and all(a.hi <= b.lo for a, b in pairwise(spans))
-        for s in spans:
-            assert s.group == g and s.lo < s.hi
-            if s.refs:
-                for j in range(s.lo, s.hi):
-                    seen[g, j] = s.refs
-    assert refs == seen, "block refcounts diverge from the requests' block tables"
+LruEntry = OwnSpan | list[Span]
+
+
+class CacheState(Protocol):
+    """What the eviction orders (``evict_keys``) read and change of the KV cache
+    (``cache.KVCache``), which owns these records."""
+
+    group_blocks: int
+    cached_free: OrderedDict[int, LruEntry]
+    cached_blocks: int
+    _facade: PolicyFacade
+    _engine: EngineView
+
+    def _unlist(self, s: Span) -> None: ...
+    def _drop(self, s: Span) -> None: ...

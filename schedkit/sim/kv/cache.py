@@ -22,23 +22,22 @@ evictable block on every call made policy eviction many times slower than LRU.
 from __future__ import annotations
 
 from collections import OrderedDict
+from itertools import pairwise
 
 from schedkit.facade import PolicyFacade
 from schedkit.sim.config import DEFAULT_EVICTION_WINDOW, EVICTION_WINDOW_PER_BLOCK
 from schedkit.sim.kv.blocks import (
     BlockTable,
+    LruEntry,
     OwnSpan,
     Span,
     add_ref,
-    check_cache,
     merge_spans,
     own_block_hash,
     own_key_of,
 )
 from schedkit.sim.kv.evict_keys import keyed_evictions
 from schedkit.views import BlockSnapshot, BlockView, EngineView
-
-LruEntry = OwnSpan | list[Span]
 
 
 class KVCache:
@@ -432,3 +431,37 @@ class KVCache:
     def check(self, tables: list[BlockTable]) -> None:
         """Assert block conservation and reference counts given live requests' tables."""
         check_cache(self, tables)
+
+
+def check_cache(kv: KVCache, tables: list[BlockTable]) -> None:
+    """Assert a KV cache's block conservation and reference counts given the live
+    requests' tables (tests)."""
+    held = sum(t.private_blocks for t in tables)
+    total = kv.free_uncached + kv.cached_blocks + kv.referenced_blocks() + held
+    assert total == kv.num_blocks, (total, kv.num_blocks)
+    counted = 0
+    for key, entry in kv.cached_free.items():
+        if isinstance(entry, OwnSpan):
+            assert key == entry.key and entry.count > 0
+            counted += entry.count
+            continue
+        assert entry, key
+        for s in entry:
+            assert s.refs == 0 and s.entry == key and s in kv.groups[s.group]
+            counted += s.hi - s.lo
+    assert counted == kv.cached_blocks, (counted, kv.cached_blocks)
+    refs: dict[tuple[int, int], int] = {}
+    for t in tables:
+        assert t.num_referenced == sum(hi - lo for _, lo, hi in t.refs)
+        for g, lo, hi in t.refs:
+            for j in range(lo, hi):
+                refs[g, j] = refs.get((g, j), 0) + 1
+    seen: dict[tuple[int, int], int] = {}
+    for g, spans in kv.groups.items():
+        assert spans and all(a.hi <= b.lo for a, b in pairwise(spans))
+        for s in spans:
+            assert s.group == g and s.lo < s.hi
+            if s.refs:
+                for j in range(s.lo, s.hi):
+                    seen[g, j] = s.refs
+    assert refs == seen, "block refcounts diverge from the requests' block tables"

@@ -28,13 +28,10 @@ tail block's class, and evicting takes its blocks in that class, then ranks it a
 from __future__ import annotations
 
 from heapq import heappop, heappush
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from schedkit.sim.kv.blocks import OwnSpan, Span, own_block_hash
+from schedkit.sim.kv.blocks import CacheState, OwnSpan, Span, own_block_hash
 from schedkit.views import BlockSnapshot
-
-if TYPE_CHECKING:
-    from schedkit.sim.kv.cache import KVCache
 
 __all__ = ["ClassKeyedEvictions", "KeyedEvictions", "SpanKeyedEvictions", "keyed_evictions"]
 
@@ -44,7 +41,7 @@ RunItem = tuple[tuple[int, int, int], Span | OwnSpan, int]  # a span in a run: L
 Entry = tuple[tuple[int, int, int], int, list[RunItem], int]  # rank, serial, run, its next
 
 
-def keyed_evictions(kv: KVCache) -> KeyedEvictions:
+def keyed_evictions(kv: CacheState) -> KeyedEvictions:
     """The key order for ``kv``'s policy: by span when its key reads no block's hash or
     depth (by span and depth class when it reads ``depth_class``), else by block."""
     reads = kv._facade.eviction_key_reads
@@ -58,7 +55,7 @@ class KeyedEvictions:
 
     span_keys = False  # keys of whole spans, by (num_hits, last_access)
 
-    def __init__(self, kv: KVCache) -> None:
+    def __init__(self, kv: CacheState) -> None:
         self.kv = kv
         # Items go stale when their span's ``serial`` moves on (re-ranked, referenced
         # again, dropped) and are skipped when they reach the top.
@@ -212,7 +209,7 @@ class SpanKeyedEvictions(KeyedEvictions):
     span_keys = True
     by_class = False  # keys read depth_class: a span is keyed by its tail block's class
 
-    def __init__(self, kv: KVCache) -> None:
+    def __init__(self, kv: CacheState) -> None:
         super().__init__(kv)
         self.buckets: dict[tuple[Any, ...], list[Entry]] = {}
         self.keys: list[tuple[Any, ...]] = []  # heap of the buckets' keys
