@@ -23,6 +23,7 @@ lint: $(STAMP)
 	$(BIN)/mypy --strict schedkit $(filter-out %.egg-info,$(wildcard plugins/*/schedkit_*))
 	$(BIN)/mypy --strict tests $(wildcard plugins/*/tests) $(filter-out %.egg-info,$(wildcard plugins/*/schedkit_*))  # the plugins' tests find their packages by path
 	$(BIN)/lint-imports  # the layers and no import cycles: [tool.importlinter] in pyproject.toml
+	$(BIN)/pytest -q -p no:cacheprovider tests/test_function_length.py  # no function over 60 lines
 	$(BIN)/ruff check adapters/tensorrt-llm
 	$(BIN)/ruff format --check adapters/tensorrt-llm
 	$(BIN)/mypy --strict --config-file adapters/tensorrt-llm/pyproject.toml adapters/tensorrt-llm/schedkit_trtllm
