@@ -339,30 +339,11 @@ def compare_pair(
     ia, ib = _paired(base, other)
     pa = {k: v[ia] for k, v in sa.items()}
     pb = {k: v[ib] for k, v in sb.items()}
-    chosen = [m for m in METRICS if m.key in keys]
+    judged = [m for m in METRICS if m.key in keys]
     if np.isnan(pa["met_slo"]).all() and np.isnan(pb["met_slo"]).all():
-        chosen = [m for m in chosen if m.sample != "met_slo"]
-    tenants = sorted({r.tenant for r in base.records})
-    tenant_rows: list[tuple[str, Compared]] = []
-    if len(tenants) > 1 and TENANT_METRIC.key in keys:
-        tenant_of = np.array([base.records[i].tenant for i in ia])
-        for t in tenants:
-            mask = tenant_of == t
-            name = f"tenant:{t}"
-            pa[name] = np.where(mask, pa["ttft_ms"], np.nan)
-            pb[name] = np.where(mask, pb["ttft_ms"], np.nan)
-            tenant_rows.append(
-                (
-                    t,
-                    Compared(
-                        f"{name}:{TENANT_METRIC.key}",
-                        f"p90 TTFT of tenant {t}",
-                        name,
-                        TENANT_METRIC.statistic,
-                    ),
-                )
-            )
-    judged = chosen + [m for _, m in tenant_rows]
+        judged = [m for m in judged if m.sample != "met_slo"]
+    if TENANT_METRIC.key in keys:
+        judged += _tenant_metrics(base, ia, pa, pb)
     with_interval = {
         m.key: (pa[m.sample], pb[m.sample], m.statistic) for m in judged if m.statistic is not None
     }
@@ -370,20 +351,7 @@ def compare_pair(
     rows = []
     for m in judged:
         r = boot.get(m.key) or _point_only(m, pa[m.sample], pb[m.sample])
-        judged_tone = tone(m, r, min_effect)
-        rows.append(
-            {
-                "metric": m.key,
-                "label": m.label,
-                "unit": m.unit,
-                "higher_is_better": m.higher_is_better,
-                **r,
-                "better": {"better": True, "worse": False}.get(judged_tone),
-                "tone": judged_tone,
-                "leaning": leaning(m, r) if judged_tone == "inconclusive" else None,
-                "verdict": verdict(m, r, other.policy, base.policy, judged_tone),
-            }
-        )
+        rows.append(_row(m, r, other, base, min_effect))
     return {
         "baseline": base.policy,
         "policy": other.policy,
@@ -398,6 +366,45 @@ def compare_pair(
         "metrics": rows,
         "verdicts": [row["verdict"] for row in rows],
         "flags": comparison_flags(base, other, sa, sb),
+    }
+
+
+def _tenant_metrics(
+    base: RunResult, order: Index, pa: dict[str, FloatArray], pb: dict[str, FloatArray]
+) -> list[Compared]:
+    """Each tenant's p90 TTFT when there is more than one tenant: its samples are added to
+    ``pa`` and ``pb`` (paired in ``order``) as ``tenant:<name>``, NaN for other tenants'
+    requests."""
+    tenants = sorted({r.tenant for r in base.records})
+    if len(tenants) < 2:
+        return []
+    tenant_of = np.array([base.records[i].tenant for i in order])
+    compared = []
+    for t in tenants:
+        mask = tenant_of == t
+        name = f"tenant:{t}"
+        pa[name] = np.where(mask, pa["ttft_ms"], np.nan)
+        pb[name] = np.where(mask, pb["ttft_ms"], np.nan)
+        key, label = f"{name}:{TENANT_METRIC.key}", f"p90 TTFT of tenant {t}"
+        compared.append(Compared(key, label, name, TENANT_METRIC.statistic))
+    return compared
+
+
+def _row(
+    m: Compared, r: Diff, other: RunResult, base: RunResult, min_effect: float
+) -> dict[str, Any]:
+    """One compared metric's row: its values and interval, tone and verdict."""
+    judged_tone = tone(m, r, min_effect)
+    return {
+        "metric": m.key,
+        "label": m.label,
+        "unit": m.unit,
+        "higher_is_better": m.higher_is_better,
+        **r,
+        "better": {"better": True, "worse": False}.get(judged_tone),
+        "tone": judged_tone,
+        "leaning": leaning(m, r) if judged_tone == "inconclusive" else None,
+        "verdict": verdict(m, r, other.policy, base.policy, judged_tone),
     }
 
 

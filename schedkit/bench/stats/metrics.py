@@ -214,7 +214,20 @@ def service_jain(
     for r in records:
         by_tenant.setdefault(r.tenant, []).append((r.arrival_s, _queue_end(r, duration_s)))
     backlog = {t: _union(iv) for t, iv in by_tenant.items()}
-    # Sweep the tenants' backlog edges; B is where at least two are backlogged.
+    shared = _backlogged_together(backlog)
+    if not shared:
+        return None
+    covers = {t: _Cover(_intersect(iv, shared)) for t, iv in backlog.items()}
+    served = _served_while_backlogged(records, covers, duration_s, input_weight, output_weight)
+    rates = [served[t] / c.total for t, c in covers.items() if c.total > 0]
+    return jain(rates) if len(rates) > 1 else None
+
+
+def _backlogged_together(
+    backlog: Mapping[str, list[tuple[float, float]]],
+) -> list[tuple[float, float]]:
+    """``B``: the disjoint, sorted intervals when at least two tenants are backlogged, from
+    a sweep over the edges of every tenant's backlog intervals."""
     edges = sorted(
         (t, step) for iv in backlog.values() for s, e in iv for t, step in ((s, 1), (e, -1))
     )
@@ -230,10 +243,20 @@ def service_jain(
                 shared[-1] = (shared[-1][0], t)
             else:
                 shared.append((opened, t))
-    if not shared:
-        return None
-    covers = {t: _Cover(_intersect(iv, shared)) for t, iv in backlog.items()}
-    served: dict[str, float] = dict.fromkeys(backlog, 0.0)
+    return shared
+
+
+def _served_while_backlogged(
+    records: Sequence[RequestRecord],
+    covers: Mapping[str, _Cover],
+    duration_s: float,
+    input_weight: float,
+    output_weight: float,
+) -> dict[str, float]:
+    """Each tenant's weighted tokens served while it was backlogged inside ``B`` (its
+    cover): prefill at ``first_token_s``, the other output tokens spread evenly up to
+    ``finish_s`` (:func:`service_jain`)."""
+    served: dict[str, float] = dict.fromkeys(covers, 0.0)
     for r in records:
         first = r.first_token_s
         cover = covers[r.tenant]
@@ -249,8 +272,7 @@ def service_jain(
                 served[r.tenant] += spread * cover.measure(first, end) / (end - first)
             elif cover.holds_before(first):
                 served[r.tenant] += spread
-    rates = [served[t] / c.total for t, c in covers.items() if c.total > 0]
-    return jain(rates) if len(rates) > 1 else None
+    return served
 
 
 def _group(
@@ -295,23 +317,40 @@ def compute_metrics(
     all the waiting; it calls equal waiting fair even when one tenant caused it. With
     more than one priority value, adds ``priorities`` keyed by the value as a string.
     """
-    records = run.records
-    overall = _group(records, slo_ttft_ms, slo_tpot_ms)
-    lats = [latencies_ms(r) for r in records]
+    metrics = _arm_metrics(run, slo_ttft_ms, slo_tpot_ms)
+    if run.routed:  # a cluster: requests per replica
+        metrics["routed"] = list(run.routed)
+    metrics.update(_breakdowns(run.records, run.duration_s, slo_ttft_ms, slo_tpot_ms))
+    return metrics
+
+
+def _rejections(run: RunResult) -> dict[str, int]:
+    """Rejections per reason, reasons that differ only in their numbers counted as one."""
     by_reason = dict(run.rejections) or dict(
-        Counter(r.reject_reason or "unspecified" for r in records if r.rejected)
+        Counter(r.reject_reason or "unspecified" for r in run.records if r.rejected)
     )
     rejections: Counter[str] = Counter()
     for reason, count in by_reason.items():  # "needs 7 blocks" and "needs 9 blocks" are one
         rejections[_NUMBER.sub("N", reason)] += count
+    return dict(rejections)
+
+
+def _arm_metrics(
+    run: RunResult, slo_ttft_ms: float | None, slo_tpot_ms: float | None
+) -> dict[str, Any]:
+    """The arm's counts, latencies, throughput, cache, SLO and policy health, over all
+    its requests."""
+    records = run.records
+    overall = _group(records, slo_ttft_ms, slo_tpot_ms)
+    lats = [latencies_ms(r) for r in records]
     duration = run.duration_s
-    metrics: dict[str, Any] = {
+    return {
         "policy": run.policy,
         "requests": overall["requests"],
         "completed": overall["completed"],
         "rejected": overall["rejected"],
         "unfinished": sum(r.finish_reason == "" for r in records),
-        "rejections": dict(rejections),
+        "rejections": _rejections(run),
         "failed": sum(r.finish_reason == "error" for r in records),
         "errors": dict(run.errors),
         "ttft_ms": overall["ttft_ms"],
@@ -338,19 +377,28 @@ def compute_metrics(
         "steps": run.steps,
         "wall_s": run.wall_s,
     }
-    if run.routed:  # a cluster: requests per replica
-        metrics["routed"] = list(run.routed)
+
+
+def _breakdowns(
+    records: Sequence[RequestRecord],
+    duration_s: float,
+    slo_ttft_ms: float | None,
+    slo_tpot_ms: float | None,
+) -> dict[str, Any]:
+    """``tenants`` with the fairness indexes, and ``priorities``, each where the requests
+    have more than one."""
     tenants: dict[str, list[RequestRecord]] = {}
     priorities: dict[int, list[RequestRecord]] = {}
     for r in records:
         tenants.setdefault(r.tenant, []).append(r)
         priorities.setdefault(r.priority, []).append(r)
+    out: dict[str, Any] = {}
     if len(tenants) > 1:
-        metrics["tenants"] = _breakdown(dict(sorted(tenants.items())), slo_ttft_ms, slo_tpot_ms)
-        means = [m for t in metrics["tenants"].values() if (m := t["ttft_ms"]["mean"]) is not None]
-        metrics["jain_fairness"] = service_jain(records, duration)
-        metrics["jain_ttft"] = jain(means) if means else None
+        out["tenants"] = _breakdown(dict(sorted(tenants.items())), slo_ttft_ms, slo_tpot_ms)
+        means = [m for t in out["tenants"].values() if (m := t["ttft_ms"]["mean"]) is not None]
+        out["jain_fairness"] = service_jain(records, duration_s)
+        out["jain_ttft"] = jain(means) if means else None
     if len(priorities) > 1:
         by_priority = {str(p): recs for p, recs in sorted(priorities.items())}
-        metrics["priorities"] = _breakdown(by_priority, slo_ttft_ms, slo_tpot_ms)
-    return metrics
+        out["priorities"] = _breakdown(by_priority, slo_ttft_ms, slo_tpot_ms)
+    return out
