@@ -94,38 +94,49 @@ def simulate(
 
 def _check_targets(spec: BenchSpec, arms: int) -> None:
     """``--target`` and the live client's limits go with ``--engine openai`` only, one
-    target per arm."""
+    target per arm (``--engine import``: one result file per arm)."""
     if spec.engine == "import":
-        if len(spec.targets) != arms:
-            raise SchedkitError(
-                f"--engine import takes one --target result file per arm: {arms} arm(s),"
-                f" {len(spec.targets)} file(s)"
-            )
-        missing = [t for t in spec.targets if not Path(t).is_file()]
-        if missing:
-            raise SchedkitError(
-                f"--target {missing[0]!r} is not a file; give aiperf's profile_export.jsonl,"
-                " a vllm bench serve result JSON or a guidellm result JSON per arm"
-            )
-        return
-    if spec.engine != "openai":
-        given = [
-            flag for flag, value in (
-                ("--target", spec.targets), ("--max-concurrency", spec.max_concurrency),
-                ("--max-seconds", spec.max_seconds), ("--serve-command", spec.serve_command),
-            ) if value
-        ]  # fmt: skip
-        if given:
-            raise SchedkitError(
-                f"{', '.join(given)} drive running servers: add --engine openai (and a"
-                f" --target per arm), or drop {' and '.join(given)}"
-            )
-        return
-    if not spec.targets:
+        _check_import_targets(spec, arms)
+    elif spec.engine != "openai":
+        _check_no_live_flags(spec)
+    elif not spec.targets:
         raise SchedkitError(
             "--engine openai replays against running servers: give --target URL per arm"
             " (e.g. --target http://127.0.0.1:8000)"
         )
+    else:
+        _check_live_targets(spec, arms)
+
+
+def _check_import_targets(spec: BenchSpec, arms: int) -> None:
+    if len(spec.targets) != arms:
+        raise SchedkitError(
+            f"--engine import takes one --target result file per arm: {arms} arm(s),"
+            f" {len(spec.targets)} file(s)"
+        )
+    missing = [t for t in spec.targets if not Path(t).is_file()]
+    if missing:
+        raise SchedkitError(
+            f"--target {missing[0]!r} is not a file; give aiperf's profile_export.jsonl,"
+            " a vllm bench serve result JSON or a guidellm result JSON per arm"
+        )
+
+
+def _check_no_live_flags(spec: BenchSpec) -> None:
+    given = [
+        flag for flag, value in (
+            ("--target", spec.targets), ("--max-concurrency", spec.max_concurrency),
+            ("--max-seconds", spec.max_seconds), ("--serve-command", spec.serve_command),
+        ) if value
+    ]  # fmt: skip
+    if given:
+        raise SchedkitError(
+            f"{', '.join(given)} drive running servers: add --engine openai (and a"
+            f" --target per arm), or drop {' and '.join(given)}"
+        )
+
+
+def _check_live_targets(spec: BenchSpec, arms: int) -> None:
     bad = [t for t in spec.targets if not re.match(r"^https?://[^/\s]+", t)]
     if bad:
         raise SchedkitError(
@@ -133,25 +144,28 @@ def _check_targets(spec: BenchSpec, arms: int) -> None:
             " http://127.0.0.1:8000"
         )
     if spec.serve_command is not None:
-        from schedkit.bench.engines.launch import POLICY_FIELD
-
-        if len(spec.targets) != 1:
-            raise SchedkitError(
-                f"--serve-command starts each arm's server behind one --target; got"
-                f" {len(spec.targets)}: give the one URL the command's server listens on"
-            )
-        if POLICY_FIELD not in spec.serve_command:
-            raise SchedkitError(
-                f"--serve-command has no {POLICY_FIELD}, so every arm would start the same"
-                f" server; write it where the policy goes, e.g. 'schedkit serve vllm --policy"
-                f" {POLICY_FIELD} -- --model M --port 8001'"
-            )
-        return
-    if len(spec.targets) != arms:
+        _check_serve_command(spec, spec.serve_command)
+    elif len(spec.targets) != arms:
         raise SchedkitError(
             f"--engine openai runs one arm per --target: {arms} arm(s), {len(spec.targets)}"
             " target(s). The policies run in the servers (schedkit serve ... --policy X),"
             " so give one --policy (its label) per server, in the same order"
+        )
+
+
+def _check_serve_command(spec: BenchSpec, command: str) -> None:
+    from schedkit.bench.engines.launch import POLICY_FIELD
+
+    if len(spec.targets) != 1:
+        raise SchedkitError(
+            f"--serve-command starts each arm's server behind one --target; got"
+            f" {len(spec.targets)}: give the one URL the command's server listens on"
+        )
+    if POLICY_FIELD not in command:
+        raise SchedkitError(
+            f"--serve-command has no {POLICY_FIELD}, so every arm would start the same"
+            f" server; write it where the policy goes, e.g. 'schedkit serve vllm --policy"
+            f" {POLICY_FIELD} -- --model M --port 8001'"
         )
 
 
@@ -278,25 +292,8 @@ class Bench:
         self.spec = spec
         self.out_dir: Path | None = None
         check_metrics(spec.verdict_metrics)
-        # With --max-requests (and no --window), the trace is read no further than the
-        # first SCAN_REQUESTS requests (or as many as kept): enough to find a busier stretch
-        # to suggest, and a week-long trace costs what its start does.
-        cap = None
-        if spec.max_requests and spec.window is None:
-            cap = max(spec.max_requests, SCAN_REQUESTS)
-        base = load_workload(
-            spec.workload, seed=spec.seed, max_requests=cap, tokenizer=spec.tokenizer
-        )
-        if not base.requests:
-            raise SchedkitError(f"workload {spec.workload!r} has no requests")
-        if spec.window is not None:
-            base = base.windowed(*spec.window)
         self.flags: list[dict[str, Any]] = []
-        if spec.max_requests and spec.max_requests < len(base.requests):
-            full, base = base, base.truncated(spec.max_requests)
-            flag = truncation_flag(full, base, spec.max_requests, partial=cap == len(full.requests))
-            if flag is not None:
-                self.flags.append(flag)
+        base = self._load_workload()
         # Policies see the SLOs the report judges them by: the --slo-* targets become the
         # requests' own wherever the workload gives none (a request's own SLO wins), so every
         # engine passes them to policies as RequestView.slo_ttft_ms / slo_tpot_ms.
@@ -325,23 +322,47 @@ class Bench:
             if key not in built:
                 built[key] = self._engine(arm.overrides, longest, arm)
             self.arm_engines.append(built[key])
-        # Fail on unknown policies or bad options before running, and warn (the capability
-        # matrix's words) where the engine honours a hook a policy uses only in part.
-        self.warnings: list[str] = []
-        for mismatch in self._profile_warnings:
-            if mismatch not in self.warnings:
-                self.warnings.append(mismatch)
+        self.warnings = self._warnings()
+
+    def _load_workload(self) -> Workload:
+        """The request stream every arm replays: the spec's window of the workload, cut
+        to ``--max-requests`` (flagged when that kept a quiet start of a busier trace)."""
+        spec = self.spec
+        # With --max-requests (and no --window), the trace is read no further than the
+        # first SCAN_REQUESTS requests (or as many as kept): enough to find a busier stretch
+        # to suggest, and a week-long trace costs what its start does.
+        cap = None
+        if spec.max_requests and spec.window is None:
+            cap = max(spec.max_requests, SCAN_REQUESTS)
+        base = load_workload(
+            spec.workload, seed=spec.seed, max_requests=cap, tokenizer=spec.tokenizer
+        )
+        if not base.requests:
+            raise SchedkitError(f"workload {spec.workload!r} has no requests")
+        if spec.window is not None:
+            base = base.windowed(*spec.window)
+        if spec.max_requests and spec.max_requests < len(base.requests):
+            full, base = base, base.truncated(spec.max_requests)
+            flag = truncation_flag(full, base, spec.max_requests, partial=cap == len(full.requests))
+            if flag is not None:
+                self.flags.append(flag)
+        return base
+
+    def _warnings(self) -> list[str]:
+        """Cost profiles that do not match the run, and (the capability matrix's words)
+        hooks a policy uses that the engine honours only in part. Unknown policies or bad
+        options fail here, before anything runs."""
+        warnings = list(dict.fromkeys(self._profile_warnings))
         for cfg, (info, _, _) in zip(self.configs, self.arm_engines, strict=True):
             facade = PolicyFacade.from_config(cfg)
-            found = warn_unsupported(facade, matrix_engine(spec.engine))
-            if facade.has_route and info["replicas"] == 1 and spec.engine == "sim":
+            found = warn_unsupported(facade, matrix_engine(self.spec.engine))
+            if facade.has_route and info["replicas"] == 1 and self.spec.engine == "sim":
                 found.append(
                     f"schedkit: policy {cfg.label!r} routes requests (route_request), but the"
                     " arm runs one engine; give --replicas N (or replicas=N in --arm)"
                 )
-            for message in found:
-                if message not in self.warnings:
-                    self.warnings.append(message)
+            warnings.extend(m for m in found if m not in warnings)
+        return warnings
 
     def _engine(
         self, overrides: dict[str, Any], longest: int, arm: ResolvedArm | None
@@ -373,35 +394,8 @@ class Bench:
             if found:
                 log.warning("%s", found)
                 self._profile_warnings.append(found)
-        if blocks < 1:
-            raise SchedkitError(
-                f"{where}--block-size {s['block_size']} is larger than the whole KV cache of"
-                f" {model.name} on {gpu.name} x tp={s['tp']}; use a block size such as 16"
-                " (vLLM's default), or set the capacity with --kv-blocks"
-            )
-        if overrides and blocks * s["block_size"] < longest:
-            keys = [k for k in CAPACITY_KEYS if k in overrides]
-            raise SchedkitError(
-                f"{where}{', '.join(f'{k}={overrides[k]}' for k in keys) or 'its settings'}"
-                f" give a KV cache of {blocks:,} blocks ({blocks * s['block_size']:,} tokens),"
-                f" below the longest request of {self.base.name} ({longest:,} tokens), which"
-                " the engine could never run; raise kv_blocks or gpu_memory_utilization"
-            )
-        sim_config = SimConfig(
-            num_blocks=blocks,
-            block_size=s["block_size"],
-            max_num_seqs=s["max_num_seqs"],
-            max_num_batched_tokens=s["max_num_batched_tokens"],
-            long_prefill_token_threshold=s["long_prefill_token_threshold"],
-            enable_prefix_caching=s["prefix_caching"],
-            mixed_prefill=(  # as the engine batches: what results.json records
-                spec.engine != "sglang" if spec.mixed_prefill is None else spec.mixed_prefill
-            ),
-            hash_block_tokens=self.base.hash_block_tokens,
-            eviction_window=(
-                DEFAULT_EVICTION_WINDOW if s["eviction_window"] is None else s["eviction_window"]
-            ),
-        )
+        self._check_capacity(s, blocks, overrides, longest, where, f"{model.name} on {gpu.name}")
+        sim_config = self._sim_config(s, blocks)
         info: dict[str, Any] = {
             "engine": spec.engine,
             "model": s["model"] if spec.engine == "openai" else model.name,
@@ -413,6 +407,49 @@ class Bench:
             **sim_config.model_dump(exclude={"timeline_interval_s"}),
         }
         return info, cost, sim_config
+
+    def _check_capacity(
+        self,
+        s: dict[str, Any],
+        blocks: int,
+        overrides: dict[str, Any],
+        longest: int,
+        where: str,
+        deployment: str,
+    ) -> None:
+        """A KV cache of ``blocks`` blocks must hold one and, for an arm's own settings,
+        the longest request."""
+        if blocks < 1:
+            raise SchedkitError(
+                f"{where}--block-size {s['block_size']} is larger than the whole KV cache of"
+                f" {deployment} x tp={s['tp']}; use a block size such as 16"
+                " (vLLM's default), or set the capacity with --kv-blocks"
+            )
+        if overrides and blocks * s["block_size"] < longest:
+            keys = [k for k in CAPACITY_KEYS if k in overrides]
+            raise SchedkitError(
+                f"{where}{', '.join(f'{k}={overrides[k]}' for k in keys) or 'its settings'}"
+                f" give a KV cache of {blocks:,} blocks ({blocks * s['block_size']:,} tokens),"
+                f" below the longest request of {self.base.name} ({longest:,} tokens), which"
+                " the engine could never run; raise kv_blocks or gpu_memory_utilization"
+            )
+
+    def _sim_config(self, s: dict[str, Any], blocks: int) -> SimConfig:
+        """The simulator's config for engine settings ``s``, batching as the engine does."""
+        mixed = self.spec.mixed_prefill
+        return SimConfig(
+            num_blocks=blocks,
+            block_size=s["block_size"],
+            max_num_seqs=s["max_num_seqs"],
+            max_num_batched_tokens=s["max_num_batched_tokens"],
+            long_prefill_token_threshold=s["long_prefill_token_threshold"],
+            enable_prefix_caching=s["prefix_caching"],
+            mixed_prefill=self.spec.engine != "sglang" if mixed is None else mixed,
+            hash_block_tokens=self.base.hash_block_tokens,
+            eviction_window=(
+                DEFAULT_EVICTION_WINDOW if s["eviction_window"] is None else s["eviction_window"]
+            ),
+        )
 
     def workload(self, rate_scale: float) -> Workload:
         return self.base.scaled(rate_scale) if rate_scale != 1.0 else self.base

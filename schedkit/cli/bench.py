@@ -310,6 +310,12 @@ def bench(
 
         results = run_bench(spec, out, progress)
     _print_summary(results, out)
+    _exit_status(results, console, strict)
+
+
+def _exit_status(results: Results, console: Console, strict: bool) -> None:
+    """Say which arms left requests unfinished or failed, and exit with the status the
+    ``bench`` command's help gives (3 with ``--strict`` on a policy fault, else 4)."""
     unfinished = {a.policy: a.metrics.unfinished for a in results.arms}
     if any(unfinished.values()):
         counts = ", ".join(f"{arm}: {n:,}" for arm, n in unfinished.items() if n)
