@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import multiprocessing as mp
 import os
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -117,36 +118,52 @@ def search(plan: PlanSpec, gpu: str, tp: int, variant: int) -> dict[str, Any]:
             }
         return bool(probes[replicas]["slo_attainment"] >= plan.target)
 
-    low, high = 0, 1  # low: a count known to miss (0: none yet); high: the count to try
-    while high <= plan.max_replicas and not probe(high):
-        low, high = high, high * 2
-    if high > plan.max_replicas:
-        if low < plan.max_replicas and probe(plan.max_replicas):
-            high = plan.max_replicas
-        else:
-            out["probes"] = [probes[k] for k in sorted(probes)]
-            out["error"] = f"misses the target with {plan.max_replicas} replicas (--max-replicas)"
-            return out
-    while high - low > 1:
-        mid = (low + high) // 2
-        if probe(mid):
-            high = mid
-        else:
-            low = mid
+    high = _fewest_meeting(probe, plan.max_replicas)
     out["probes"] = [probes[k] for k in sorted(probes)]
+    if high is None:
+        out["error"] = f"misses the target with {plan.max_replicas} replicas (--max-replicas)"
+        return out
     out["replicas"] = high
     out["gpus"] = high * tp
     price = plan.prices.get(gpu)
     out["cost_per_hour"] = high * tp * price if price is not None else None
-    best = probes[high]
+    out["rule_of_thumb"] = _thumb_replicas(bench, spec, gpu, tp, probes[high])
+    return out
+
+
+def _fewest_meeting(meets: Callable[[int], bool], max_replicas: int) -> int | None:
+    """The fewest replicas (up to ``max_replicas``) for which ``meets`` holds, or None:
+    doubling from 1 until it holds, then bisecting between the last count that missed and
+    the first that met it (so it assumes one more replica never hurts)."""
+    low, high = 0, 1  # low: a count known to miss (0: none yet); high: the count to try
+    while high <= max_replicas and not meets(high):
+        low, high = high, high * 2
+    if high > max_replicas:
+        if low < max_replicas and meets(max_replicas):
+            high = max_replicas
+        else:
+            return None
+    while high - low > 1:
+        mid = (low + high) // 2
+        if meets(mid):
+            high = mid
+        else:
+            low = mid
+    return high
+
+
+def _thumb_replicas(
+    bench: Bench, spec: BenchSpec, gpu: str, tp: int, best: dict[str, Any]
+) -> dict[str, Any]:
+    """The rule of thumb for a candidate, with the replicas it asks for: by Little's law
+    from the mean E2E of ``best``, the probe that met the target with the fewest."""
     thumb = rule_of_thumb(bench, gpu, tp, spec.gpu_memory_utilization)
     per_replica = thumb["concurrency_per_gpu"] * tp
     rate = arrival_rate(bench.workload(spec.rate_scale).requests)
     needed = rate * (best["e2e_mean_ms"] or 0.0) / 1000.0  # Little's law
     thumb["concurrency_needed"] = needed
     thumb["replicas"] = math.ceil(needed / per_replica) if per_replica > 0 else None
-    out["rule_of_thumb"] = thumb
-    return out
+    return thumb
 
 
 def run_plan(plan: PlanSpec) -> dict[str, Any]:

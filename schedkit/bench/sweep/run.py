@@ -111,7 +111,19 @@ def run_sweep(spec: SweepSpec, out_dir: Path, progress: Progress | None = None) 
         raise SweepInterrupted(
             _missing(sweep, missing, path, exc), interrupted=isinstance(exc, KeyboardInterrupt)
         ) from None
-    results = {
+    results = _results(sweep, [done[p.key] for p in sweep.points])
+    from schedkit.bench.sweep.report import write_sweep_report
+
+    (out_dir / "sweep.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
+    write_sweep_report(out_dir, results)
+    return results
+
+
+def _results(sweep: Sweep, points: list[dict[str, Any]]) -> dict[str, Any]:
+    """What ``sweep.json`` holds: the sweep's settings and provenance, the curves, knees and
+    goodputs (:func:`aggregate`) and every probe point, in the sweep's order."""
+    spec = sweep.spec
+    return {
         "schema_version": 1,
         "provenance": provenance(spec.bench.model_dump(mode="json")),
         "sweep": spec.model_dump(mode="json", exclude={"bench"}),
@@ -123,14 +135,9 @@ def run_sweep(spec: SweepSpec, out_dir: Path, progress: Progress | None = None) 
         "engine": sweep.bench.engine_info,
         "slo": {"ttft_ms": spec.bench.slo_ttft_ms, "tpot_ms": spec.bench.slo_tpot_ms},
         "arm_settings": {a.label: a.overrides for a in sweep.bench.arms},
-        **aggregate(sweep, [done[p.key] for p in sweep.points]),
-        "points": [done[p.key] for p in sweep.points],
+        **aggregate(sweep, points),
+        "points": points,
     }
-    from schedkit.bench.sweep.report import write_sweep_report
-
-    (out_dir / "sweep.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
-    write_sweep_report(out_dir, results)
-    return results
 
 
 def _chunks(todo: list[Point], jobs: int) -> list[list[str]]:

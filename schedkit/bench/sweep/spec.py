@@ -291,72 +291,80 @@ def aggregate(sweep: Sweep, points: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Per arm: the curves (each metric's mean and interval per rate), the knee and the
     goodput, each also per replicate."""
     spec = sweep.spec
-    rates = list(range(len(spec.rates)))
+    rates = range(len(spec.rates))
     xs = [sweep.nominal(r) for r in rates]
     by_key = {p["key"]: p for p in points}
-    has_slo = spec.bench.slo_ttft_ms is not None or spec.bench.slo_tpot_ms is not None
-
-    def stat(values: Sequence[float], name: str) -> dict[str, Any]:
-        """The mean with the interval whose coverage was checked (seeded arrivals, every
-        metric but attainment), else the replicates' range."""
-        if spec.arrivals == "poisson" and name not in UNCHECKED:
-            return interval(values, upper=UPPER.get(name))
-        return {
-            "mean": float(np.mean(values)),
-            "n": len(values),
-            "ci": None,
-            "range": [float(min(values)), float(max(values))] if len(values) > 1 else None,
-        }
-
     arms = []
     for a, arm in enumerate(sweep.bench.arms):
-        grid = [
-            [by_key[Point(a, r, i).key] for r in rates] for i in range(spec.replicates)
-        ]  # grid[replicate][rate]
-        curves = {
-            name: [
-                stat([row[r][name] for row in grid], name)
-                if all(row[r][name] is not None for row in grid)
-                else {"mean": None, "n": 0, "ci": None}
-                for r in rates
-            ]
-            for name in POINT_METRICS
-        }
-        mean_p90 = [c["mean"] for c in curves["ttft_p90_ms"]]
-        knees = [knee(xs, [row[r]["ttft_p90_ms"] for r in rates], spec.knee_factor) for row in grid]
-        entry: dict[str, Any] = {
-            "arm": arm.label,
-            "offered_rps": xs,
-            "curves": curves,
-            "knee_rps": knee(xs, mean_p90, spec.knee_factor),
-            "knee_by_replicate": knees,
-            "knee": stat([k for k in knees if k is not None], "knee")
-            if all(k is not None for k in knees)
-            else None,
-            "overloaded": [[row[r]["overloaded"] for r in rates] for row in grid],
-        }
-        if has_slo:
-            per = [
-                goodput(xs, [row[r]["slo_attainment"] for r in rates], spec.attainment)
-                for row in grid
-            ]
-            values = [g["value"] for g in per]
-            entry["goodput_by_replicate"] = per
-            entry["goodput_rps"] = (
-                stat([float(v) for v in values if v is not None], "goodput")
-                if all(v is not None for v in values)
-                else None
-            )
-        arms.append(entry)
+        grid = [[by_key[Point(a, r, i).key] for r in rates] for i in range(spec.replicates)]
+        arms.append(_arm_summary(spec, arm.label, xs, grid))
+    return {"rule": _rules(spec), "arms": arms}
+
+
+def _replicate_stat(values: Sequence[float], name: str, seeded: bool) -> dict[str, Any]:
+    """The mean with the interval whose coverage was checked (seeded arrivals, every
+    metric but attainment), else the replicates' range."""
+    if seeded and name not in UNCHECKED:
+        return interval(values, upper=UPPER.get(name))
     return {
-        "rule": {
-            "knee": f"lowest offered rate at which mean p90 TTFT exceeds {spec.knee_factor:g}x"
-            " its value at the lowest rate probed (linear between probes)",
-            "goodput": f"offered rate at which SLO attainment first falls below"
-            f" {spec.attainment:.0%} (linear between probes), per replicate",
-            "interval": f"{CONFIDENCE:.0%} Student t over replicates (at least"
-            f" {MIN_INTERVAL_REPLICATES}, seeded arrivals; coverage:"
-            " benchmarks/stats/sweep_coverage.md)",
-        },
-        "arms": arms,
+        "mean": float(np.mean(values)),
+        "n": len(values),
+        "ci": None,
+        "range": [float(min(values)), float(max(values))] if len(values) > 1 else None,
+    }
+
+
+def _arm_summary(
+    spec: SweepSpec, label: str, xs: list[float], grid: list[list[dict[str, Any]]]
+) -> dict[str, Any]:
+    """One arm's curves, knee and goodput from its probe points, ``grid[replicate][rate]``,
+    offered at ``xs``."""
+    seeded = spec.arrivals == "poisson"
+    rates = range(len(xs))
+    curves = {
+        name: [
+            _replicate_stat([row[r][name] for row in grid], name, seeded)
+            if all(row[r][name] is not None for row in grid)
+            else {"mean": None, "n": 0, "ci": None}
+            for r in rates
+        ]
+        for name in POINT_METRICS
+    }
+    mean_p90 = [c["mean"] for c in curves["ttft_p90_ms"]]
+    knees = [knee(xs, [row[r]["ttft_p90_ms"] for r in rates], spec.knee_factor) for row in grid]
+    entry: dict[str, Any] = {
+        "arm": label,
+        "offered_rps": xs,
+        "curves": curves,
+        "knee_rps": knee(xs, mean_p90, spec.knee_factor),
+        "knee_by_replicate": knees,
+        "knee": _replicate_stat([k for k in knees if k is not None], "knee", seeded)
+        if all(k is not None for k in knees)
+        else None,
+        "overloaded": [[row[r]["overloaded"] for r in rates] for row in grid],
+    }
+    if spec.bench.slo_ttft_ms is not None or spec.bench.slo_tpot_ms is not None:
+        per = [
+            goodput(xs, [row[r]["slo_attainment"] for r in rates], spec.attainment) for row in grid
+        ]
+        values = [g["value"] for g in per]
+        entry["goodput_by_replicate"] = per
+        entry["goodput_rps"] = (
+            _replicate_stat([float(v) for v in values if v is not None], "goodput", seeded)
+            if all(v is not None for v in values)
+            else None
+        )
+    return entry
+
+
+def _rules(spec: SweepSpec) -> dict[str, str]:
+    """How the knee, the goodput and the intervals are found, in words."""
+    return {
+        "knee": f"lowest offered rate at which mean p90 TTFT exceeds {spec.knee_factor:g}x"
+        " its value at the lowest rate probed (linear between probes)",
+        "goodput": f"offered rate at which SLO attainment first falls below"
+        f" {spec.attainment:.0%} (linear between probes), per replicate",
+        "interval": f"{CONFIDENCE:.0%} Student t over replicates (at least"
+        f" {MIN_INTERVAL_REPLICATES}, seeded arrivals; coverage:"
+        " benchmarks/stats/sweep_coverage.md)",
     }
