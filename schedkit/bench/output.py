@@ -215,9 +215,8 @@ def write_outputs(
         write_requests(
             staging, request_rows(runs, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms)
         )
-        data = results.to_json()
-        write_report(staging, data, runs)
-        write_vllm_bench(staging, data, runs, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms)
+        write_report(staging, results, runs)
+        write_vllm_bench(staging, results, runs, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms)
         written = []
         stale = {"requests.csv", "requests.parquet"}  # one of them is from an older run
         stale.update(p.name for p in out_dir.glob("vllm-bench-*.json"))  # an older run's arms

@@ -20,6 +20,7 @@ from schedkit.bench.report.render import render_html, render_markdown, write_rep
 from schedkit.bench.report.svg import bar_chart, ccdf_points, cdf_points, downsample, line_chart
 from schedkit.bench.report.tables import inline
 from schedkit.bench.report.verdicts import TONES, comparison_summaries
+from schedkit.bench.results import Results
 from schedkit.bench.stats.compare import compare_arms
 from schedkit.bench.stats.metrics import compute_metrics
 from schedkit.records import RequestRecord, RunResult, TimelinePoint
@@ -85,11 +86,11 @@ def _row(
     rel = diff / a
     spread = 0.01 if tone != "inconclusive" else 0.3
     return {
-        "metric": metric, "label": label, "unit": unit, "a": a, "b": b, "diff": diff, "rel": rel,
-        "ci": [diff - spread * abs(a), diff + spread * abs(a)],
+        "metric": metric, "label": label, "unit": unit, "higher_is_better": rate, "a": a, "b": b,
+        "diff": diff, "rel": rel, "ci": [diff - spread * abs(a), diff + spread * abs(a)],
         "rel_ci": [rel - spread, rel + spread], "significant": tone in ("better", "worse"),
-        "n_boot": 100, "better": {"better": True, "worse": False}.get(tone), "tone": tone,
-        "verdict": f"{label}: {'pp' if rate else 'ms'} change, {tone}",
+        "sections": 12, "better": {"better": True, "worse": False}.get(tone), "tone": tone,
+        "leaning": None, "verdict": f"{label}: {'pp' if rate else 'ms'} change, {tone}",
     }  # fmt: skip
 
 
@@ -100,8 +101,7 @@ def comparison(policy: str) -> dict[str, Any]:
         "policy": policy,
         "n_requests": 300,
         "summary": f"{policy} vs fcfs: worse on p99 TTFT; better on p50 TTFT, SLO attainment",
-        "method": {"name": "paired circular block bootstrap", "block_length": 12,
-                   "n_boot": 100, "confidence": 0.95},
+        "method": {"name": "paired sectioning", "max_sections": 12, "confidence": 0.95},
         "min_effect": 0.02,
         "metrics": [
             _row("ttft_p50_ms", "p50 TTFT", 144.09, 90.16, "better"),
@@ -116,14 +116,22 @@ def comparison(policy: str) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def fake_results(runs: list[RunResult]) -> dict[str, Any]:
+def fake_data(runs: list[RunResult]) -> dict[str, Any]:
+    """What results.json would hold for ``runs``: every arm after the first compared."""
     metrics = [compute_metrics(r, **SLO) for r in runs]
     return {
         "schema_version": 2,
-        "provenance": {"schedkit": "0.2.0", "git": "941cb60", "command": "schedkit bench ..."},
+        "provenance": {
+            "schedkit_version": "0.2.0", "git_revision": "941cb60", "command": ["schedkit", "bench"],
+            "python": "3.11.7", "numpy": "2.1.0", "platform": "Linux", "spec": {"seed": 0},
+            "created_utc": "2026-01-01T00:00:00+00:00",
+        },
         "workload": {
-            "name": "synthetic <chat>", "requests": 300, "span_s": 875.4304842499987,
-            "rate_rps": 22.121687956287353, "tenants": ["batch", "chat"], "rate_scale": 4.0,
+            "name": "synthetic <chat>", "source": "synthetic", "requests": 300,
+            "span_s": 875.4304842499987, "rate_rps": 22.121687956287353, "prompt_p50": 900,
+            "prompt_p90": 4000, "prompt_max": 5000, "output_p50": 100, "output_p90": 180,
+            "output_max": 200, "tenants": ["batch", "chat"], "hash_block_tokens": 0,
+            "rate_scale": 4.0, "seed": 0, "window_s": None, "max_requests": None,
         },
         "engine": {
             "engine": "sim", "model": "Llama-3-8B", "gpu": "H100-SXM", "tp": 1,
@@ -132,13 +140,18 @@ def fake_results(runs: list[RunResult]) -> dict[str, Any]:
         },
         "slo": {"ttft_ms": 200.0, "tpot_ms": 50.0},
         "arms": [
-            {"policy": r.policy, "config": {"policy": [r.policy], "options": {}}, "metrics": m}
+            {"policy": r.policy, "config": {"policy": [r.policy], "options": {}},
+             "engine_settings": {}, "engine": None, "metrics": m}
             for r, m in zip(runs, metrics, strict=True)
         ],
         "warnings": ["sjf relies on num_computed_tokens, which means something else on sglang"],
         "flags": [{"kind": "overload", "message": "fcfs: arrivals outpace completions"}],
         "comparisons": [comparison(r.policy) for r in runs[1:]],
     }  # fmt: skip
+
+
+def fake_results(runs: list[RunResult]) -> Results:
+    return Results.model_validate(fake_data(runs))
 
 
 @pytest.fixture
@@ -196,7 +209,7 @@ def test_summary_lists_flags_then_regressions_first(html: str) -> None:
     for cell in ("29.44 s", "82.86 s", "+181.5%", "+180.5% .. +182.5%"):
         assert f">{cell}<" in worse_row
     assert ">+33.4 pp<" in summary  # a rate changes in percentage points
-    assert "blocks of 12 requests, 100 resamples, 95% confidence intervals" in summary
+    assert "up to 12 sections of consecutive arrivals, 95% confidence intervals" in summary
     assert "changes within ±2% count as the same" in summary
 
 
@@ -364,51 +377,56 @@ def test_html_is_self_contained(html: str) -> None:
     assert "url(" not in html  # no fonts or images fetched from CSS either
 
 
-OLD_COMPARISON = {  # as the bench wrote it before schema 2: no tone, summary or flags
+POINT_COMPARISON = {  # no flags, no intervals for a maximum, counts, no minimum effect
     "baseline": "fcfs",
     "policy": "sjf",
-    "n_requests": 300,
+    "n_requests": 0,
+    "summary": "sjf vs fcfs: worse on p90 TTFT; better on p50 TTFT",
+    "method": {"name": "paired sectioning", "max_sections": 0, "confidence": 0.9},
+    "min_effect": 0.0,
     "metrics": [
-        {"metric": "ttft_p50_ms", "label": "p50 TTFT", "a": 144.0, "b": 90.0, "diff": -54.0,
-         "rel": -0.375, "ci": [-59.0, -48.5], "rel_ci": [-0.393, -0.35], "significant": True,
-         "n_boot": 500, "better": True, "verdict": "p50 TTFT: sjf is 37.5% lower: better"},
-        {"metric": "ttft_p90_ms", "label": "p90 TTFT", "a": 200.0, "b": 400.0, "diff": 200.0,
-         "rel": 1.0, "ci": [150.0, 250.0], "rel_ci": [0.75, 1.25], "significant": True,
-         "n_boot": 500, "better": False, "verdict": "p90 TTFT: sjf is 100% higher: worse"},
-        {"metric": "slo_attainment", "label": "SLO attainment", "a": 0.5, "b": 0.51,
-         "diff": 0.01, "rel": 0.02, "ci": [-0.01, 0.03], "rel_ci": [-0.02, 0.06],
-         "significant": False, "n_boot": 500, "better": None, "verdict": "no difference"},
+        {**_row("ttft_p50_ms", "p50 TTFT", 144.0, 90.0, "better"), "ci": [-59.0, -48.5],
+         "rel_ci": [-0.393, -0.35]},
+        {**_row("ttft_p90_ms", "p90 TTFT", 200.0, 400.0, "worse"), "ci": [150.0, 250.0],
+         "rel_ci": [0.75, 1.25]},
+        {**_row("queue_max_ms", "max queue", 12000.0, 9000.0, "same"), "ci": None,
+         "rel_ci": None},
+        {**_row("rejected", "rejected", 4.0, 4.0, "same", "count"), "rel": None, "ci": None,
+         "rel_ci": None, "label": ""},
+        _row("slo_attainment", "SLO attainment", 0.5, 0.51, "inconclusive", "rate"),
     ],
     "verdicts": [],
+    "flags": [],
 }  # fmt: skip
 
 
-def test_older_results_still_render(runs: list[RunResult]) -> None:
-    results = fake_results(runs)
-    results["comparisons"] = [OLD_COMPARISON]
-    for key in ("flags", "warnings", "provenance", "schema_version"):
-        del results[key]
+def test_point_values_counts_and_a_bare_method_render(runs: list[RunResult]) -> None:
+    data = fake_data(runs)
+    data.update(comparisons=[POINT_COMPARISON], flags=[], warnings=[])
+    results = Results.model_validate(data)
     (summary,) = comparison_summaries(results)
-    assert [v.tone for v in summary.verdicts] == ["worse", "better", "same"]
-    assert summary.headline == "sjf vs fcfs: worse on p90 TTFT; better on p50 TTFT; no" \
-        " meaningful difference on SLO attainment"  # fmt: skip
-    assert summary.method == "paired bootstrap, 500 resamples, 95% confidence intervals"
+    tones = [v.tone for v in summary.verdicts]
+    assert tones == ["worse", "better", "inconclusive", "same", "same"]
+    assert summary.headline == POINT_COMPARISON["summary"]
+    assert summary.method == "paired sectioning, 90% confidence intervals"
     html = render_html(results, runs)
-    assert re.findall(r'<tr class="(\w+)"', _section(html, "summary")) == [
-        "worse",
-        "better",
-        "same",
-    ]
-    assert 'class="flag' not in html
+    assert re.findall(r'<tr class="(\w+)"', _section(html, "summary")) == tones
+    assert 'class="flag' not in html and "paired requests" not in html
     md = render_markdown(results)
     assert "| **worse** | p90 TTFT | 200.0 ms | 400.0 ms | +100.0% | +75.0% .. +125.0% |" in md
-    assert "| same | SLO attainment | 50.0% | 51.0% | +1.0 pp | -1.0 pp .. +3.0 pp |" in md
+    assert "| same | max queue | 12.00 s | 9,000.0 ms | -25.0% | no interval |" in md
+    assert "| same | rejected | 4 | 4 | +0.0 | no interval |" in md  # label falls back
+    assert (
+        "| inconclusive | SLO attainment | 50.0% | 51.0% | +1.0 pp | -14.0 pp .. +16.0 pp |" in md
+    )
+    assert "| Verdict | Metric | fcfs | sjf | Change | 90% CI |" in md
 
 
 def test_comparisons_from_the_bench_render(runs: list[RunResult]) -> None:
     """Whatever compare_arms writes today renders, every row with a known tone."""
-    results = fake_results(runs)
-    results["comparisons"] = compare_arms(runs, slo_ttft_ms=200.0, slo_tpot_ms=50.0)
+    data = fake_data(runs)
+    data["comparisons"] = compare_arms(runs, slo_ttft_ms=200.0, slo_tpot_ms=50.0)
+    results = Results.model_validate(data)
     (summary,) = comparison_summaries(results)
     assert summary.verdicts and all(v.tone in TONES for v in summary.verdicts)
     order = [TONES.index(v.tone) for v in summary.verdicts]
@@ -419,14 +437,19 @@ def test_comparisons_from_the_bench_render(runs: list[RunResult]) -> None:
 
 def test_one_arm_without_comparisons_or_tenants() -> None:
     run = RunResult(policy="fcfs", records=[], duration_s=0.0)
-    metrics = compute_metrics(run, slo_ttft_ms=None, slo_tpot_ms=None)
-    results: dict[str, Any] = {"arms": [{"policy": "fcfs", "metrics": metrics}], "comparisons": []}
+    data = fake_data([run])
+    data["workload"].update(tenants=["default"], rate_scale=1.0)
+    data.update(engine={}, slo={"ttft_ms": None, "tpot_ms": None}, flags=[], warnings=[])
+    data["arms"][0]["metrics"] = compute_metrics(run, slo_ttft_ms=None, slo_tpot_ms=None)
+    results = Results.model_validate(data)
     md = render_markdown(results)
     assert "One arm: nothing to compare." in md and "### Per tenant" not in md
-    assert "| TTFT p50 (ms) | n/a |" in md and "## Settings" not in md
+    assert "| TTFT p50 (ms) | n/a |" in md
+    assert "fcfs alone · synthetic <chat>: 300 requests over 875 s\n" in md  # no engine, SLO
+    assert "### Engine" not in md and "| ttft_ms | none |" in md
     html = render_html(results, [run])
     assert "One arm: nothing to compare." in html and "no samples" in html
-    assert '<section id="settings"' not in html
+    assert 'class="flag' not in html
 
 
 # ---------------------------------------------------------------------------

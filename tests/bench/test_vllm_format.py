@@ -8,7 +8,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from test_report import fake_data, fake_run
 
+from schedkit.bench.report.vllm_format import vllm_bench_result
+from schedkit.bench.results import Results
 from schedkit.bench.runner import BenchSpec, run_bench
 
 VLLM_KEYS = {  # what vllm/benchmarks/serve.py saves for a generation benchmark
@@ -56,3 +59,13 @@ def test_a_rerun_with_other_arms_leaves_no_stale_file(tmp_path: Path) -> None:
     run_bench(BenchSpec(policies=["fcfs", "priority"], **common), tmp_path)
     run_bench(BenchSpec(policies=["fcfs"], **common), tmp_path)
     assert sorted(p.name for p in tmp_path.glob("vllm-bench-*.json")) == ["vllm-bench-0-fcfs.json"]
+
+
+def test_the_run_settings_come_from_the_results() -> None:
+    run = fake_run("fcfs", 1.0)
+    data = fake_data([run])
+    data["provenance"]["spec"] = {"max_concurrency": 3}  # a live run's cap on requests in flight
+    out = vllm_bench_result(run, Results.model_validate(data), slo_ttft_ms=None, slo_tpot_ms=None)
+    assert out["max_concurrency"] == 3 and out["burstiness"] == 1.0
+    assert out["backend"] == "schedkit-sim" and out["model_id"] == "Llama-3-8B"
+    assert out["workload"] == "synthetic <chat>" and out["request_goodput"] is None

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Literal
 
 from schedkit.bench.report.svg import (
     Point,
@@ -19,6 +19,7 @@ from schedkit.bench.report.svg import (
     line_chart,
     scatter_chart,
 )
+from schedkit.bench.results import ArmMetrics, GroupMetrics, Results
 from schedkit.bench.stats.metrics import is_completed, latencies_ms
 from schedkit.records import RunResult, TimelinePoint
 
@@ -104,21 +105,28 @@ def ttft_vs_prompt(runs: Sequence[RunResult]) -> Figure:
     return Figure("ttft-prompt", svg, caption)
 
 
-def group_ttft(results: Mapping[str, Any], key: str, noun: str) -> Figure | None:
+GroupKey = Literal["tenants", "priorities"]
+
+
+def groups_of(metrics: ArmMetrics, key: GroupKey) -> dict[str, GroupMetrics] | None:
+    """An arm's per-tenant or per-priority metrics; None when the run has no such split."""
+    return metrics.tenants if key == "tenants" else metrics.priorities
+
+
+def group_ttft(results: Results, key: GroupKey, noun: str) -> Figure | None:
     """TTFT p90 per tenant (``key="tenants"``) or priority, one bar per arm; None with
     fewer than two groups."""
     arms = [
-        (str(a.get("policy", "?")), groups)
-        for a in results.get("arms", [])
-        if isinstance(groups := a.get("metrics", {}).get(key), Mapping)
+        (arm.policy, groups)
+        for arm in results.arms
+        if (groups := groups_of(arm.metrics, key)) is not None
     ]
     names = sorted({g for _, groups in arms for g in groups}, key=group_order)
     if len(names) < 2:
         return None
 
-    def p90(groups: Mapping[str, Any], name: str) -> float | None:
-        value = groups.get(name, {}).get("ttft_ms", {}).get("p90")
-        return float(value) if isinstance(value, int | float) else None
+    def p90(groups: Mapping[str, GroupMetrics], name: str) -> float | None:
+        return groups[name].ttft_ms.p90 if name in groups else None
 
     series = [(policy, [p90(groups, n) for n in names]) for policy, groups in arms]
     title = f"TTFT p90 per {noun}"
@@ -212,9 +220,7 @@ def preemptions(runs: Sequence[RunResult]) -> Figure:
     return Figure("preemptions", svg, caption)
 
 
-def figures(
-    results: Mapping[str, Any], runs: Sequence[RunResult], slo_ttft_ms: float | None
-) -> list[Figure]:
+def figures(results: Results, runs: Sequence[RunResult], slo_ttft_ms: float | None) -> list[Figure]:
     """Every figure of the report, in reading order (pairs sit side by side)."""
     out = [ttft_ccdf(runs, slo_ttft_ms), ttft_vs_prompt(runs)]
     out += [f for f in (group_ttft(results, "tenants", "tenant"),) if f]

@@ -10,10 +10,9 @@ opens anywhere and can be attached to an issue.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from html import escape
 from pathlib import Path
-from typing import Any
 
 from schedkit.bench.report.plots import Figure, figures
 from schedkit.bench.report.tables import Rows, Setting, context, settings, tables
@@ -24,6 +23,7 @@ from schedkit.bench.report.verdicts import (
     comparison_summaries,
     run_flags,
 )
+from schedkit.bench.results import Results
 from schedkit.records import RunResult
 
 __all__ = ["render_html", "render_markdown", "write_report"]
@@ -76,7 +76,7 @@ def _md_flag(flag: Flag) -> str:
     return f"- {mark} {kind}{flag.message}"
 
 
-def render_markdown(results: Mapping[str, Any]) -> str:
+def render_markdown(results: Results) -> str:
     """The whole report as Markdown (no plots): summary first, settings last."""
     parts = ["# schedkit bench report", "", context(results), "", "## Summary", ""]
     flags = run_flags(results)
@@ -202,7 +202,7 @@ def _html_comparison(s: ComparisonSummary) -> str:
     )
 
 
-def _html_summary(results: Mapping[str, Any]) -> str:
+def _html_summary(results: Results) -> str:
     summaries = comparison_summaries(results)
     body = "".join(_html_comparison(s) for s in summaries) or "<p>One arm: nothing to compare.</p>"
     if len(summaries) > 1:
@@ -236,7 +236,7 @@ def _html_setting(items: list[Setting]) -> str:
     return f"<table><tbody>{rows}</tbody></table>"
 
 
-def _html_tables(results: Mapping[str, Any]) -> str:
+def _html_tables(results: Results) -> str:
     """The metrics table on the left, the per-tenant and per-priority ones stacked right."""
     cards = [
         f'<div class="card"><h3>{escape(title)}</h3>'
@@ -250,16 +250,14 @@ def _html_tables(results: Mapping[str, Any]) -> str:
     return f'<section id="metrics"><h2>Metrics</h2>{grid}{columns}</div></section>'
 
 
-def render_html(results: Mapping[str, Any], runs: Sequence[RunResult]) -> str:
+def render_html(results: Results, runs: Sequence[RunResult]) -> str:
     """The whole report as one self-contained HTML page with inline SVG plots."""
-    slo = results.get("slo") or {}
-    slo_ttft = slo.get("ttft_ms") if isinstance(slo.get("ttft_ms"), int | float) else None
     parts = [
         f'<header><h1>schedkit bench report</h1><p class="context">{escape(context(results))}</p></header>',
         _html_summary(results),
     ]
     if runs:
-        plots = "".join(_html_figure(f) for f in figures(results, runs, slo_ttft))
+        plots = "".join(_html_figure(f) for f in figures(results, runs, results.slo.ttft_ms))
         parts.append(f'<section id="plots"><h2>Plots</h2><div class="grid">{plots}</div></section>')
     parts.append(_html_tables(results))
     sections = settings(results)
@@ -273,7 +271,7 @@ def render_html(results: Mapping[str, Any], runs: Sequence[RunResult]) -> str:
             f'<section id="settings"><details><summary>Settings: {escape(names)}</summary>'
             f'<div class="grid">{cards}</div></details></section>'
         )
-    arms = [str(a.get("policy", "?")) for a in results.get("arms", [])]
+    arms = [arm.policy for arm in results.arms]
     title = "schedkit bench report" + (f": {' vs '.join(arms)}" if arms else "")
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
@@ -284,14 +282,11 @@ def render_html(results: Mapping[str, Any], runs: Sequence[RunResult]) -> str:
     )
 
 
-def write_report(
-    out_dir: Path, results: dict[str, Any], runs: list[RunResult]
-) -> tuple[Path, Path]:
+def write_report(out_dir: Path, results: Results, runs: Sequence[RunResult]) -> tuple[Path, Path]:
     """Write ``report.md`` and ``report.html`` into ``out_dir``; return their paths.
 
-    ``results`` is the bench's results.json content (``workload``, ``engine``, ``slo``,
-    ``arms``, ``warnings``, ``flags``, ``comparisons``); ``runs`` are the arms' raw
-    results, in the same order, for the plots.
+    ``results`` is the bench's results (what results.json holds); ``runs`` are the arms'
+    raw results, in the same order, for the plots.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     md, html = out_dir / "report.md", out_dir / "report.html"

@@ -7,23 +7,17 @@ percentages, settings rounded (``span_s`` 875.4) with nested ones as ``key=value
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from schedkit.bench.report.plots import group_order
+from schedkit.bench.report.plots import GroupKey, group_order, groups_of
+from schedkit.bench.results import ArmMetrics, GroupMetrics, Results, Summary
 
 Rows = list[list[str]]
 NA = "n/a"
 
 
-def _get(data: Mapping[str, Any], path: Sequence[str]) -> Any:
-    value: Any = data
-    for key in path:
-        value = value.get(key) if isinstance(value, Mapping) else None
-    return value
-
-
-def fmt(value: Any, kind: str) -> str:
+def fmt(value: float | None, kind: str) -> str:
     if value is None:
         return NA
     if kind == "int":
@@ -42,67 +36,92 @@ def _round(value: float) -> str:
     return f"{value:.1f}" if abs(value) >= 100 else f"{value:.4g}"
 
 
-_LATENCIES = (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("itl_ms", "ITL"), ("e2e_ms", "E2E"))
-# (label, path, format, shown only when some arm has a value)
-_SPECS: list[tuple[str, tuple[str, ...], str, bool]] = [
-    ("Requests", ("requests",), "int", False),
-    ("Completed", ("completed",), "int", False),
-    ("Rejected", ("rejected",), "int", False),
-    *[
-        (f"{label} {p} (ms)", (key, p), "ms", False)
-        for key, label in (*_LATENCIES, ("queue_ms", "Queue"))
-        for p in ("p50", "p90", "p99")
-    ],
-    ("Throughput (tok/s)", ("throughput_tok_s",), "f1", False),
-    ("Preemptions", ("preemptions",), "int", False),
-    ("Recomputed tokens", ("recomputed_tokens",), "int", False),
-    ("Prefix hit rate", ("prefix_hit_rate",), "pct", False),
-    ("KV usage (mean)", ("kv_usage_mean",), "pct", False),
-    ("SLO attainment", ("slo_attainment",), "pct", False),
-    ("Goodput (req/s)", ("goodput_rps",), "f2", True),
-    ("Goodput rate scale", ("goodput_rate_scale",), "f2", True),
-    ("Jain fairness (tenant service)", ("jain_fairness",), "f3", True),
-    ("Jain (tenant mean TTFT)", ("jain_ttft",), "f3", True),
-    ("Policy errors", ("policy_errors",), "int", False),
-    ("Duration (s)", ("duration_s",), "f1", False),
-    ("Wall time (s)", ("wall_s",), "f2", False),
+Read = Callable[[ArmMetrics], float | None]  # one metric of an arm
+
+_LATENCIES: list[tuple[str, Callable[[ArmMetrics], Summary]]] = [
+    ("TTFT", lambda m: m.ttft_ms),
+    ("TPOT", lambda m: m.tpot_ms),
+    ("ITL", lambda m: m.itl_ms),
+    ("E2E", lambda m: m.e2e_ms),
+    ("Queue", lambda m: m.queue_ms),
+]
+_PERCENTILES: list[tuple[str, Callable[[Summary], float | None]]] = [
+    ("p50", lambda s: s.p50),
+    ("p90", lambda s: s.p90),
+    ("p99", lambda s: s.p99),
 ]
 
 
-def _arms(results: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
-    return [(str(a["policy"]), a.get("metrics", {})) for a in results.get("arms", [])]
+def _percentile(
+    summary: Callable[[ArmMetrics], Summary], pick: Callable[[Summary], float | None]
+) -> Read:
+    return lambda m: pick(summary(m))
 
 
-def metrics_table(results: Mapping[str, Any]) -> tuple[list[str], Rows]:
+# (label, read, format, shown only when some arm has a value)
+_SPECS: list[tuple[str, Read, str, bool]] = [
+    ("Requests", lambda m: m.requests, "int", False),
+    ("Completed", lambda m: m.completed, "int", False),
+    ("Rejected", lambda m: m.rejected, "int", False),
+    *[
+        (f"{label} {p} (ms)", _percentile(summary, pick), "ms", False)
+        for label, summary in _LATENCIES
+        for p, pick in _PERCENTILES
+    ],
+    ("Throughput (tok/s)", lambda m: m.throughput_tok_s, "f1", False),
+    ("Preemptions", lambda m: m.preemptions, "int", False),
+    ("Recomputed tokens", lambda m: m.recomputed_tokens, "int", False),
+    ("Prefix hit rate", lambda m: m.prefix_hit_rate, "pct", False),
+    ("KV usage (mean)", lambda m: m.kv_usage_mean, "pct", False),
+    ("SLO attainment", lambda m: m.slo_attainment, "pct", False),
+    ("Goodput (req/s)", lambda m: m.goodput_rps, "f2", True),
+    ("Goodput rate scale", lambda m: m.goodput_rate_scale, "f2", True),
+    ("Jain fairness (tenant service)", lambda m: m.jain_fairness, "f3", True),
+    ("Jain (tenant mean TTFT)", lambda m: m.jain_ttft, "f3", True),
+    ("Policy errors", lambda m: m.policy_errors, "int", False),
+    ("Duration (s)", lambda m: m.duration_s, "f1", False),
+    ("Wall time (s)", lambda m: m.wall_s, "f2", False),
+]
+
+
+def _arms(results: Results) -> list[tuple[str, ArmMetrics]]:
+    return [(arm.policy, arm.metrics) for arm in results.arms]
+
+
+def metrics_table(results: Results) -> tuple[list[str], Rows]:
     """Side-by-side metrics: one row per metric, one column per arm."""
     arms = _arms(results)
     rows = [
-        [label, *(fmt(_get(m, path), kind) for _, m in arms)]
-        for label, path, kind, optional in _SPECS
-        if not optional or any(_get(m, path) is not None for _, m in arms)
+        [label, *(fmt(read(m), kind) for _, m in arms)]
+        for label, read, kind, optional in _SPECS
+        if not optional or any(read(m) is not None for _, m in arms)
     ]
     return ["Metric", *(name for name, _ in arms)], rows
 
 
-_GROUP_COLUMNS: list[tuple[str, tuple[str, ...], str]] = [
-    ("Requests", ("requests",), "int"),
-    ("Completed", ("completed",), "int"),
-    ("Rejected", ("rejected",), "int"),
-    ("TTFT p50 (ms)", ("ttft_ms", "p50"), "ms"),
-    ("TTFT p90 (ms)", ("ttft_ms", "p90"), "ms"),
-    ("TPOT p50 (ms)", ("tpot_ms", "p50"), "ms"),
-    ("Queue p90 (ms)", ("queue_ms", "p90"), "ms"),
-    ("Queue max (ms)", ("queue_ms_max",), "ms"),
-    ("SLO attainment", ("slo_attainment",), "pct"),
+_GROUP_COLUMNS: list[tuple[str, Callable[[GroupMetrics], float | None], str]] = [
+    ("Requests", lambda g: g.requests, "int"),
+    ("Completed", lambda g: g.completed, "int"),
+    ("Rejected", lambda g: g.rejected, "int"),
+    ("TTFT p50 (ms)", lambda g: g.ttft_ms.p50, "ms"),
+    ("TTFT p90 (ms)", lambda g: g.ttft_ms.p90, "ms"),
+    ("TPOT p50 (ms)", lambda g: g.tpot_ms.p50, "ms"),
+    ("Queue p90 (ms)", lambda g: g.queue_ms.p90, "ms"),
+    ("Queue max (ms)", lambda g: g.queue_ms_max, "ms"),
+    ("SLO attainment", lambda g: g.slo_attainment, "pct"),
 ]
 
 
-def group_table(results: Mapping[str, Any], key: str, title: str) -> tuple[list[str], Rows]:
+def group_table(results: Results, key: GroupKey, title: str) -> tuple[list[str], Rows]:
     """Per-tenant or per-priority rows (``key`` = ``tenants``/``priorities``), arm by arm."""
-    arms = [(name, m[key]) for name, m in _arms(results) if isinstance(m.get(key), Mapping)]
+    arms = [
+        (name, by_group)
+        for name, m in _arms(results)
+        if (by_group := groups_of(m, key)) is not None
+    ]
     groups = sorted({g for _, by_group in arms for g in by_group}, key=group_order)
     rows = [
-        [group, name, *(fmt(_get(by_group[group], p), kind) for _, p, kind in _GROUP_COLUMNS)]
+        [group, name, *(fmt(read(by_group[group]), kind) for _, read, kind in _GROUP_COLUMNS)]
         for group in groups
         for name, by_group in arms
         if group in by_group
@@ -110,7 +129,7 @@ def group_table(results: Mapping[str, Any], key: str, title: str) -> tuple[list[
     return [title, "Policy", *(label for label, _, _ in _GROUP_COLUMNS)], rows
 
 
-def tables(results: Mapping[str, Any]) -> list[tuple[str, list[str], Rows]]:
+def tables(results: Results) -> list[tuple[str, list[str], Rows]]:
     """The metrics tables ``(title, header, rows)``, empty ones left out."""
     out = [("All requests", *metrics_table(results))]
     out += [("Per tenant", *group_table(results, "tenants", "Tenant"))]
@@ -137,9 +156,7 @@ def inline(value: Any) -> str:
 Setting = tuple[str, list[str]]  # (key, value parts: one, or key=value items of a dict)
 
 
-def _setting_rows(section: Any) -> list[Setting]:
-    if not isinstance(section, Mapping):
-        return []
+def _setting_rows(section: Mapping[str, Any]) -> list[Setting]:
     return [
         (
             str(key),
@@ -151,27 +168,25 @@ def _setting_rows(section: Any) -> list[Setting]:
     ]
 
 
-def settings(results: Mapping[str, Any]) -> list[tuple[str, list[Setting]]]:
-    """The run's settings by section (workload, engine, SLO, policies, provenance)."""
-    policies = {
-        str(a.get("policy", "?")): a.get("config")
-        for a in results.get("arms", [])
-        if isinstance(a, Mapping) and a.get("config") is not None
+def settings(results: Results) -> list[tuple[str, list[Setting]]]:
+    """The run's settings by section (workload, engine, SLO, policies, provenance), each
+    with the keys results.json holds, in its order."""
+    policies = {arm.policy: arm.config for arm in results.arms}
+    provenance = {
+        "schema_version": results.schema_version,
+        **results.provenance.model_dump(exclude_unset=True),
     }
-    provenance = dict(results.get("provenance") or {})
-    if "schema_version" in results:
-        provenance = {"schema_version": results["schema_version"], **provenance}
     out = [
-        ("Workload", _setting_rows(results.get("workload"))),
-        ("Engine", _setting_rows(results.get("engine"))),
-        ("SLO", _setting_rows(results.get("slo"))),
+        ("Workload", _setting_rows(results.workload.model_dump(exclude_unset=True))),
+        ("Engine", _setting_rows(results.engine)),
+        ("SLO", _setting_rows(results.slo.model_dump(exclude_unset=True))),
         ("Policies", _setting_rows(policies)),
         ("Provenance", _setting_rows(provenance)),
     ]
     return [(title, rows) for title, rows in out if rows]
 
 
-def context(results: Mapping[str, Any]) -> str:
+def context(results: Results) -> str:
     """One line saying what was compared on what: arms, workload, engine, SLO."""
     names = [name for name, _ in _arms(results)]
     if not names:
@@ -179,24 +194,19 @@ def context(results: Mapping[str, Any]) -> str:
     parts = [f"{', '.join(names[1:]) or names[0]} against {names[0]} (baseline)"]
     if len(names) == 1:
         parts = [f"{names[0]} alone"]
-    w, e, slo = (results.get(k) or {} for k in ("workload", "engine", "slo"))
-    if w:
-        text = str(w.get("name", "workload"))
-        if isinstance(w.get("requests"), int):
-            text += f": {w['requests']:,} requests"
-        if isinstance(w.get("span_s"), int | float):
-            text += f" over {w['span_s']:,.0f} s"
-        if w.get("rate_scale") not in (None, 1, 1.0):
-            text += f" at {inline(w['rate_scale'])}x rate"
-        parts.append(text)
+    w, e, slo = results.workload, results.engine, results.slo
+    text = f"{w.name}: {w.requests:,} requests over {w.span_s:,.0f} s"
+    if w.rate_scale != 1:
+        text += f" at {inline(w.rate_scale)}x rate"
+    parts.append(text)
     if e:
         where = " on ".join(str(e[k]) for k in ("model", "gpu") if e.get(k))
         tp = f", tp {e['tp']}" if isinstance(e.get("tp"), int) and e["tp"] > 1 else ""
         parts.append(f"{e.get('engine', 'engine')}{': ' + where if where else ''}{tp}")
     targets = [
-        f"{label} ≤ {slo[key]:,.0f} ms"
-        for key, label in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"))
-        if isinstance(slo.get(key), int | float)
+        f"{label} ≤ {target:,.0f} ms"
+        for target, label in ((slo.ttft_ms, "TTFT"), (slo.tpot_ms, "TPOT"))
+        if target is not None
     ]
     if targets:
         parts.append("SLO " + ", ".join(targets))

@@ -20,13 +20,14 @@ per second (vLLM's ``--goodput``), None without targets.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from schedkit.bench.results import Results
 from schedkit.bench.stats.metrics import is_completed, latencies_ms, meets_slo, slo_applies
 from schedkit.records import RunResult
 
@@ -68,16 +69,14 @@ def _weighted_stats(name: str, gaps: Sequence[tuple[float, int]], out: dict[str,
 
 def vllm_bench_result(
     run: RunResult,
-    results: Mapping[str, Any],
+    results: Results,
     *,
     slo_ttft_ms: float | None,
     slo_tpot_ms: float | None,
 ) -> dict[str, Any]:
     """``run`` (one arm of ``results``) as ``vllm bench serve`` would have saved it."""
     records = run.records
-    spec = results.get("spec", {})
-    engine = results.get("engine", {})
-    workload = results.get("workload", {})
+    spec, engine = results.provenance.spec, results.engine  # a live run's --max-concurrency
     duration = run.duration_s
     done = [r for r in records if is_completed(r)]
     lats = [latencies_ms(r) for r in records]
@@ -117,7 +116,7 @@ def vllm_bench_result(
             "" if is_completed(r) else (r.reject_reason or r.finish_reason or "unfinished")
             for r in records
         ],
-        "workload": workload.get("name"),
+        "workload": results.workload.name,
         "schedkit_note": NOTE,
     }
     _stats("ttft", [v for lat in lats if (v := lat["ttft_ms"]) is not None], out)
@@ -129,7 +128,7 @@ def vllm_bench_result(
 
 def write_vllm_bench(
     directory: Path,
-    results: Mapping[str, Any],
+    results: Results,
     runs: Sequence[RunResult],
     *,
     slo_ttft_ms: float | None,
