@@ -20,7 +20,8 @@ from schedkit.bench.report.render import render_html, render_markdown, write_rep
 from schedkit.bench.report.svg import bar_chart, ccdf_points, cdf_points, downsample, line_chart
 from schedkit.bench.report.tables import inline
 from schedkit.bench.report.verdicts import TONES, comparison_summaries
-from schedkit.bench.results import Results
+from schedkit.bench.report.vllm_format import write_vllm_bench
+from schedkit.bench.results import Results, _Model
 from schedkit.bench.stats.compare import compare_arms
 from schedkit.bench.stats.metrics import compute_metrics
 from schedkit.records import RequestRecord, RunResult, TimelinePoint
@@ -368,6 +369,22 @@ def test_report_files_are_written_and_names_escaped(tmp_path: Path) -> None:
     assert "<b>evil" not in html and "&lt;b&gt;evil&amp;name&lt;/b&gt;" in html
     assert "synthetic &lt;chat&gt;" in html
     assert html.count("<svg") == 10
+
+
+def test_the_report_reads_the_models_by_attribute(
+    runs: list[RunResult], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not through the dict-like layer kept for outside callers (``model["key"]``, ``get``,
+    ``in``)."""
+    results = fake_results(runs)
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the report read a result model as a dict")
+
+    for name in ("__getitem__", "get", "__contains__"):
+        monkeypatch.setattr(_Model, name, refused)
+    write_report(tmp_path, results, runs)
+    write_vllm_bench(tmp_path, results, runs, slo_ttft_ms=200.0, slo_tpot_ms=50.0)
 
 
 def test_html_is_self_contained(html: str) -> None:
