@@ -141,20 +141,41 @@ def fit_steps(
 ) -> Calibration:
     """Fit the first ``1 - test_share`` of ``rows`` (by start time) and measure the
     error on the rest (module docstring)."""
-    from scipy.optimize import nnls
-
     _check(rows)
-    timed = all(r.start_s is not None for r in rows)
-    gap_share = 0.0
-    if timed and all(r.end_s is not None and r.num_running is not None for r in rows):
-        ordered, gap_share = with_gaps(rows)
-    else:
-        ordered = sorted(rows, key=lambda r: r.start_s or 0.0) if timed else list(rows)
+    ordered, gap_share = _in_time_order(rows)
     cut = len(ordered) - max(6, math.ceil(test_share * len(ordered)))
     train, test = ordered[:cut], ordered[cut:]
     x = _features(train)
-    y = np.array([r.seconds for r in train])
-    reference = roofline.linear_coefficients()
+    fixed, warnings = _constant_features(x, roofline.linear_coefficients())
+    coef = _fit(x, np.array([r.seconds for r in train]), fixed)
+    model = LinearCostModel(*(coef[name] for name in LINEAR_COEFFICIENTS))
+    return Calibration(
+        model=model,
+        train_steps=len(train),
+        test_steps=len(test),
+        train_mape=float(_errors(model, train).mean()),
+        holdout=_holdout(model, test),
+        fixed=fixed,
+        warnings=warnings,
+        gap_share=gap_share,
+    )
+
+
+def _in_time_order(rows: Sequence[StepRow]) -> tuple[list[StepRow], float]:
+    """``rows`` by start time (in the file's order without one), with the gaps between busy
+    steps added where the rows say when each ended and what still ran (:func:`with_gaps`),
+    and the share of the time those gaps are."""
+    timed = all(r.start_s is not None for r in rows)
+    if timed and all(r.end_s is not None and r.num_running is not None for r in rows):
+        return with_gaps(rows)
+    return (sorted(rows, key=lambda r: r.start_s or 0.0) if timed else list(rows)), 0.0
+
+
+def _constant_features(
+    x: np.ndarray, reference: dict[str, float]
+) -> tuple[dict[str, float], list[str]]:
+    """The coefficients of features that never vary in the fitted steps, kept at the
+    roofline's values (``reference``), and a warning naming each."""
     fixed: dict[str, float] = {}
     warnings: list[str] = []
     for j in range(1, len(FEATURES)):
@@ -163,12 +184,20 @@ def fit_steps(
             name = LINEAR_COEFFICIENTS[j]
             fixed[name] = reference[name]
             warnings.append(
-                f"{FEATURES[j]} never varies in the {len(train)} fitted steps (always"
+                f"{FEATURES[j]} never varies in the {len(x)} fitted steps (always"
                 f" {column[0]:g}): {name} cannot be told apart from the per-step constant,"
                 f" so it stays at the roofline's value, {reference[name]:.3g}"
             )
+    return fixed, warnings
+
+
+def _fit(x: np.ndarray, y: np.ndarray, fixed: dict[str, float]) -> dict[str, float]:
+    """Every coefficient: the ``fixed`` ones, the others from the non-negative least-squares
+    fit of what the fixed ones leave of ``y``, each row weighted by 1/sqrt(its time)."""
+    from scipy.optimize import nnls
+
     free = [j for j in range(len(FEATURES)) if LINEAR_COEFFICIENTS[j] not in fixed]
-    offset = np.zeros(len(train))  # what the fixed coefficients already explain
+    offset = np.zeros(len(y))  # what the fixed coefficients already explain
     for j, name in enumerate(LINEAR_COEFFICIENTS):
         if name in fixed:
             offset += x[:, j] * fixed[name]
@@ -181,7 +210,11 @@ def fit_steps(
     coef = dict(fixed)
     for j, value in zip(free, solution / scale, strict=True):
         coef[LINEAR_COEFFICIENTS[j]] = float(max(value, 0.0))
-    model = LinearCostModel(*(coef[name] for name in LINEAR_COEFFICIENTS))
+    return coef
+
+
+def _holdout(model: LinearCostModel, test: Sequence[StepRow]) -> dict[str, dict[str, float]]:
+    """The held-out error (n, mape, p90_ape) of all steps and of each kind present."""
     holdout: dict[str, dict[str, float]] = {}
     test_errors = _errors(model, test)
     kinds = np.array([step_kind(r) for r in test])
@@ -194,13 +227,4 @@ def fit_steps(
                 "mape": float(e.mean()),
                 "p90_ape": float(np.percentile(e, 90)),
             }
-    return Calibration(
-        model=model,
-        train_steps=len(train),
-        test_steps=len(test),
-        train_mape=float(_errors(model, train).mean()),
-        holdout=holdout,
-        fixed=fixed,
-        warnings=warnings,
-        gap_share=gap_share,
-    )
+    return holdout
