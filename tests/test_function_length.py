@@ -23,13 +23,9 @@ ALLOWED = {
     "adapters/vllm/schedkit_vllm/harness/contract.py:run_vllm_engine": 109,
     "adapters/vllm/schedkit_vllm/harness/twin.py:_run": 104,
     "adapters/vllm/schedkit_vllm/harness/contract.py:run_vllm": 93,
-    "schedkit/bench/sweep/spec.py:aggregate": 73,
     "adapters/vllm/schedkit_vllm/harness/modelless.py:build_scheduler": 71,
     "schedkit/bench/stats/bootstrap.py:paired_bootstrap": 69,
-    "schedkit/sim/cost/fit.py:fit_steps": 68,
     "schedkit/cli/plan.py:plan": 62,
-    "schedkit/bench/sweep/run.py:run_sweep": 61,
-    "schedkit/bench/plan.py:search": 61,
 }
 
 
