@@ -23,7 +23,9 @@ from typing import Any
 
 from schedkit.bench.engines.requests import new_record
 from schedkit.policy import Policy
+from schedkit.sim.config import SimConfig
 from schedkit.testing.contract import Outcome, Scenario, facade_of
+from schedkit.workload import TraceRequest
 
 from schedkit_vllm.harness.modelless import build_for
 
@@ -42,41 +44,103 @@ def run_vllm(
     max_steps: int = 20_000,
     probe: Callable[[Any], None] | None = None,
 ) -> Outcome:
-    from vllm.v1.outputs import ModelRunnerOutput
-    from vllm.v1.request import RequestStatus
-
-    from schedkit_vllm.harness.twin import _make_request
-
-    cfg = scenario.config
     name = "vllm" if batch_queue == 1 else f"vllm-batch-queue-{batch_queue}"
     if cls is not None:
         name += f"[{cls.__name__}]"
     outcome = Outcome(name, batches_comparable=batch_queue == 1)
-    scheduler = build_for(cfg, scenario.requests, cls=cls)
-    clock = [0.0]
+    scheduler = build_for(scenario.config, scenario.requests, cls=cls)
+    replay = _SchedulerReplay(scenario, scheduler, outcome, aborts or {})
     runtime = None  # policies=None: the scheduler as built (stock vLLM for vLLM's classes)
     if policies is not None:
         runtime = scheduler.install_schedkit(facade_of(policies, outcome.recorder))
-        runtime.engine.use_clock(lambda: clock[0])
+        runtime.engine.use_clock(lambda: replay.clock)
     if probe is not None:
         probe(scheduler)
     pool = scheduler.kv_cache_manager.block_pool
     free_at_start = pool.get_num_free_blocks()
-    traces = sorted(scenario.requests, key=lambda r: r.arrival_s)
-    pending = deque((i, t) for i, t in enumerate(traces))
-    aborts = aborts or {}
-    queue: deque[tuple[int, Any, Any]] = deque()  # (step, SchedulerOutput, model output)
-    steps = 0
+    if not replay.run(batch_queue, max_steps):
+        raise AssertionError(f"{name}: {scenario.name} still busy after {max_steps} steps")
+    outcome.blocks_leaked = free_at_start - pool.get_num_free_blocks()
+    outcome.policy_errors = runtime.policy_errors if runtime is not None else 0
+    return outcome
 
-    def arrive() -> None:
-        while pending and pending[0][1].arrival_s <= clock[0] + _EPS:
-            index, trace = pending.popleft()
-            request = _make_request(trace, index, new_record(trace), cfg)
-            scheduler.add_request(request)
 
-    def update(step: int, output: Any, model_output: Any) -> None:
-        if step in aborts:  # a client abort gets no engine output: it ends here
-            live = [rid for rid in aborts[step] if rid in scheduler.requests]
+class _SchedulerReplay:
+    """``scenario``'s requests through a model-less ``scheduler``, stepped as
+    ``EngineCore`` steps it, into ``outcome``; ``clock`` is the engine clock."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        scheduler: Any,
+        outcome: Outcome,
+        aborts: Mapping[int, Sequence[str]],
+    ) -> None:
+        self.scenario = scenario
+        self.scheduler = scheduler
+        self.outcome = outcome
+        self.aborts = aborts
+        self.clock = 0.0
+        traces = sorted(scenario.requests, key=lambda r: r.arrival_s)
+        self.pending = deque(enumerate(traces))
+        self.queue: deque[tuple[int, Any, Any]] = deque()  # (step, SchedulerOutput, model output)
+        self.steps = 0
+
+    def run(self, batch_queue: int, max_steps: int) -> bool:
+        """Step until every request has ended (True) or ``max_steps`` ran out (False);
+        up to ``batch_queue`` scheduled steps wait for their update."""
+        scheduler, queue = self.scheduler, self.queue
+        for _ in range(max_steps):
+            self.arrive()
+            if not self.pending and not scheduler.has_requests() and not queue:
+                return True
+            if not scheduler.has_requests() and not queue:
+                self.clock = self.pending[0][1].arrival_s  # idle until the next arrival
+                continue
+            if len(queue) < batch_queue and scheduler.has_requests():
+                scheduled = self.schedule()
+                if len(queue) < batch_queue and (scheduled or scheduler.has_requests()):
+                    continue  # fill the batch queue before waiting on a result
+            self.update(*queue.pop())
+        return False
+
+    def arrive(self) -> None:
+        """Add the requests that have arrived by now."""
+        from schedkit_vllm.harness.twin import _make_request
+
+        while self.pending and self.pending[0][1].arrival_s <= self.clock + _EPS:
+            index, trace = self.pending.popleft()
+            request = _make_request(trace, index, new_record(trace), self.scenario.config)
+            self.scheduler.add_request(request)
+
+    def schedule(self) -> dict[str, int]:
+        """One ``schedule()``, queued with the model output a worker would return: one
+        token for every request vLLM did not mark a prefill chunk. Its scheduled tokens."""
+        from vllm.v1.outputs import ModelRunnerOutput
+
+        output = self.scheduler.schedule()
+        scheduled = _record_schedule(self.outcome, output)
+        ids = list(scheduled)
+        requests = self.scheduler.requests
+        sampled = [[] if requests[rid].is_prefill_chunk else [7] for rid in ids]
+        model_output = ModelRunnerOutput(
+            req_ids=ids,
+            req_id_to_index={rid: i for i, rid in enumerate(ids)},
+            sampled_token_ids=sampled,
+        )
+        self.queue.appendleft((self.steps, output, model_output))
+        self.steps += 1
+        if scheduled:
+            self.clock += self.scenario.step_s
+        return scheduled
+
+    def update(self, step: int, output: Any, model_output: Any) -> None:
+        """``update_from_output`` of ``step``, after the aborts listed for it."""
+        from vllm.v1.request import RequestStatus
+
+        scheduler, outcome = self.scheduler, self.outcome
+        if step in self.aborts:  # a client abort gets no engine output: it ends here
+            live = [rid for rid in self.aborts[step] if rid in scheduler.requests]
             scheduler.finish_requests(live, RequestStatus.FINISHED_ABORTED)
             outcome.finished.update(dict.fromkeys(live, "aborted"))
         engine_outputs = scheduler.update_from_output(output, model_output)
@@ -89,42 +153,18 @@ def run_vllm(
                 if out.finish_reason is not None:
                     _finished(outcome, rid, out.finish_reason, out.stop_reason)
 
-    for _ in range(max_steps):
-        arrive()
-        if not pending and not scheduler.has_requests() and not queue:
-            break
-        if not scheduler.has_requests() and not queue:
-            clock[0] = pending[0][1].arrival_s  # idle until the next arrival
-            continue
-        if len(queue) < batch_queue and scheduler.has_requests():
-            output = scheduler.schedule()
-            scheduled = dict(output.num_scheduled_tokens)
-            if scheduled or output.preempted_req_ids:
-                outcome.steps.append(scheduled)
-                outcome.preempted.append(sorted(output.preempted_req_ids))
-            for new in output.scheduled_new_reqs:
-                if new.req_id not in outcome.admitted:
-                    outcome.admitted.append(new.req_id)
-            ids = list(scheduled)
-            sampled = [[] if scheduler.requests[rid].is_prefill_chunk else [7] for rid in ids]
-            model_output = ModelRunnerOutput(
-                req_ids=ids,
-                req_id_to_index={rid: i for i, rid in enumerate(ids)},
-                sampled_token_ids=sampled,
-            )
-            queue.appendleft((steps, output, model_output))
-            steps += 1
-            if scheduled:
-                clock[0] += scenario.step_s
-            if len(queue) < batch_queue and (scheduled or scheduler.has_requests()):
-                continue  # fill the batch queue before waiting on a result
-        step, output, model_output = queue.pop()
-        update(step, output, model_output)
-    else:
-        raise AssertionError(f"{name}: {scenario.name} still busy after {max_steps} steps")
-    outcome.blocks_leaked = free_at_start - pool.get_num_free_blocks()
-    outcome.policy_errors = runtime.policy_errors if runtime is not None else 0
-    return outcome
+
+def _record_schedule(outcome: Outcome, output: Any) -> dict[str, int]:
+    """Record a ``SchedulerOutput``'s batch, victims and first admissions in ``outcome``;
+    its ``{request id: tokens}``."""
+    scheduled: dict[str, int] = dict(output.num_scheduled_tokens)
+    if scheduled or output.preempted_req_ids:
+        outcome.steps.append(scheduled)
+        outcome.preempted.append(sorted(output.preempted_req_ids))
+    for new in output.scheduled_new_reqs:
+        if new.req_id not in outcome.admitted:
+            outcome.admitted.append(new.req_id)
+    return scheduled
 
 
 def run_vllm_engine(
@@ -138,22 +178,40 @@ def run_vllm_engine(
     """``scenario`` through a real in-process vLLM engine (``LLM``, a tiny model, the
     engine core in this process), one ``LLMEngine.step()`` per step: the real model
     samples the tokens, vLLM's own output processing ends the requests."""
+    outcome = Outcome("vllm-engine")
+    llm = _in_process_llm(scenario.config, model_dir, max_model_len)
+    engine = llm.llm_engine
+    scheduler = engine.engine_core.engine_core.scheduler
+    clock = [0.0]
+    runtime = scheduler.install_schedkit(facade_of(policies, outcome.recorder))
+    runtime.engine.use_clock(lambda: clock[0])
+    pool = scheduler.kv_cache_manager.block_pool
+    free_at_start = pool.get_num_free_blocks()
+    scheduler.schedule = _recording(scheduler.schedule, outcome, clock, scenario.step_s)
+    _replay_on_engine(engine, scenario, outcome, clock, vocab_size)
+    outcome.blocks_leaked = free_at_start - pool.get_num_free_blocks()
+    outcome.policy_errors = runtime.policy_errors
+    del llm
+    _to_client_ids(outcome, {r.request_id for r in scenario.requests})
+    return outcome
+
+
+def _in_process_llm(cfg: SimConfig, model_dir: Any, max_model_len: int) -> Any:
+    """A ``vllm.LLM`` on ``model_dir`` shaped like ``cfg``, its engine core in this
+    process (the driver reads its scheduler), ``schedkit_vllm.Scheduler`` with no config."""
     import os
 
-    from schedkit.bench.engines.requests import in_vocab, prompt_token_ids, request_metadata
-    from vllm import LLM, SamplingParams
+    from vllm import LLM
 
-    cfg = scenario.config
-    outcome = Outcome("vllm-engine")
-    # The engine core in this process (the driver reads its scheduler); 1 GiB of CPU KV
-    # space is far more than the scenario's blocks, which num_gpu_blocks_override sets.
+    # 1 GiB of CPU KV space is far more than the scenario's blocks, which
+    # num_gpu_blocks_override sets.
     saved = {
         k: os.environ.get(k) for k in ("VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_CPU_KVCACHE_SPACE")
     }
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     try:
-        llm = LLM(
+        return LLM(
             model=str(model_dir),
             dtype="bfloat16",
             enforce_eager=True,
@@ -168,7 +226,7 @@ def run_vllm_engine(
             enable_prefix_caching=cfg.enable_prefix_caching,
             enable_chunked_prefill=True,
             async_scheduling=False,
-            scheduler_cls="schedkit_vllm.Scheduler",  # no config: installed below
+            scheduler_cls="schedkit_vllm.Scheduler",  # no config: installed by the driver
             seed=0,
         )
     finally:
@@ -177,48 +235,33 @@ def run_vllm_engine(
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-    engine = llm.llm_engine
-    scheduler = engine.engine_core.engine_core.scheduler
-    clock = [0.0]
-    runtime = scheduler.install_schedkit(facade_of(policies, outcome.recorder))
-    runtime.engine.use_clock(lambda: clock[0])
-    pool = scheduler.kv_cache_manager.block_pool
-    free_at_start = pool.get_num_free_blocks()
-    schedule = scheduler.schedule
+
+
+def _recording(
+    schedule: Callable[..., Any], outcome: Outcome, clock: list[float], step_s: float
+) -> Callable[..., Any]:
+    """``schedule``, recording each batch in ``outcome`` and advancing ``clock[0]`` by
+    ``step_s`` for each step that scheduled tokens."""
 
     def recorded_schedule(*args: Any, **kwargs: Any) -> Any:
         output = schedule(*args, **kwargs)
-        scheduled = dict(output.num_scheduled_tokens)
-        if scheduled or output.preempted_req_ids:
-            outcome.steps.append(scheduled)
-            outcome.preempted.append(sorted(output.preempted_req_ids))
-        for new in output.scheduled_new_reqs:
-            if new.req_id not in outcome.admitted:
-                outcome.admitted.append(new.req_id)
-        if scheduled:
-            clock[0] += scenario.step_s
+        if _record_schedule(outcome, output):
+            clock[0] += step_s
         return output
 
-    scheduler.schedule = recorded_schedule
-    pending = deque(
-        (i, t) for i, t in enumerate(sorted(scenario.requests, key=lambda r: r.arrival_s))
-    )
+    return recorded_schedule
+
+
+def _replay_on_engine(
+    engine: Any, scenario: Scenario, outcome: Outcome, clock: list[float], vocab_size: int
+) -> None:
+    """Submit each request at its arrival on ``clock`` and step ``engine`` until all
+    have finished, recording how each ended."""
+    pending = deque(enumerate(sorted(scenario.requests, key=lambda r: r.arrival_s)))
     for _ in range(20_000):
         while pending and pending[0][1].arrival_s <= clock[0] + _EPS:
             index, trace = pending.popleft()
-            ids = prompt_token_ids(trace, index, cfg.block_size, cfg.hash_block_tokens)
-            params = SamplingParams(
-                max_tokens=trace.output_tokens,
-                ignore_eos=True,
-                detokenize=False,
-                extra_args=request_metadata(trace),
-            )
-            engine.add_request(
-                trace.request_id,
-                {"prompt_token_ids": [in_vocab(t, vocab_size) for t in ids]},
-                params,
-                priority=trace.priority,
-            )
+            _submit(engine, trace, index, scenario.config, vocab_size)
         if not engine.has_unfinished_requests():
             if not pending:
                 break
@@ -231,11 +274,26 @@ def run_vllm_engine(
             rid = out.request_id
             outcome.output_tokens[rid] = len(completion.token_ids)
             _finished(outcome, rid, completion.finish_reason, completion.stop_reason)
-    outcome.blocks_leaked = free_at_start - pool.get_num_free_blocks()
-    outcome.policy_errors = runtime.policy_errors
-    del llm
-    _to_client_ids(outcome, {r.request_id for r in scenario.requests})
-    return outcome
+
+
+def _submit(engine: Any, trace: TraceRequest, index: int, cfg: SimConfig, vocab_size: int) -> None:
+    """Add ``trace`` to ``engine`` as a token-id prompt within the model's vocabulary."""
+    from schedkit.bench.engines.requests import in_vocab, prompt_token_ids, request_metadata
+    from vllm import SamplingParams
+
+    ids = prompt_token_ids(trace, index, cfg.block_size, cfg.hash_block_tokens)
+    params = SamplingParams(
+        max_tokens=trace.output_tokens,
+        ignore_eos=True,
+        detokenize=False,
+        extra_args=request_metadata(trace),
+    )
+    engine.add_request(
+        trace.request_id,
+        {"prompt_token_ids": [in_vocab(t, vocab_size) for t in ids]},
+        params,
+        priority=trace.priority,
+    )
 
 
 def _finished(outcome: Outcome, rid: str, finish_reason: Any, stop_reason: Any) -> None:

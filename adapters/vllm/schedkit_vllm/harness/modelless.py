@@ -111,18 +111,54 @@ def build_scheduler(
     block, so ``num_blocks - 1`` are usable.
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    import torch
-    from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
     from vllm.v1.core.sched.async_scheduler import AsyncScheduler
-    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
     from vllm.v1.structured_output import StructuredOutputManager
 
     if cls is None:
         from schedkit_vllm.scheduler import Scheduler
 
         cls = Scheduler
+    vllm_config = _vllm_config(
+        model_dir or stub_model_dir(max_model_len),
+        block_size=block_size,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_model_len=max_model_len,
+        long_prefill_token_threshold=long_prefill_token_threshold,
+        prefix_caching=prefix_caching,
+        policy=policy,
+        async_scheduling=issubclass(cls, AsyncScheduler),
+        schedkit=schedkit,
+    )
+    kv_cache_config = _kv_cache_config(num_blocks, block_size)
+    vllm_config.cache_config.num_gpu_blocks = num_blocks
+    return cls(
+        vllm_config=vllm_config,
+        kv_cache_config=kv_cache_config,
+        structured_output_manager=StructuredOutputManager(vllm_config),
+        block_size=block_size,
+        log_stats=True,
+    )
+
+
+def _vllm_config(
+    model_dir: Path,
+    *,
+    block_size: int,
+    max_num_seqs: int,
+    max_num_batched_tokens: int,
+    max_model_len: int,
+    long_prefill_token_threshold: int,
+    prefix_caching: bool,
+    policy: str,
+    async_scheduling: bool,
+    schedkit: Mapping[str, Any] | None,
+) -> Any:
+    """The ``VllmConfig`` of a model-less scheduler (``build_scheduler``'s arguments)."""
+    from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
+
     model_config = ModelConfig(
-        model=str(model_dir or stub_model_dir(max_model_len)),
+        model=str(model_dir),
         skip_tokenizer_init=True,
         max_model_len=max_model_len,
         dtype="float32",
@@ -135,29 +171,28 @@ def build_scheduler(
         enable_chunked_prefill=True,
         long_prefill_token_threshold=long_prefill_token_threshold,
         policy=policy,
-        async_scheduling=issubclass(cls, AsyncScheduler),
+        async_scheduling=async_scheduling,
     )
-    cache_config = CacheConfig(block_size=block_size, enable_prefix_caching=prefix_caching)
-    vllm_config = VllmConfig(
+    return VllmConfig(
         scheduler_config=scheduler_config,
         model_config=model_config,
-        cache_config=cache_config,
+        cache_config=CacheConfig(block_size=block_size, enable_prefix_caching=prefix_caching),
         device_config=DeviceConfig(device=model_less_device()),
         additional_config={"schedkit": dict(schedkit)} if schedkit is not None else {},
     )
+
+
+def _kv_cache_config(num_blocks: int, block_size: int) -> Any:
+    """One attention layer's worth of KV spec over ``num_blocks`` blocks: blocks are
+    counted, nothing is stored."""
+    import torch
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+
     spec = FullAttentionSpec(
         block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float32
     )
-    kv_cache_config = KVCacheConfig(
+    return KVCacheConfig(
         num_blocks=num_blocks,
         kv_cache_tensors=[],
         kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)],
-    )
-    cache_config.num_gpu_blocks = num_blocks
-    return cls(
-        vllm_config=vllm_config,
-        kv_cache_config=kv_cache_config,
-        structured_output_manager=StructuredOutputManager(vllm_config),
-        block_size=block_size,
-        log_stats=True,
     )

@@ -96,117 +96,139 @@ class TwinEngine:
         self.records = [new_record(t) for t in self.traces]
         self.result = RunResult(policy=self.facade.label, records=self.records, duration_s=0.0)
         self.recorder = Recorder(self.result, config.timeline_interval_s)
+        self.steps = 0  # steps that scheduled tokens
+        self._live: dict[str, tuple[int, RequestRecord, Any]] = {}  # index, record, Request
+        self._last_computed: dict[str, int] = {}  # computed tokens at the end of its last step
+        self._lost: dict[str, int] = {}  # computed tokens thrown away by its last preemption
+        self._last_token: dict[str, float] = {}
 
     def run(self) -> RunResult:
         with no_cyclic_gc():
             return self._run()
 
     def _run(self) -> RunResult:
-        from vllm.v1.outputs import ModelRunnerOutput
-
         started = time.perf_counter()
-        sched, cfg, res, recorder = self.scheduler, self.cfg, self.result, self.recorder
-        traces, records = self.traces, self.records
-        by_id: dict[str, tuple[int, RequestRecord, Any]] = {}  # live: index, record, Request
-        last_computed: dict[str, int] = {}  # computed tokens at the end of its last step
-        lost: dict[str, int] = {}  # computed tokens thrown away by its last preemption
-        last_token: dict[str, float] = {}
-        usable = cfg.num_blocks
-        pool = sched.kv_cache_manager.block_pool
-        clock, steps, nxt = 0.0, 0, 0
+        sched, traces = self.scheduler, self.traces
+        nxt = 0
         while nxt < len(traces) or sched.has_requests():
             unfinished = sched.get_num_unfinished_requests()
-            if not unfinished and nxt < len(traces) and clock < traces[nxt].arrival_s:
-                clock = self.clock = traces[nxt].arrival_s
-            while nxt < len(traces) and traces[nxt].arrival_s <= clock:
-                self._arrive(nxt, by_id)
+            if not unfinished and nxt < len(traces) and self.clock < traces[nxt].arrival_s:
+                self.clock = traces[nxt].arrival_s
+            while nxt < len(traces) and traces[nxt].arrival_s <= self.clock:
+                self._arrive(nxt)
                 nxt += 1
-            if not sched.has_requests():
-                continue
-            output = sched.schedule()
-            counts: dict[str, int] = output.num_scheduled_tokens
-            preempted = output.preempted_req_ids or set()
-            for rid in preempted:
-                rec = by_id[rid][1]
-                rec.preemptions += 1
-                res.preemptions += 1
-                lost[rid] = last_computed.get(rid, 0)
-            prefill = decode = kv_tokens = attn = 0
-            sampled_ids: list[list[int]] = []
-            sampled: list[str] = []
-            for rid, n in counts.items():
-                index, rec, request = by_id[rid]
-                c = request.num_computed_tokens - n  # schedule() already counted this step
-                if rec.scheduled_s is None:
-                    rec.scheduled_s = clock
-                    rec.cached_tokens = c
-                    res.prefix_query_tokens += request.num_tokens
-                    res.prefix_hit_tokens += c
-                if rid in lost:
-                    redone = max(0, lost.pop(rid) - c)
-                    res.recomputed_tokens += redone
-                    rec.recomputed_tokens += redone
-                if n == 1 and c == request.num_tokens - 1:
-                    decode += 1
-                    attn += c + 1
-                else:
-                    prefill += n
-                    attn += n * c + n * (n + 1) // 2
-                kv_tokens += c + n
-                if request.num_computed_tokens >= request.num_tokens:
-                    sampled_ids.append([output_token_id(index, request.num_tokens)])
-                    sampled.append(rid)
-                else:
-                    sampled_ids.append([])
-            if self.on_step is not None:
-                self.on_step(steps, clock, dict(counts), sorted(preempted))
-            if not counts and not preempted and unfinished:
-                if nxt < len(traces):  # nothing fits until something arrives
-                    clock = self.clock = max(clock, traces[nxt].arrival_s)
-                    sched.update_from_output(output, _empty_output(ModelRunnerOutput))
-                    continue
-                raise RuntimeError(
-                    f"vllm-twin made no progress at t={clock}: {unfinished} requests unfinished"
-                )
-            duration = self.cost.step_time(prefill, decode, kv_tokens, attn) if counts else 0.0
-            used = pool.num_gpu_blocks - 1 - pool.get_num_free_blocks()
-            recorder.kv_usage(duration, used / usable)
-            clock += duration
-            self.clock = clock
-            steps += 1 if counts else 0
-            ids = list(counts)
-            model_output = ModelRunnerOutput(
-                req_ids=ids,
-                req_id_to_index={rid: i for i, rid in enumerate(ids)},
-                sampled_token_ids=sampled_ids,
-            )
-            sched.update_from_output(output, model_output)
-            for rid in sampled:
-                index, rec, request = by_id[rid]
-                if rec.first_token_s is None:
-                    rec.first_token_s = clock
-                else:
-                    recorder.token_gap(clock - last_token[rid], 1)
-                last_token[rid] = clock
-                if request.is_finished():
-                    rec.finish_reason = "length"
-                    rec.finish_s = clock
-                    rec.output_tokens = request.num_output_tokens
-                    del by_id[rid]
-                    last_computed.pop(rid, None)
-                    last_token.pop(rid, None)
-            for rid in counts:
-                if rid in by_id:
-                    last_computed[rid] = by_id[rid][2].num_computed_tokens
-            running, waiting = sched.get_request_counts()
-            used = pool.num_gpu_blocks - 1 - pool.get_num_free_blocks()
-            recorder.sample(clock, waiting, running, used / usable)
-        for rec in records:
-            if rec.finish_reason == "" and rec.request_id in by_id:
-                rec.output_tokens = by_id[rec.request_id][2].num_output_tokens
-        return recorder.finish(clock, steps, self.facade, started)
+            if sched.has_requests():
+                self._step(unfinished, traces[nxt].arrival_s if nxt < len(traces) else None)
+        for rec in self.records:
+            if rec.finish_reason == "" and rec.request_id in self._live:
+                rec.output_tokens = self._live[rec.request_id][2].num_output_tokens
+        return self.recorder.finish(self.clock, self.steps, self.facade, started)
 
-    def _arrive(self, index: int, by_id: dict[str, tuple[int, RequestRecord, Any]]) -> None:
+    def _step(self, unfinished: int, next_arrival: float | None) -> None:
+        """One ``schedule()``, its cost on the clock and its fabricated model output: one
+        token for every request whose computed tokens reach its length."""
+        from vllm.v1.outputs import ModelRunnerOutput
+
+        sched = self.scheduler
+        output = sched.schedule()
+        counts: dict[str, int] = output.num_scheduled_tokens
+        preempted = output.preempted_req_ids or set()
+        self._preempted(preempted)
+        work, sampled_ids, sampled = self._scheduled(counts)
+        if self.on_step is not None:
+            self.on_step(self.steps, self.clock, dict(counts), sorted(preempted))
+        if not counts and not preempted and unfinished:
+            if next_arrival is not None:  # nothing fits until something arrives
+                self.clock = max(self.clock, next_arrival)
+                sched.update_from_output(output, _empty_output(ModelRunnerOutput))
+                return
+            raise RuntimeError(
+                f"vllm-twin made no progress at t={self.clock}: {unfinished} requests unfinished"
+            )
+        duration = self.cost.step_time(*work) if counts else 0.0
+        self.recorder.kv_usage(duration, self._kv_usage())
+        self.clock += duration
+        self.steps += 1 if counts else 0
+        ids = list(counts)
+        model_output = ModelRunnerOutput(
+            req_ids=ids,
+            req_id_to_index={rid: i for i, rid in enumerate(ids)},
+            sampled_token_ids=sampled_ids,
+        )
+        sched.update_from_output(output, model_output)
+        self._sampled(sampled)
+        for rid in counts:
+            if rid in self._live:
+                self._last_computed[rid] = self._live[rid][2].num_computed_tokens
+        running, waiting = sched.get_request_counts()
+        self.recorder.sample(self.clock, waiting, running, self._kv_usage())
+
+    def _preempted(self, preempted: set[str]) -> None:
+        for rid in preempted:
+            rec = self._live[rid][1]
+            rec.preemptions += 1
+            self.result.preemptions += 1
+            self._lost[rid] = self._last_computed.get(rid, 0)
+
+    def _scheduled(
+        self, counts: dict[str, int]
+    ) -> tuple[tuple[int, int, int, int], list[list[int]], list[str]]:
+        """Record each scheduled request's first scheduling, cached and recomputed tokens.
+        The step's work (prefill, decode, KV and attention tokens, as the simulator
+        defines them), the token each request samples (none mid-prompt) and who samples."""
+        res = self.result
+        prefill = decode = kv_tokens = attn = 0
+        sampled_ids: list[list[int]] = []
+        sampled: list[str] = []
+        for rid, n in counts.items():
+            index, rec, request = self._live[rid]
+            c = request.num_computed_tokens - n  # schedule() already counted this step
+            if rec.scheduled_s is None:
+                rec.scheduled_s = self.clock
+                rec.cached_tokens = c
+                res.prefix_query_tokens += request.num_tokens
+                res.prefix_hit_tokens += c
+            if rid in self._lost:
+                redone = max(0, self._lost.pop(rid) - c)
+                res.recomputed_tokens += redone
+                rec.recomputed_tokens += redone
+            if n == 1 and c == request.num_tokens - 1:
+                decode += 1
+                attn += c + 1
+            else:
+                prefill += n
+                attn += n * c + n * (n + 1) // 2
+            kv_tokens += c + n
+            if request.num_computed_tokens >= request.num_tokens:
+                sampled_ids.append([output_token_id(index, request.num_tokens)])
+                sampled.append(rid)
+            else:
+                sampled_ids.append([])
+        return (prefill, decode, kv_tokens, attn), sampled_ids, sampled
+
+    def _sampled(self, sampled: list[str]) -> None:
+        """Time the tokens of the step that just ended; finish the requests it ended."""
+        for rid in sampled:
+            _, rec, request = self._live[rid]
+            if rec.first_token_s is None:
+                rec.first_token_s = self.clock
+            else:
+                self.recorder.token_gap(self.clock - self._last_token[rid], 1)
+            self._last_token[rid] = self.clock
+            if request.is_finished():
+                rec.finish_reason = "length"
+                rec.finish_s = self.clock
+                rec.output_tokens = request.num_output_tokens
+                del self._live[rid]
+                self._last_computed.pop(rid, None)
+                self._last_token.pop(rid, None)
+
+    def _kv_usage(self) -> float:
+        """The share of the usable KV blocks in use (vLLM's null block is not usable)."""
+        pool = self.scheduler.kv_cache_manager.block_pool
+        return float(pool.num_gpu_blocks - 1 - pool.get_num_free_blocks()) / self.cfg.num_blocks
+
+    def _arrive(self, index: int) -> None:
         trace, rec, cfg = self.traces[index], self.records[index], self.cfg
         need = -(-(rec.prompt_tokens + rec.max_tokens) // cfg.block_size)
         if need > cfg.num_blocks:  # vLLM would hold it waiting forever; the simulator rejects
@@ -226,7 +248,7 @@ class TwinEngine:
                         reason = key
             self._reject(rec, reason)
             return
-        by_id[rec.request_id] = (index, rec, request)
+        self._live[rec.request_id] = (index, rec, request)
 
     def _reject(self, rec: RequestRecord, reason: str) -> None:
         rec.finish_reason = "rejected"
