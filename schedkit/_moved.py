@@ -44,7 +44,6 @@ MOVED: dict[str, tuple[str, ...]] = {
     "schedkit.bench.live": ("schedkit.bench.engines.live",),
     "schedkit.bench.launch": ("schedkit.bench.engines.launch",),
     "schedkit.bench.interop": ("schedkit.bench.engines.interop",),
-    "schedkit.bench.bootstrap": ("schedkit.bench.stats.bootstrap",),
     "schedkit.bench.sectioning": ("schedkit.bench.stats.sectioning",),
     "schedkit.bench.metrics": ("schedkit.bench.stats.metrics",),
     "schedkit.bench.compare": ("schedkit.bench.stats.compare",),

@@ -21,11 +21,16 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import random
+import sys
 from collections.abc import Sequence
+from pathlib import Path
+
+sys.path.append(str(Path(__file__).resolve().parents[1] / "stats"))  # bootstrap.py
+
+from bootstrap import DEFAULT_N_BOOT
 
 from schedkit import Policy, PolicyFacade, StepReport, hookimpl
 from schedkit.bench.runner import Bench, BenchSpec
-from schedkit.bench.stats.bootstrap import DEFAULT_N_BOOT
 from schedkit.sim.engine import SimEngine
 
 ARMS = ("fcfs", "lcf")

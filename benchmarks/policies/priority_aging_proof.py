@@ -6,17 +6,23 @@ For each workload seed, replays two-class through ``priority``, ``priority-aging
 ``--aging-rate`` and ``fcfs`` (the limit of infinite aging), as ``schedkit bench`` does
 (``Bench.run_arm``), and prints per arm: the low class's (priority 1) max queue time, its
 p99 queue time and the high class's (priority 0) p90 TTFT, each p99/p90 with a paired
-bootstrap 95% CI of the change against ``priority`` (the bench's ``paired_bootstrap``). A
-maximum has no useful bootstrap CI; the seeds are its replicates.
+bootstrap 95% CI of the change against ``priority`` (``paired_bootstrap`` of
+``benchmarks/stats/bootstrap.py``). A maximum has no useful bootstrap CI; the seeds are its
+replicates.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
+from pathlib import Path
+
+sys.path.append(str(Path(__file__).resolve().parents[1] / "stats"))  # bootstrap.py
+
+from bootstrap import BootstrapDiff, paired_bootstrap
 
 from schedkit.bench.runner import Bench, BenchSpec
-from schedkit.bench.stats.bootstrap import BootstrapDiff, paired_bootstrap
 from schedkit.bench.stats.estimators import Quantile
 from schedkit.bench.stats.metrics import latencies_ms
 from schedkit.records import RunResult

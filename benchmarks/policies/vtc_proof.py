@@ -6,7 +6,8 @@ For each workload seed, replays the workload through both arms exactly as ``sche
 bench`` does (``Bench.run_arm``) and prints, as markdown rows:
 
 - the quiet tenant's p90 TTFT in each arm, with a paired bootstrap 95% CI of the change
-  (the bench's own ``paired_bootstrap``, over the quiet tenant's requests);
+  (``paired_bootstrap`` of ``benchmarks/stats/bootstrap.py``, over the quiet tenant's
+  requests);
 - the bench's ``jain_fairness`` (Jain's index over the tenants' service rates while both
   are backlogged, ``service_jain``) in each arm; it is not a per-request statistic, so
   no bootstrap CI: the seeds show its spread;
@@ -21,11 +22,16 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import random
+import sys
 from collections.abc import Sequence
+from pathlib import Path
+
+sys.path.append(str(Path(__file__).resolve().parents[1] / "stats"))  # bootstrap.py
+
+from bootstrap import DEFAULT_N_BOOT, paired_bootstrap
 
 from schedkit import PolicyFacade
 from schedkit.bench.runner import Bench, BenchSpec
-from schedkit.bench.stats.bootstrap import DEFAULT_N_BOOT, paired_bootstrap
 from schedkit.bench.stats.estimators import Quantile, jain
 from schedkit.bench.stats.metrics import latencies_ms, service_jain
 from schedkit.records import RunResult

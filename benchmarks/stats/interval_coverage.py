@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from bootstrap import paired_bootstrap  # benchmarks/stats, this script's directory
 
 from schedkit.bench.runner import Bench, BenchSpec
-from schedkit.bench.stats.bootstrap import paired_bootstrap
 from schedkit.bench.stats.compare import samples
 from schedkit.bench.stats.estimators import FloatArray, Mean, Quantile, Statistic
 from schedkit.bench.stats.sectioning import block_length, ranks, sectioned_diff

@@ -1,14 +1,18 @@
 """The intervals under the verdicts: sectioning (what the bench prints), and the block
-bootstrap it is calibrated against (exact resampled statistics, block draws, block length)."""
+bootstrap it is calibrated against (exact resampled statistics, block draws, block length).
+The bootstrap is a module of the benchmarks (``benchmarks/stats/bootstrap.py``), loaded here
+by its path."""
 
 from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schedkit.bench.stats.bootstrap import paired_bootstrap, paired_bootstrap_diff, resample_counts
 from schedkit.bench.stats.estimators import Draws, Mean, Quantile, Ratio, Total
 from schedkit.bench.stats.sectioning import (
     MAX_SECTIONS,
@@ -17,6 +21,15 @@ from schedkit.bench.stats.sectioning import (
     sectioned_diff,
     sections_for,
 )
+
+_BOOTSTRAP = Path(__file__).resolve().parents[2] / "benchmarks" / "stats" / "bootstrap.py"
+_spec = importlib.util.spec_from_file_location("benchmarks_stats_bootstrap", _BOOTSTRAP)
+assert _spec is not None and _spec.loader is not None
+bootstrap = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bootstrap)
+paired_bootstrap = bootstrap.paired_bootstrap
+paired_bootstrap_diff = bootstrap.paired_bootstrap_diff
+resample_counts = bootstrap.resample_counts
 
 
 def _expanded(values: np.ndarray, counts: np.ndarray, k: int) -> np.ndarray:

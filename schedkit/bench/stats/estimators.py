@@ -10,8 +10,9 @@ Queueing makes neighbouring requests' latencies strongly dependent: one long pro
 delays everything behind it, so intervals that treat requests as independent are far
 too narrow. The bench's intervals come from :func:`sectioned_diff` (stretches of
 consecutive arrivals, sized by the data's dependence length, :func:`block_length`);
-``schedkit.bench.stats.bootstrap.paired_bootstrap`` (a circular block bootstrap, Politis and
-Romano, 1992) is kept as the reference method it was checked against. Their coverage:
+``paired_bootstrap`` in ``benchmarks/stats/bootstrap.py`` (a circular block bootstrap,
+Politis and Romano, 1992; it resamples through :class:`Draws` and ``Statistic.resampled``) is
+the reference method it was checked against. Their coverage:
 ``benchmarks/stats/interval_coverage.md``.
 """
 

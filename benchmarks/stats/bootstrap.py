@@ -2,10 +2,13 @@
 bootstrap): every arm replays the identical request stream, so each resample draws the
 same blocks of requests from both arms.
 
-The bench's verdicts use paired sectioning (``schedkit.bench.stats.sectioning``); this is kept
-as the reference method their A/A coverage check compares it with
-(``benchmarks/stats/interval_coverage.md``), and for the confidence intervals of the
-policy proofs in ``benchmarks/policies/``.
+The bench's verdicts use paired sectioning (``schedkit.bench.stats.sectioning``); this is
+the reference method their A/A coverage check compares it with
+(``benchmarks/stats/interval_coverage.md``), and gives the confidence intervals of the
+policy proofs in ``benchmarks/policies/``. It is a module of the benchmarks, not of the
+package (issue #36): the scripts import it as ``bootstrap`` (those in
+``benchmarks/policies/`` put this folder on ``sys.path``); ``tests/bench/test_stats.py``
+loads it by path.
 """
 
 from __future__ import annotations
