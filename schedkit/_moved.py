@@ -64,6 +64,8 @@ MOVED: dict[str, tuple[str, ...]] = {
     "schedkit.adapter.metadata": ("schedkit.metadata",),
     "schedkit.adapter.replay": ("schedkit.bench.engines.real_arm",),
     # the SGLang and LMDeploy adapters' harness
+    "schedkit_sglang.contract": ("schedkit_sglang.harness.contract",),
+    "schedkit_sglang.real": ("schedkit_sglang.harness.real",),
     "schedkit_lmdeploy.contract": ("schedkit_lmdeploy.harness.contract",),
     # the vLLM adapter's harness
     "schedkit_vllm.contract": ("schedkit_vllm.harness.contract",),

@@ -35,7 +35,7 @@ from schedkit.sim.config import SimConfig
 from schedkit.testing.contract import Outcome, Scenario, check_outcome
 from schedkit.workload import TraceRequest
 
-from schedkit_sglang.contract import run_sglang
+from schedkit_sglang.harness.contract import run_sglang
 
 CHAOS = "test-chaos"
 SEED = 7

@@ -3,7 +3,7 @@
 Every scenario of ``schedkit.testing.contract.SCENARIOS`` runs with the default policy,
 and each shipped policy on the scenario that exercises it, in SGLang's normal loop and
 (for a subset) its overlap loop (``event_loop_overlap``, the GPU default), through
-``schedkit_sglang.contract.run_sglang``. Each run must keep the contract
+``schedkit_sglang.harness.contract.run_sglang``. Each run must keep the contract
 (``check_outcome``: every request ends once with its full output or its rejection, each
 token SGLang scheduled is reported to the policies exactly once, every arrival and
 finish is observed once, no KV page leaks), and must decide as the simulator does on
@@ -46,7 +46,7 @@ import pytest
 from schedkit import PolicyRegistry
 from schedkit.testing.contract import SCENARIOS, Flaky, Outcome, check_outcome, run_sim
 
-from schedkit_sglang.contract import FLAKY, run_sglang
+from schedkit_sglang.harness.contract import FLAKY, run_sglang
 
 # (scenario, policies, overlap loop): every scenario with fcfs; every shipped policy on
 # the scenario that exercises it; a faulty policy first; the overlap loop for

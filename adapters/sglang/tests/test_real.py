@@ -19,7 +19,7 @@ from schedkit.bench.engines.requests import model_info
 from schedkit.bench.runner import Bench, BenchSpec
 from schedkit.records import RequestRecord
 
-from schedkit_sglang.real import RealEngine, run_real_arm, scheduler_counters
+from schedkit_sglang.harness.real import RealEngine, run_real_arm, scheduler_counters
 
 SCHEDKIT = str(Path(sys.executable).with_name("schedkit"))
 N_REQUESTS = 30

@@ -59,7 +59,7 @@ from schedkit_sglang import cpu
 from schedkit_sglang.config import TIMING_VAR, config_environ, scoped_environ
 
 if TYPE_CHECKING:
-    from schedkit.bench.runner import Bench
+    from schedkit.bench.spec import PreparedBench
 
 __all__ = ["CPU_KV_TOKENS", "RealEngine", "SchedulerCounters", "run_real_arm", "scheduler_counters"]
 
@@ -69,7 +69,7 @@ CPU_KV_TOKENS = 16384  # KV pool on CPU without --kv-blocks (SGLang would size i
 LOAD_POLL_S = 0.01  # how often the replay reads SGLang's load snapshot
 
 
-def run_real_arm(bench: Bench, index: int, rate_scale: float) -> RunResult:
+def run_real_arm(bench: PreparedBench, index: int, rate_scale: float) -> RunResult:
     """``schedkit.engines`` entry point ``sglang``: one arm on a real in-process SGLang."""
     return RealEngine.run_arm(bench, index, rate_scale)
 
@@ -82,7 +82,9 @@ class RealEngine(RealArm):
 
     engine_name = "sglang"
 
-    def __init__(self, bench: Bench, index: int, rate_scale: float, info: ModelInfo) -> None:
+    def __init__(
+        self, bench: PreparedBench, index: int, rate_scale: float, info: ModelInfo
+    ) -> None:
         super().__init__(bench, index, rate_scale, info)
         self.kwargs = engine_kwargs(bench, info, self.max_model_len)
         self.engine: Any = None
@@ -261,7 +263,7 @@ def on_cpu() -> bool:
     return not torch.cuda.is_available()
 
 
-def engine_kwargs(bench: Bench, info: ModelInfo, max_model_len: int) -> dict[str, Any]:
+def engine_kwargs(bench: PreparedBench, info: ModelInfo, max_model_len: int) -> dict[str, Any]:
     """``sglang.Engine`` arguments for the bench's engine settings."""
     cfg, spec = bench.sim_config, bench.spec
     kwargs: dict[str, Any] = {
@@ -284,7 +286,7 @@ def engine_kwargs(bench: Bench, info: ModelInfo, max_model_len: int) -> dict[str
     return kwargs
 
 
-def _start_engine(bench: Bench, index: int, kwargs: dict[str, Any]) -> Any:
+def _start_engine(bench: PreparedBench, index: int, kwargs: dict[str, Any]) -> Any:
     """``sglang.Engine(**kwargs)`` with arm ``index``'s config in the environment its
     processes start with; this process's environment is restored afterwards."""
     env = {"HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}

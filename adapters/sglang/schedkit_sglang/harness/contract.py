@@ -72,9 +72,12 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from schedkit.testing.contract import ContractRecorder, Outcome, Scenario
+
+if TYPE_CHECKING:
+    from schedkit.workload import TraceRequest
 
 __all__ = ["CONTRACT_VAR", "FLAKY", "RECORDER", "load", "run_sglang"]
 
@@ -91,7 +94,7 @@ _ENTRY_POINTS = f"""\
 {FLAKY} = schedkit.testing.contract:Flaky
 
 [sglang.srt.plugins]
-schedkit_contract = schedkit_sglang.contract:load
+schedkit_contract = schedkit_sglang.harness.contract:load
 """
 _EPS = 1e-9
 _WAIT_S = 30.0  # longest wait for a due request to reach the scheduler
@@ -119,45 +122,14 @@ def run_sglang(
     policies ``policy_names`` (``options`` per policy, as in ``SCHEDKIT_OPTIONS``), in
     SGLang's overlap loop (``event_loop_overlap``) or its normal one."""
     from schedkit import PolicyFacade
-    from schedkit.bench.engines.requests import model_info, prompt_token_ids, request_metadata
-
-    from schedkit_sglang.config import CONFIG_VAR, OPTIONS_VAR, POLICY_VAR
+    from schedkit.bench.engines.requests import model_info
 
     if RECORDER in policy_names:
         raise ValueError(f"{RECORDER!r} is appended by the driver; do not name it")
-    cfg = scenario.config
     info = model_info(str(model_dir), "sglang")
     traces = sorted(scenario.requests, key=lambda r: r.arrival_s)
-    arrivals = [
-        [t.request_id, max(0, math.ceil(t.arrival_s / scenario.step_s - _EPS)), t.arrival_s]
-        for t in traces
-    ]
-    requests = [
-        {
-            "input_ids": prompt_token_ids(
-                t, i, cfg.block_size, cfg.hash_block_tokens, info.vocab_size
-            ),
-            "sampling_params": {
-                "max_new_tokens": t.output_tokens,
-                "ignore_eos": True,
-                "temperature": 0.0,
-                "custom_params": request_metadata(t),
-            },
-            "priority": t.priority,
-            "rid": t.request_id,
-        }
-        for i, t in enumerate(traces)
-    ]
-    env: dict[str, str | None] = {
-        CONFIG_VAR: None,
-        POLICY_VAR: "+".join([*policy_names, RECORDER]),
-        OPTIONS_VAR: json.dumps(dict(options)) if options else None,
-        CONTRACT_VAR: json.dumps({"arrivals": arrivals, "step_s": scenario.step_s}),
-        "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
-        # SGLang admits a request only when its prompt and all its output would fit
-        # (up to this many new tokens): one, as the simulator admits what fits now.
-        "SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION": "1",
-    }
+    requests = _requests(scenario, traces, info.vocab_size)
+    env = _environ(scenario, traces, policy_names, options)
     outcome = Outcome("sglang-overlap" if overlap else "sglang", batches_comparable=False)
     with _contract_site() as site:
         selected = {"policy": list(policy_names), "options": dict(options or {})}
@@ -180,13 +152,64 @@ def run_sglang(
     return outcome
 
 
+def _requests(
+    scenario: Scenario, traces: Sequence[TraceRequest], vocab_size: int
+) -> list[dict[str, Any]]:
+    """``Engine.async_generate`` arguments of each request in ``traces`` (arrival order):
+    a token-id prompt, ``max_new_tokens`` with ``ignore_eos``, tenant and SLO targets in
+    ``custom_params`` and SGLang's own ``priority``, as the adapter reads them."""
+    from schedkit.bench.engines.requests import prompt_token_ids, request_metadata
+
+    cfg = scenario.config
+    return [
+        {
+            "input_ids": prompt_token_ids(t, i, cfg.block_size, cfg.hash_block_tokens, vocab_size),
+            "sampling_params": {
+                "max_new_tokens": t.output_tokens,
+                "ignore_eos": True,
+                "temperature": 0.0,
+                "custom_params": request_metadata(t),
+            },
+            "priority": t.priority,
+            "rid": t.request_id,
+        }
+        for i, t in enumerate(traces)
+    ]
+
+
+def _environ(
+    scenario: Scenario,
+    traces: Sequence[TraceRequest],
+    policy_names: Sequence[str],
+    options: Mapping[str, Any] | None,
+) -> dict[str, str | None]:
+    """The environment the engine's processes start with: the policies by name with the
+    recorder last, and each request's arrival step and time for the plugin."""
+    from schedkit_sglang.config import CONFIG_VAR, OPTIONS_VAR, POLICY_VAR
+
+    arrivals = [
+        [t.request_id, max(0, math.ceil(t.arrival_s / scenario.step_s - _EPS)), t.arrival_s]
+        for t in traces
+    ]
+    return {
+        CONFIG_VAR: None,
+        POLICY_VAR: "+".join([*policy_names, RECORDER]),
+        OPTIONS_VAR: json.dumps(dict(options)) if options else None,
+        CONTRACT_VAR: json.dumps({"arrivals": arrivals, "step_s": scenario.step_s}),
+        "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
+        # SGLang admits a request only when its prompt and all its output would fit
+        # (up to this many new tokens): one, as the simulator admits what fits now.
+        "SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION": "1",
+    }
+
+
 def engine_kwargs(
     scenario: Scenario, evicts: bool, overlap: bool, context_length: int
 ) -> dict[str, Any]:
     """``sglang.Engine`` arguments for ``scenario``'s engine config (module docstring)."""
     from schedkit_sglang import cpu
     from schedkit_sglang.eviction import BACKEND
-    from schedkit_sglang.real import on_cpu
+    from schedkit_sglang.harness.real import on_cpu
 
     cfg = scenario.config
     kwargs: dict[str, Any] = {
