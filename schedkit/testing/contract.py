@@ -26,10 +26,13 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from pydantic import Field
 
 from schedkit import hookimpl
 from schedkit.decisions import Admission, BatchBudget, StepReport
@@ -46,6 +49,7 @@ __all__ = [
     "Flaky",
     "Outcome",
     "Scenario",
+    "Stalling",
     "check_outcome",
     "compare_outcomes",
     "run_sim",
@@ -273,6 +277,37 @@ class Flaky(Policy):
     @hookimpl
     def select_evictions(self, candidates: Sequence[BlockView]) -> list[BlockView] | None:
         return self._answer([])  # type: ignore[no-any-return]
+
+
+class Stalling(Policy):
+    """Sleeps ``stall_s`` in each of its first ``stalls`` ordering calls (then orders the
+    shortest prompt first) and exits the process (``SystemExit(3)``, a policy calling
+    ``sys.exit()``) from every ``exit_every``-th admission: faults that stalled or stopped
+    an engine before ``hook_budget_hard``. With it, every request must still finish."""
+
+    class Options(PolicyOptions):
+        stall_s: float = Field(default=2.0, ge=0.0)
+        stalls: int = Field(default=2, ge=0)
+        exit_every: int = Field(default=5, ge=1)
+
+    def __init__(self, options: PolicyOptions | None = None, **kwargs: Any) -> None:
+        super().__init__(options, **kwargs)
+        self.orders = 0
+        self.admits = 0
+
+    @hookimpl
+    def admit_request(self, request: RequestView) -> Admission | None:
+        self.admits += 1
+        if self.admits % self.options.exit_every == 0:  # type: ignore[attr-defined]
+            raise SystemExit(3)
+        return None
+
+    @hookimpl
+    def order_waiting(self, waiting: Sequence[RequestView]) -> list[RequestView]:
+        self.orders += 1
+        if self.orders <= self.options.stalls:  # type: ignore[attr-defined]
+            time.sleep(self.options.stall_s)  # type: ignore[attr-defined]
+        return sorted(waiting, key=lambda r: r.num_prompt_tokens)
 
 
 # -------------------------------------------------------------------------

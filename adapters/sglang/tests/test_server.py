@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
+from schedkit.testing.http import post_headers_only, post_raw
 
 SCHEDKIT = str(Path(sys.executable).parent / "schedkit")
 STARTUP_S = 180  # healthy in ~60 s on an idle 2-core machine
@@ -239,35 +240,6 @@ def test_nan_slo_gets_400_naming_the_field(server: Server) -> None:
     assert detail["param"] == "sampling_params.custom_params.slo_ttft_ms", detail
 
 
-def _send(url: str, data: bytes, headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
-    """POST ``data`` as it is: (status, JSON answer)."""
-    request = urllib.request.Request(url, data=data, headers=headers)
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return response.status, dict(json.load(response))
-    except urllib.error.HTTPError as error:
-        return error.code, dict(json.load(error))
-
-
-def _declare(base: str, path: str, length: int) -> tuple[int, dict[str, Any]]:
-    """Send only the headers of a POST declaring ``length`` bytes: the answer comes before
-    any body is sent (a client sending the body would meet a closed connection)."""
-    import http.client
-    from urllib.parse import urlsplit
-
-    host = urlsplit(base)
-    connection = http.client.HTTPConnection(host.hostname or "", host.port, timeout=60)
-    try:
-        connection.putrequest("POST", path)
-        connection.putheader("Content-Type", "application/json")
-        connection.putheader("Content-Length", str(length))
-        connection.endheaders()
-        response = connection.getresponse()
-        return response.status, dict(json.load(response))
-    finally:
-        connection.close()
-
-
 # The attacks of issue #35: each got the client's claims to the policy before the edge
 # read bodies as the engine does; each is now refused.
 
@@ -284,19 +256,19 @@ def test_a_body_nested_deeper_than_the_bound_is_refused(server: Server) -> None:
     edge used to forward such a body unread."""
     deep = '{"x": ' * 1010 + "1" + "}" * 1010
     data = json.dumps(CLAIMS)[:-1] + ', "deep": ' + deep + "}"
-    code, answer = _send(f"{server.base}/generate", data.encode(), JSON)
+    code, answer = post_raw(f"{server.base}/generate", data.encode(), JSON)
     assert code == 400 and "nested more than 128 levels" in answer["error"]["message"], answer
 
 
 @pytest.mark.parametrize("encoding", ["utf-8-sig", "utf-16", "utf-32"])
 def test_bodies_in_other_encodings_are_refused(server: Server, encoding: str) -> None:
     data = json.dumps(CLAIMS).encode(encoding)
-    code, answer = _send(f"{server.base}/generate", data, JSON)
+    code, answer = post_raw(f"{server.base}/generate", data, JSON)
     assert code == 400 and answer["error"]["param"] == "body", answer
 
 
 def test_a_spoofed_tenant_header_is_refused_without_the_gateway_secret(server: Server) -> None:
-    code, answer = _send(
+    code, answer = post_raw(
         f"{server.base}/generate", json.dumps(CLAIMS).encode(), {**JSON, "x-tenant-id": "vip"}
     )
     assert code == 403 and answer["error"]["param"] == "header x-tenant-id", answer
@@ -304,10 +276,10 @@ def test_a_spoofed_tenant_header_is_refused_without_the_gateway_secret(server: S
 
 
 def test_bodies_over_the_bound_get_413_and_huge_metadata_400(server: Server) -> None:
-    code, answer = _declare(server.base, "/generate", BODY_LIMIT + 1)
+    code, answer = post_headers_only(server.base, "/generate", BODY_LIMIT + 1)
     assert code == 413 and answer["error"]["code"] == 413, answer
     many = {**CLAIMS, "sampling_params": {"custom_params": {f"k{i}": i for i in range(20_000)}}}
-    code, answer = _send(f"{server.base}/generate", json.dumps(many).encode(), JSON)
+    code, answer = post_raw(f"{server.base}/generate", json.dumps(many).encode(), JSON)
     assert code == 400 and "at most 64" in answer["error"]["message"], answer
 
 

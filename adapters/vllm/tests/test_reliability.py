@@ -20,6 +20,7 @@ from schedkit import (
     StepReport,
     hookimpl,
 )
+from schedkit.testing.contract import Stalling
 from vllm.v1.engine import FinishReason
 
 
@@ -145,32 +146,6 @@ def test_faulty_policy_loses_no_request_and_no_block(
     # Victims and evictions were chosen by the policy, not only by vLLM's defaults.
     assert runtime.num_victims_placed > 0
     assert runtime.eviction is not None and runtime.eviction.num_evicted_by_policy > 0
-
-
-class Stalling(Policy):
-    """Sleeps 2 s in its first ordering calls and exits the process from some
-    admissions: faults that stalled or stopped the engine before the hard budget."""
-
-    def __init__(self, options: PolicyOptions | None = None) -> None:
-        super().__init__(options)
-        self.orders = 0
-        self.admits = 0
-
-    @hookimpl
-    def admit_request(self, request: RequestView) -> Admission | None:
-        self.admits += 1
-        if self.admits % 5 == 0:
-            raise SystemExit(3)  # a policy calling sys.exit()
-        return None
-
-    @hookimpl
-    def order_waiting(self, waiting: Sequence[RequestView]) -> list[RequestView]:
-        import time
-
-        self.orders += 1
-        if self.orders <= 2:
-            time.sleep(2.0)
-        return sorted(waiting, key=lambda r: r.num_prompt_tokens)
 
 
 def test_a_stalling_or_exiting_policy_neither_stalls_nor_stops_the_engine(

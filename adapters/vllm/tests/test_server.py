@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from schedkit.testing.http import post_headers_only, post_raw
 
 SCHEDKIT = str(Path(sys.executable).parent / "schedkit")
 STARTUP_S = 150  # healthy in ~45 s on an idle 2-core machine; CI boxes are slower
@@ -182,35 +183,6 @@ def test_nan_slo_gets_400_naming_the_field(server: str, tiny_model: Path) -> Non
     assert caught.value.code == 400
 
 
-def _send(url: str, data: bytes, headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
-    """POST ``data`` as it is: (status, JSON answer)."""
-    request = urllib.request.Request(url, data=data, headers=headers)
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return response.status, dict(json.load(response))
-    except urllib.error.HTTPError as error:
-        return error.code, dict(json.load(error))
-
-
-def _declare(base: str, path: str, length: int) -> tuple[int, dict[str, Any]]:
-    """Send only the headers of a POST declaring ``length`` bytes: the answer comes before
-    any body is sent (a client sending the body would meet a closed connection)."""
-    import http.client
-    from urllib.parse import urlsplit
-
-    host = urlsplit(base)
-    connection = http.client.HTTPConnection(host.hostname or "", host.port, timeout=60)
-    try:
-        connection.putrequest("POST", path)
-        connection.putheader("Content-Type", "application/json")
-        connection.putheader("Content-Length", str(length))
-        connection.endheaders()
-        response = connection.getresponse()
-        return response.status, dict(json.load(response))
-    finally:
-        connection.close()
-
-
 # The attacks of issue #35: each got the client's claims to the policy before the edge
 # read bodies as the engine does; each is now refused, or grants nothing.
 
@@ -230,7 +202,7 @@ def test_bodies_in_other_encodings_are_refused(
     server: str, tiny_model: Path, encoding: str
 ) -> None:
     data = json.dumps(_claims(tiny_model)).encode(encoding)
-    code, answer = _send(f"{server}/v1/completions", data, {"Content-Type": "application/json"})
+    code, answer = post_raw(f"{server}/v1/completions", data, {"Content-Type": "application/json"})
     assert code == 400, answer  # vLLM itself reads these (json.loads detects encodings)
     assert answer["error"]["param"] == "body" and "UTF-8" in answer["error"]["message"]
 
@@ -238,7 +210,7 @@ def test_bodies_in_other_encodings_are_refused(
 def test_a_body_nested_past_the_bound_is_refused(server: str, tiny_model: Path) -> None:
     deep = '{"x": ' * 1010 + "1" + "}" * 1010
     data = json.dumps(_claims(tiny_model))[:-1] + ', "deep": ' + deep + "}"
-    code, answer = _send(
+    code, answer = post_raw(
         f"{server}/v1/completions", data.encode(), {"Content-Type": "application/json"}
     )
     assert code == 400 and "nested more than 128 levels" in answer["error"]["message"], answer
@@ -249,7 +221,7 @@ def test_a_spoofed_tenant_header_is_refused_without_the_gateway_secret(
 ) -> None:
     data = json.dumps(_claims(tiny_model)).encode()
     headers = {"Content-Type": "application/json", "x-tenant-id": "premium"}
-    code, answer = _send(f"{server}/v1/completions", data, headers)
+    code, answer = post_raw(f"{server}/v1/completions", data, headers)
     assert code == 403 and answer["error"]["param"] == "header x-tenant-id", answer
     seen = _seen(server, tiny_model, {}, {"x-tenant-id": "premium"})  # through the gateway
     assert seen.startswith("rejected: tenant=premium "), seen
@@ -257,10 +229,10 @@ def test_a_spoofed_tenant_header_is_refused_without_the_gateway_secret(
 
 def test_bodies_over_the_bound_get_413_and_huge_metadata_400(server: str, tiny_model: Path) -> None:
     url = f"{server}/v1/completions"
-    code, answer = _declare(server, "/v1/completions", BODY_LIMIT + 1)
+    code, answer = post_headers_only(server, "/v1/completions", BODY_LIMIT + 1)
     assert code == 413 and answer["error"]["code"] == 413, answer
     keys = {**_claims(tiny_model), "vllm_xargs": {f"k{i}": i for i in range(20_000)}}
-    code, answer = _send(url, json.dumps(keys).encode(), {"Content-Type": "application/json"})
+    code, answer = post_raw(url, json.dumps(keys).encode(), {"Content-Type": "application/json"})
     assert code == 400 and answer["error"]["param"] == "vllm_xargs", answer
     assert "at most 64" in answer["error"]["message"]  # timed in benchmarks/policies/edge_cost.py
 

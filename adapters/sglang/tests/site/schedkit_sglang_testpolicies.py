@@ -1,6 +1,7 @@
 """Policies for the SGLang adapter's tests. SGLang runs its scheduler in a spawned
 process, so the tests select these by name through a real entry point: this directory
-(with its dist-info) goes on the scheduler's PYTHONPATH."""
+(with its dist-info) goes on the scheduler's PYTHONPATH. ``test-stalling`` is the contract
+suite's ``Stalling`` (``schedkit.testing.contract``), named there by the dist-info."""
 
 from __future__ import annotations
 
@@ -170,29 +171,3 @@ class EchoMetadata(Policy):
             f"tenant={request.tenant} priority={request.priority}"
             f" slo_ttft_ms={request.slo_ttft_ms} slo_tpot_ms={request.slo_tpot_ms}"
         )
-
-
-class Stalling(Policy):
-    """Sleeps 2 s in its first ordering calls and exits the process from every 5th
-    admission: faults that stalled or stopped the engine before the hard budget."""
-
-    def __init__(self, options: PolicyOptions | None = None) -> None:
-        super().__init__(options)
-        self.orders = 0
-        self.admits = 0
-
-    @hookimpl
-    def admit_request(self, request: RequestView) -> Admission | None:
-        self.admits += 1
-        if self.admits % 5 == 0:
-            raise SystemExit(3)  # a policy calling sys.exit()
-        return None
-
-    @hookimpl
-    def order_waiting(self, waiting: Sequence[RequestView]) -> list[RequestView]:
-        import time
-
-        self.orders += 1
-        if self.orders <= 2:
-            time.sleep(2.0)
-        return sorted(waiting, key=lambda r: r.num_prompt_tokens)
