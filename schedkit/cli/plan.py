@@ -94,6 +94,13 @@ def plan(
     result["workload"] = workload
     result["model"] = model
     result["slo"] = {"ttft_ms": slo_ttft_ms, "tpot_ms": slo_tpot_ms}
+    _write(out, result)
+    if result["best"] is None:
+        raise typer.Exit(4)
+
+
+def _write(out: Path, result: dict[str, Any]) -> None:
+    """plan.json, plan.md and plan.html in ``out``, and the headline on the terminal."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "plan.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
     (out / "plan.md").write_text(render_plan_markdown(result), encoding="utf-8")
@@ -102,8 +109,6 @@ def plan(
     console.print(Text(_headline(result)), soft_wrap=True)
     written = ", ".join(str(out / n) for n in ("plan.json", "plan.md", "plan.html"))
     console.print(Text(f"wrote {written}"), soft_wrap=True)
-    if result["best"] is None:
-        raise typer.Exit(4)
 
 
 def _name(c: dict[str, Any]) -> str:
