@@ -16,7 +16,10 @@ from schedkit.adapter import (
     parse_metadata,
     parse_priority,
 )
+from schedkit.adapter.metadata_view import MetadataView
 from schedkit.adapter.runtime import report_of
+from schedkit.seal import SEAL_KEY, Seal
+from schedkit.trust import TrustConfig
 
 
 def _report(n: int) -> StepReport:
@@ -132,3 +135,39 @@ def test_runtime_counts_rejections_and_reports_each_step_once() -> None:
     runtime.request_finished(long, "rejected")
     assert runtime.finished == {"rejected": 1}
     assert policy.calls_to("on_request_finished") == [(long, "rejected", engine)]
+
+
+class _View(MetadataView):
+    """The smallest adapter view: metadata from a mapping, priority from a live field."""
+
+    __slots__ = ("field",)
+
+    def __init__(
+        self, fields: object, field: object, trust: TrustConfig, seal: Seal | None
+    ) -> None:
+        self.field = field
+        self._read_metadata(fields, trust, seal)
+
+    def _claimed_priority(self) -> object:
+        return self.field
+
+
+def test_metadata_view_reads_tenant_slo_and_live_priority_within_the_bounds() -> None:
+    trust = TrustConfig(priority_range=(-5, 5), tenant_priority={"gold": -3})
+    view = _View({"tenant": "acme", "slo_ttft_ms": 250, "slo_tpot_ms": "x"}, 9, trust, None)
+    assert (view.tenant, view.slo_ttft_ms, view.slo_tpot_ms) == ("acme", 250.0, None)
+    assert view.priority == 5, "clamped to priority_range"
+    view.field = -2  # the engine changed the request's priority after arrival
+    assert view.priority == -2
+    gold = _View({"tenant": "gold"}, 4, trust, None)
+    assert gold.priority == -3, "a tenant's tier wins over the request's field"
+    assert _View(None, None, trust, None).tenant == "default"
+
+
+def test_metadata_view_treats_unsealed_metadata_as_a_claim_when_the_edge_has_a_key() -> None:
+    seal, trust = Seal("k" * 32), TrustConfig(tenant_priority={"gold": -3})
+    fields: dict[str, object] = {"tenant": "gold", "slo_ttft_ms": 100}
+    claimed = _View(fields, 7, trust, seal)
+    assert (claimed.tenant, claimed.slo_ttft_ms, claimed.priority) == ("default", None, 0)
+    sealed = _View({**fields, SEAL_KEY: seal.sign(fields)}, 7, trust, seal)
+    assert (sealed.tenant, sealed.slo_ttft_ms, sealed.priority) == ("gold", 100.0, -3)

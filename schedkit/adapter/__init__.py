@@ -12,6 +12,8 @@ pieces that do not depend on the engine live here, written once:
 - ``parse_metadata`` (``schedkit.metadata``): tenant, priority and SLO targets from the
   mapping a request carries (vLLM's ``vllm_xargs``, SGLang's ``custom_params``), one meaning
   everywhere.
+- ``MetadataView`` (``metadata_view``): the ``tenant``, ``priority`` and SLO properties of
+  an adapter's request view, within the trust bounds and the edge's seal, for every engine.
 - ``check_engine_version`` (``versions``): the supported-version check with an error that
   names the installed and supported versions and the install command.
 - ``warn_unsupported`` (``schedkit.capabilities``): the launch warning for hooks an engine
@@ -26,6 +28,7 @@ scheduler subclass) that calls the runtime.
 
 from __future__ import annotations
 
+from schedkit.adapter.metadata_view import MetadataView
 from schedkit.adapter.runtime import REJECTED, AdapterRuntime
 from schedkit.adapter.steps import StepLedger
 from schedkit.adapter.versions import UnsupportedEngineError, check_engine_version, parse_version
@@ -34,6 +37,7 @@ from schedkit.metadata import RequestMetadata, parse_metadata, parse_priority
 __all__ = [
     "REJECTED",
     "AdapterRuntime",
+    "MetadataView",
     "RequestMetadata",
     "StepLedger",
     "UnsupportedEngineError",

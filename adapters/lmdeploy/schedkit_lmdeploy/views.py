@@ -17,6 +17,7 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from schedkit.adapter.metadata_view import MetadataView
 from schedkit.seal import Seal
 from schedkit.trust import DEFAULT_TRUST, TrustConfig
 from schedkit.views import BlockSnapshot
@@ -91,26 +92,25 @@ class NodeStates:
         return BlockSnapshot(state.ident, depth, when, state.hits)
 
 
-class LmdeployRequestView:
+class LmdeployRequestView(MetadataView):
     """A ``schedkit.RequestView`` over one turn of an LMDeploy ``SchedulerSequence``.
 
     Tenant, priority and SLO targets come from ``seq.meta`` (``request_meta``): LMDeploy's
     ``GenerationConfig`` has no priority or free-form field, so ``schedkit serve lmdeploy``
     puts the request's ``schedkit`` mapping there. All within ``trust``'s bounds
-    (``TrustConfig.bound``). ``num_prompt_tokens`` is the turn's input as it arrived
-    (history of earlier turns included: LMDeploy recomputes or reuses it as a prefix).
+    (``TrustConfig.bound``; with ``seal``, metadata the edge did not seal is a client's
+    claim: ``schedkit.adapter.metadata_view``). ``num_prompt_tokens`` is the turn's input
+    as it arrived (history of earlier turns included: LMDeploy recomputes or reuses it as a
+    prefix).
     """
 
     __slots__ = (
         "_arrival",
+        "_claimed",
         "_node_id",
         "_output0",
-        "_priority",
         "_prompt",
         "_request_id",
-        "_slo_tpot_ms",
-        "_slo_ttft_ms",
-        "_tenant",
         "_trie",
         "aborted",
         "finished",
@@ -136,13 +136,8 @@ class LmdeployRequestView:
         self.rejected: str | None = None
         self.aborted = False
         meta = request_meta(seq)
-        # With an edge key, only what the edge sealed is the operator's (schedkit.seal).
-        vouched = seal is None or seal.verify(meta)
-        bounded = trust.bound(meta, meta.get("priority"), vouched=vouched)
-        self._tenant: str = bounded.tenant
-        self._priority: int = bounded.priority
-        self._slo_ttft_ms: float | None = bounded.slo_ttft_ms
-        self._slo_tpot_ms: float | None = bounded.slo_tpot_ms
+        self._read_metadata(meta, trust, seal)
+        self._claimed = meta.get("priority")  # LMDeploy has no priority field of its own
         self._request_id = str(meta.get("request_id") or f"session-{seq.session_id}")
         self._arrival = arrival
         self._prompt = int(seq.num_all_ids)
@@ -153,21 +148,8 @@ class LmdeployRequestView:
     def request_id(self) -> str:
         return self._request_id
 
-    @property
-    def tenant(self) -> str:
-        return self._tenant
-
-    @property
-    def priority(self) -> int:
-        return self._priority
-
-    @property
-    def slo_ttft_ms(self) -> float | None:
-        return self._slo_ttft_ms
-
-    @property
-    def slo_tpot_ms(self) -> float | None:
-        return self._slo_tpot_ms
+    def _claimed_priority(self) -> object:
+        return self._claimed
 
     @property
     def arrival_time(self) -> float:

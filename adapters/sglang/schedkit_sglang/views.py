@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from schedkit.adapter.metadata_view import MetadataView
 from schedkit.seal import Seal
 from schedkit.trust import DEFAULT_TRUST, TrustConfig
 from schedkit.views import BlockSnapshot
@@ -49,7 +50,7 @@ def _arrival(req: Any) -> float:
     return _now()
 
 
-class SglangRequestView:
+class SglangRequestView(MetadataView):
     """A ``schedkit.RequestView`` over an SGLang ``Req``.
 
     Tenant and SLO targets come from the request's ``sampling_params.custom_params``
@@ -58,21 +59,12 @@ class SglangRequestView:
     own ``priority`` field; a request without one has ``unset_priority`` (the
     scheduler's ``unset_priority()``: 0 unless SGLang's priority scheduling gives it
     another value). All within ``trust``'s bounds (``TrustConfig.bound``: the defence in
-    depth for requests that did not pass the HTTP edge); the unset value is SGLang's own
-    and is not clamped.
+    depth for requests that did not pass the HTTP edge; with ``seal``, metadata the edge
+    did not seal is a client's claim: ``schedkit.adapter.metadata_view``); the unset value
+    is SGLang's own and is not clamped.
     """
 
-    __slots__ = (
-        "_arrival",
-        "_nodes",
-        "_slo_tpot_ms",
-        "_slo_ttft_ms",
-        "_tenant",
-        "_trust",
-        "_unset",
-        "_vouched",
-        "req",
-    )
+    __slots__ = ("_arrival", "_nodes", "_unset", "req")
 
     def __init__(
         self,
@@ -86,42 +78,24 @@ class SglangRequestView:
     ) -> None:
         self.req = req
         self._unset = unset_priority
-        self._trust = trust
         self._nodes = nodes  # the radix tree's node by id (the unified cache records ids)
         # Seconds on the engine's clock (SglangEngineView.arrival_of); by default from
         # the request's time stats.
         self._arrival = _arrival(req) - epoch if arrival is None else arrival
-        params = getattr(req.sampling_params, "custom_params", None)
-        # With an edge key, only what the edge sealed is the operator's (schedkit.seal).
-        self._vouched = seal is None or seal.verify(params)
-        meta = trust.bound(params, None, vouched=self._vouched)
-        self._tenant: str = meta.tenant
-        self._slo_ttft_ms: float | None = meta.slo_ttft_ms
-        self._slo_tpot_ms: float | None = meta.slo_tpot_ms
+        self._read_metadata(getattr(req.sampling_params, "custom_params", None), trust, seal)
 
     # Read-only for policies, as every view.
-    @property
-    def tenant(self) -> str:
-        return self._tenant
-
-    @property
-    def slo_ttft_ms(self) -> float | None:
-        return self._slo_ttft_ms
-
-    @property
-    def slo_tpot_ms(self) -> float | None:
-        return self._slo_tpot_ms
-
     @property
     def request_id(self) -> str:
         return str(self.req.rid)
 
-    @property
-    def priority(self) -> int:
-        priority = self.req.priority
-        if priority is None or priority == self._unset:
-            return self._unset
-        return self._trust.bound_priority(priority, self.tenant, vouched=self._vouched)
+    def _claimed_priority(self) -> object:
+        return self.req.priority
+
+    def _bound_priority(self, claimed: object) -> int:
+        if claimed is None or claimed == self._unset:
+            return self._unset  # SGLang's own value for "none given": not clamped
+        return super()._bound_priority(claimed)
 
     @property
     def arrival_time(self) -> float:

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from schedkit.adapter.metadata_view import MetadataView
 from schedkit.seal import Seal
 from schedkit.trust import DEFAULT_TRUST, TrustConfig
 from schedkit.views import BlockSnapshot
@@ -28,28 +29,18 @@ def hash_int(key: Any) -> int:
     return int.from_bytes(bytes(key)[:8], "big")
 
 
-class VllmRequestView:
+class VllmRequestView(MetadataView):
     """A ``schedkit.RequestView`` over a ``vllm.v1.request.Request``.
 
     Tenant and SLO targets come from the request's ``vllm_xargs``
     (``sampling_params.extra_args``): keys ``tenant``, ``slo_ttft_ms``, ``slo_tpot_ms``;
     priority from vLLM's own field. All within ``trust``'s bounds (``TrustConfig.bound``:
     the defence in depth for requests that did not pass the HTTP edge); with ``seal`` (the
-    server's edge key), metadata the edge did not seal is a client's claim.
+    server's edge key), metadata the edge did not seal is a client's claim
+    (``schedkit.adapter.metadata_view``).
     """
 
-    __slots__ = (
-        "_epoch",
-        "_hashed",
-        "_hashes",
-        "_num_cached_tokens",
-        "_slo_tpot_ms",
-        "_slo_ttft_ms",
-        "_tenant",
-        "_trust",
-        "_vouched",
-        "request",
-    )
+    __slots__ = ("_epoch", "_hashed", "_hashes", "_num_cached_tokens", "request")
 
     def __init__(
         self,
@@ -60,33 +51,14 @@ class VllmRequestView:
     ) -> None:
         self.request = request
         self._epoch = epoch
-        self._trust = trust
         params = getattr(request, "sampling_params", None)
-        extra = getattr(params, "extra_args", None)
-        # With an edge key, only what the edge sealed is the operator's (schedkit.seal).
-        self._vouched = seal is None or seal.verify(extra)
-        meta = trust.bound(extra, None, vouched=self._vouched)
-        self._tenant: str = meta.tenant
-        self._slo_ttft_ms: float | None = meta.slo_ttft_ms
-        self._slo_tpot_ms: float | None = meta.slo_tpot_ms
+        self._read_metadata(getattr(params, "extra_args", None), trust, seal)
         # Set by the runtime when vLLM admits the request (prefix-cache hit size).
         self._num_cached_tokens: int = 0
         self._hashes: list[int] = []  # request.block_hashes converted so far
         self._hashed: object = None  # the last digest converted, to notice a rewrite
 
     # Read-only for policies, as every view: the runtime records admission below.
-    @property
-    def tenant(self) -> str:
-        return self._tenant
-
-    @property
-    def slo_ttft_ms(self) -> float | None:
-        return self._slo_ttft_ms
-
-    @property
-    def slo_tpot_ms(self) -> float | None:
-        return self._slo_tpot_ms
-
     @property
     def num_cached_tokens(self) -> int:
         return self._num_cached_tokens
@@ -99,9 +71,8 @@ class VllmRequestView:
     def request_id(self) -> str:
         return str(self.request.request_id)
 
-    @property
-    def priority(self) -> int:
-        return self._trust.bound_priority(self.request.priority, self.tenant, vouched=self._vouched)
+    def _claimed_priority(self) -> object:
+        return self.request.priority
 
     @property
     def arrival_time(self) -> float:
