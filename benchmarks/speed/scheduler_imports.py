@@ -9,6 +9,12 @@ Each of ``--repeat`` fresh interpreters imports the engine's own scheduler modul
 how many are schedkit's and of its simulator or bench, and whether numpy came with ours
 (``schedkit.testing.imports.loaded_by``, which the adapters' suites also use). Printed:
 the median time and the module counts of the last run.
+
+On CPU, SGLang imports only with the stand-ins of ``_cpu_site``, whose ``sitecustomize``
+imports ``schedkit_sglang`` before the engine module; since the package imports
+``schedkit`` (so that its moved module names resolve, ``schedkit._moved``), the ``sglang``
+line counts what ``patches`` adds beyond the core: +13 modules, all schedkit's (the
+adapter and the kit), on the commit that added this note. On a GPU there is no such site.
 """
 
 from __future__ import annotations
