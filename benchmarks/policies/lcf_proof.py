@@ -56,7 +56,7 @@ class DiscardedTokens(Policy):
 def run_window(bench: Bench, window: int, size: int, arm: int) -> tuple[int, int, int]:
     """(recomputed, discarded, preemptions) of one arm on one window."""
     requests = bench.base.requests[window * size : (window + 1) * size]
-    scale = bench.spec.rate_scale
+    scale = bench.spec.workload.rate_scale
     scaled = dataclasses.replace(bench.base, requests=requests).scaled(scale).requests
     probe = DiscardedTokens()
     selected = PolicyFacade.from_config(bench.configs[arm]).policies

@@ -123,7 +123,7 @@ def bench_for(workload: str, max_requests: int | None = None, **spec: Any) -> Be
 
 def replay(bench: Bench, stretch: bool = True) -> RunResult:
     if stretch:
-        return bench.run_arm(0, bench.spec.rate_scale)  # the path `schedkit bench` takes
+        return bench.run_arm(0, bench.spec.workload.rate_scale)  # the path `schedkit bench` takes
     facade = PolicyFacade.from_config(bench.configs[0])
     engine = SimEngine(bench.base.requests, bench.cost, bench.sim_config, facade, stretch=False)
     return engine.run()

@@ -35,7 +35,7 @@ def main() -> None:
         slo_tpot_ms=100,
     )
     bench = Bench(spec)
-    runs = [bench.run_arm(i, spec.rate_scale) for i in range(2)]
+    runs = [bench.run_arm(i, spec.workload.rate_scale) for i in range(2)]
     for run, label in zip(runs, bench.labels, strict=True):
         run.policy = label
     try:

@@ -11,45 +11,23 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from schedkit.bench.settings import ENGINE_KEYS, EngineSettings, KvCacheDtype
 from schedkit.config import SchedkitConfig, load_config, read_config_file
 from schedkit.errors import SchedkitError, quote
 
-__all__ = ["ENGINE_KEYS", "ArmSpec", "EngineSettings", "arm_labels", "parse_arm", "resolve_arms"]
-
-
-KvCacheDtype = Literal["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"]
-
-
-class EngineSettings(BaseModel):
-    """The engine settings one arm overrides (unset: the bench's). The names are the
-    bench's flags (``max_num_seqs`` is ``--max-num-seqs``), so vLLM's where it has one."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    model: str | None = None
-    gpu: str | None = None
-    tp: int | None = Field(default=None, ge=1)
-    replicas: int | None = Field(default=None, ge=1, le=1024)
-    profile: str | None = None
-    max_num_seqs: int | None = Field(default=None, gt=0)
-    max_num_batched_tokens: int | None = Field(default=None, gt=0)
-    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
-    block_size: int | None = Field(default=None, gt=0)
-    prefix_caching: bool | None = None
-    kv_blocks: int | None = Field(default=None, gt=0)
-    long_prefill_token_threshold: int | None = Field(default=None, ge=0)
-    eviction_window: int | None = Field(default=None, ge=0)
-    kv_cache_dtype: KvCacheDtype | None = None
-
-    def overrides(self) -> dict[str, Any]:
-        return self.model_dump(exclude_none=True)
-
-
-ENGINE_KEYS = tuple(EngineSettings.model_fields)
+__all__ = [
+    "ENGINE_KEYS",
+    "ArmSpec",
+    "EngineSettings",
+    "KvCacheDtype",
+    "arm_labels",
+    "parse_arm",
+    "resolve_arms",
+]
 
 
 class ArmSpec(BaseModel):

@@ -106,11 +106,12 @@ def check_engine_settings(spec: BenchSpec) -> None:
     """Raise :class:`SchedkitError` naming every setting of ``spec`` that differs from
     its default and that ``spec.engine`` would not pass to the engine."""
     ignored = IGNORED_SETTINGS.get(spec.engine, {})
-    fields = type(spec).model_fields
+    settings = spec.settings
+    fields = type(settings).model_fields
     refused = [
-        f"{_flag(name)} {getattr(spec, name)} ({why})"
+        f"{_flag(name)} {getattr(settings, name)} ({why})"
         for name, why in ignored.items()
-        if getattr(spec, name) != fields[name].default
+        if getattr(settings, name) != fields[name].default
     ]
     if not refused:
         return

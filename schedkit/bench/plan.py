@@ -51,7 +51,7 @@ class PlanSpec(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> PlanSpec:
-        if self.bench.slo_ttft_ms is None and self.bench.slo_tpot_ms is None:
+        if self.bench.stats.slo_ttft_ms is None and self.bench.stats.slo_tpot_ms is None:
             raise ValueError("a plan needs an SLO: give --slo-ttft-ms and/or --slo-tpot-ms")
         if self.bench.engine != "sim":
             raise ValueError("a plan runs on --engine sim")
@@ -69,7 +69,7 @@ class PlanSpec(BaseModel):
 
 def rule_of_thumb(bench: Bench, gpu_name: str, tp: int, utilization: float) -> dict[str, Any]:
     """The seed's per-GPU concurrency rule for one candidate."""
-    model, gpu = get_model(bench.spec.model), get_gpu(gpu_name)
+    model, gpu = get_model(bench.spec.settings.model), get_gpu(gpu_name)
     reqs = bench.base.requests
     tokens = sum(r.prompt_tokens + r.output_tokens for r in reqs) / len(reqs)
     memory = gpu.mem_gb * 1e9 * utilization
@@ -91,7 +91,7 @@ def search(plan: PlanSpec, gpu: str, tp: int, variant: int) -> dict[str, Any]:
     """One candidate: every probe and the fewest replicas meeting the target (or why
     none does)."""
     settings = plan.settings[variant].overrides()
-    spec = plan.bench.model_copy(update={"gpu": gpu, "tp": tp, **settings})
+    spec = plan.bench.with_settings({"gpu": gpu, "tp": tp, **settings})
     out: dict[str, Any] = {"gpu": gpu, "tp": tp, "settings": settings, "probes": []}
     try:
         bench = Bench(spec)
@@ -100,13 +100,15 @@ def search(plan: PlanSpec, gpu: str, tp: int, variant: int) -> dict[str, Any]:
         return out
     _, cost, sim_config = bench.arm_engines[0]
     config = bench.configs[0]
-    requests = trusted_requests(bench.workload(spec.rate_scale).requests, config.trust)
+    requests = trusted_requests(bench.workload(spec.workload.rate_scale).requests, config.trust)
     probes: dict[int, dict[str, Any]] = {}
 
     def probe(replicas: int) -> bool:
         if replicas not in probes:
             run = simulate(requests, cost, sim_config, config, replicas)
-            m = compute_metrics(run, slo_ttft_ms=spec.slo_ttft_ms, slo_tpot_ms=spec.slo_tpot_ms)
+            m = compute_metrics(
+                run, slo_ttft_ms=spec.stats.slo_ttft_ms, slo_tpot_ms=spec.stats.slo_tpot_ms
+            )
             probes[replicas] = {
                 "replicas": replicas,
                 "gpus": replicas * tp,
@@ -157,9 +159,9 @@ def _thumb_replicas(
 ) -> dict[str, Any]:
     """The rule of thumb for a candidate, with the replicas it asks for: by Little's law
     from the mean E2E of ``best``, the probe that met the target with the fewest."""
-    thumb = rule_of_thumb(bench, gpu, tp, spec.gpu_memory_utilization)
+    thumb = rule_of_thumb(bench, gpu, tp, spec.settings.gpu_memory_utilization)
     per_replica = thumb["concurrency_per_gpu"] * tp
-    rate = arrival_rate(bench.workload(spec.rate_scale).requests)
+    rate = arrival_rate(bench.workload(spec.workload.rate_scale).requests)
     needed = rate * (best["e2e_mean_ms"] or 0.0) / 1000.0  # Little's law
     thumb["concurrency_needed"] = needed
     thumb["replicas"] = math.ceil(needed / per_replica) if per_replica > 0 else None

@@ -19,6 +19,7 @@ from schedkit.bench.arms import ENGINE_KEYS, ResolvedArm, resolve_arms
 from schedkit.bench.engine_settings import check_engine_settings
 from schedkit.bench.output import check_out_dir, provenance, write_outputs
 from schedkit.bench.results import SCHEMA_VERSION, Results
+from schedkit.bench.settings import EngineSpec
 from schedkit.bench.spec import ArmRunner, BenchSpec, PreparedBench
 from schedkit.bench.stats.compare import (
     METRIC_KEYS,
@@ -99,7 +100,7 @@ def _check_targets(spec: BenchSpec, arms: int) -> None:
         _check_import_targets(spec, arms)
     elif spec.engine != "openai":
         _check_no_live_flags(spec)
-    elif not spec.targets:
+    elif not spec.live.targets:
         raise SchedkitError(
             "--engine openai replays against running servers: give --target URL per arm"
             " (e.g. --target http://127.0.0.1:8000)"
@@ -109,12 +110,12 @@ def _check_targets(spec: BenchSpec, arms: int) -> None:
 
 
 def _check_import_targets(spec: BenchSpec, arms: int) -> None:
-    if len(spec.targets) != arms:
+    if len(spec.live.targets) != arms:
         raise SchedkitError(
             f"--engine import takes one --target result file per arm: {arms} arm(s),"
-            f" {len(spec.targets)} file(s)"
+            f" {len(spec.live.targets)} file(s)"
         )
-    missing = [t for t in spec.targets if not Path(t).is_file()]
+    missing = [t for t in spec.live.targets if not Path(t).is_file()]
     if missing:
         raise SchedkitError(
             f"--target {missing[0]!r} is not a file; give aiperf's profile_export.jsonl,"
@@ -125,8 +126,8 @@ def _check_import_targets(spec: BenchSpec, arms: int) -> None:
 def _check_no_live_flags(spec: BenchSpec) -> None:
     given = [
         flag for flag, value in (
-            ("--target", spec.targets), ("--max-concurrency", spec.max_concurrency),
-            ("--max-seconds", spec.max_seconds), ("--serve-command", spec.serve_command),
+            ("--target", spec.live.targets), ("--max-concurrency", spec.live.max_concurrency),
+            ("--max-seconds", spec.live.max_seconds), ("--serve-command", spec.live.serve_command),
         ) if value
     ]  # fmt: skip
     if given:
@@ -137,17 +138,17 @@ def _check_no_live_flags(spec: BenchSpec) -> None:
 
 
 def _check_live_targets(spec: BenchSpec, arms: int) -> None:
-    bad = [t for t in spec.targets if not re.match(r"^https?://[^/\s]+", t)]
+    bad = [t for t in spec.live.targets if not re.match(r"^https?://[^/\s]+", t)]
     if bad:
         raise SchedkitError(
             f"--target {bad[0]!r} is not an http(s) URL; give the server's base URL, like"
             " http://127.0.0.1:8000"
         )
-    if spec.serve_command is not None:
-        _check_serve_command(spec, spec.serve_command)
-    elif len(spec.targets) != arms:
+    if spec.live.serve_command is not None:
+        _check_serve_command(spec, spec.live.serve_command)
+    elif len(spec.live.targets) != arms:
         raise SchedkitError(
-            f"--engine openai runs one arm per --target: {arms} arm(s), {len(spec.targets)}"
+            f"--engine openai runs one arm per --target: {arms} arm(s), {len(spec.live.targets)}"
             " target(s). The policies run in the servers (schedkit serve ... --policy X),"
             " so give one --policy (its label) per server, in the same order"
         )
@@ -156,10 +157,10 @@ def _check_live_targets(spec: BenchSpec, arms: int) -> None:
 def _check_serve_command(spec: BenchSpec, command: str) -> None:
     from schedkit.bench.engines.launch import POLICY_FIELD
 
-    if len(spec.targets) != 1:
+    if len(spec.live.targets) != 1:
         raise SchedkitError(
             f"--serve-command starts each arm's server behind one --target; got"
-            f" {len(spec.targets)}: give the one URL the command's server listens on"
+            f" {len(spec.live.targets)}: give the one URL the command's server listens on"
         )
     if POLICY_FIELD not in command:
         raise SchedkitError(
@@ -175,7 +176,7 @@ def _check_overrides(spec: BenchSpec, arms: Sequence[ResolvedArm]) -> None:
     for arm in arms:
         if arm.overrides:
             try:
-                check_engine_settings(spec.model_copy(update=arm.overrides))
+                check_engine_settings(spec.with_settings(arm.overrides))
             except SchedkitError as exc:
                 raise SchedkitError(f"arm {arm.label}: {exc}") from None
 
@@ -291,13 +292,13 @@ class Bench:
         self.runner = load_engine(spec.engine)
         self.spec = spec
         self.out_dir: Path | None = None
-        check_metrics(spec.verdict_metrics)
+        check_metrics(spec.stats.verdict_metrics)
         self.flags: list[dict[str, Any]] = []
         base = self._load_workload()
         # Policies see the SLOs the report judges them by: the --slo-* targets become the
         # requests' own wherever the workload gives none (a request's own SLO wins), so every
         # engine passes them to policies as RequestView.slo_ttft_ms / slo_tpot_ms.
-        self.base = base.with_default_slos(spec.slo_ttft_ms, spec.slo_tpot_ms)
+        self.base = base.with_default_slos(spec.stats.slo_ttft_ms, spec.stats.slo_tpot_ms)
         self.arms = resolve_arms(spec.policies, spec.arms)
         _check_targets(spec, len(self.arms))
         self.labels = [arm.label for arm in self.arms]
@@ -332,18 +333,23 @@ class Bench:
         # first SCAN_REQUESTS requests (or as many as kept): enough to find a busier stretch
         # to suggest, and a week-long trace costs what its start does.
         cap = None
-        if spec.max_requests and spec.window is None:
-            cap = max(spec.max_requests, SCAN_REQUESTS)
+        if spec.workload.max_requests and spec.workload.window is None:
+            cap = max(spec.workload.max_requests, SCAN_REQUESTS)
         base = load_workload(
-            spec.workload, seed=spec.seed, max_requests=cap, tokenizer=spec.tokenizer
+            spec.workload.name,
+            seed=spec.workload.seed,
+            max_requests=cap,
+            tokenizer=spec.workload.tokenizer,
         )
         if not base.requests:
-            raise SchedkitError(f"workload {spec.workload!r} has no requests")
-        if spec.window is not None:
-            base = base.windowed(*spec.window)
-        if spec.max_requests and spec.max_requests < len(base.requests):
-            full, base = base, base.truncated(spec.max_requests)
-            flag = truncation_flag(full, base, spec.max_requests, partial=cap == len(full.requests))
+            raise SchedkitError(f"workload {spec.workload.name!r} has no requests")
+        if spec.workload.window is not None:
+            base = base.windowed(*spec.workload.window)
+        if spec.workload.max_requests and spec.workload.max_requests < len(base.requests):
+            full, base = base, base.truncated(spec.workload.max_requests)
+            flag = truncation_flag(
+                full, base, spec.workload.max_requests, partial=cap == len(full.requests)
+            )
             if flag is not None:
                 self.flags.append(flag)
         return base
@@ -370,14 +376,14 @@ class Bench:
         """The engine settings with ``overrides``: what results.json records, the cost
         model and the simulator's config. ``arm`` names the arm in errors."""
         spec = self.spec
-        s = {**{k: getattr(spec, k) for k in ENGINE_KEYS}, **overrides}
+        s = {**spec.settings.model_dump(include=set(ENGINE_KEYS)), **overrides}
         where = f"--arm {arm.label}: " if arm is not None and overrides else ""
         try:
             model_name = register_model_dir(s["model"]) or s["model"]
             if spec.engine == "openai" and model_name.lower() not in {
                 m.lower() for m in DEFAULT_REGISTRY.model_names()
             }:
-                model_name = BenchSpec.model_fields["model"].default  # a served model's name:
+                model_name = EngineSpec.model_fields["model"].default  # a served model's name:
                 # the replay needs no profile of it, only the simulator's config below
             cost, model, gpu = make_cost_model(model_name, s["gpu"], s["tp"], s["profile"])
         except SchedkitError as exc:
@@ -436,7 +442,7 @@ class Bench:
 
     def _sim_config(self, s: dict[str, Any], blocks: int) -> SimConfig:
         """The simulator's config for engine settings ``s``, batching as the engine does."""
-        mixed = self.spec.mixed_prefill
+        mixed = self.spec.settings.mixed_prefill
         return SimConfig(
             num_blocks=blocks,
             block_size=s["block_size"],
@@ -465,13 +471,13 @@ class Bench:
         if not overrides:
             return self
         arm = copy.copy(self)
-        arm.spec = self.spec.model_copy(update=overrides)
+        arm.spec = self.spec.with_settings(overrides)
         arm.engine_info, arm.cost, arm.sim_config = self.arm_engines[index]
         return arm
 
     def metrics(self, run: RunResult) -> dict[str, Any]:
         return compute_metrics(
-            run, slo_ttft_ms=self.spec.slo_ttft_ms, slo_tpot_ms=self.spec.slo_tpot_ms
+            run, slo_ttft_ms=self.spec.stats.slo_ttft_ms, slo_tpot_ms=self.spec.stats.slo_tpot_ms
         )
 
     def goodput(self, index: int) -> dict[str, Any]:
@@ -482,7 +488,7 @@ class Bench:
             value = self.metrics(self.run_arm(index, scale))["slo_attainment"]
             return float(value) if value is not None else 0.0
 
-        lo, hi = 0.0, self.spec.rate_scale
+        lo, hi = 0.0, self.spec.workload.rate_scale
         while attainment(hi) >= GOODPUT_TARGET and hi < 1024:
             lo, hi = hi, hi * 2
         if lo == 0.0:
@@ -540,10 +546,10 @@ def truncation_flag(
 
 
 def _arm(bench: Bench, index: int) -> tuple[RunResult, dict[str, Any]]:
-    run = bench.run_arm(index, bench.spec.rate_scale)
+    run = bench.run_arm(index, bench.spec.workload.rate_scale)
     run.policy = bench.labels[index]
     metrics = bench.metrics(run)
-    if bench.spec.goodput:
+    if bench.spec.stats.goodput:
         metrics.update(bench.goodput(index))
     return run, metrics
 
@@ -596,9 +602,9 @@ def run_bench(spec: BenchSpec, out_dir: Path, progress: Progress | None = None) 
     check_out_dir(out_dir)  # now, not after every arm ran
     bench = Bench(spec)
     bench.out_dir = out_dir  # where arms write files of their own (--serve-command's logs)
-    no_slo = spec.slo_ttft_ms is None and spec.slo_tpot_ms is None
+    no_slo = spec.stats.slo_ttft_ms is None and spec.stats.slo_tpot_ms is None
     if (
-        spec.goodput
+        spec.stats.goodput
         and no_slo
         and not any(r.slo_ttft_ms or r.slo_tpot_ms for r in bench.base.requests)
     ):
@@ -610,6 +616,17 @@ def run_bench(spec: BenchSpec, out_dir: Path, progress: Progress | None = None) 
         bench.engine_info.update({k: first[k] for k in ("gpu", "real") if k in first})
         if "cost_model" not in first:
             bench.engine_info.pop("cost_model", None)
+    results = _results(bench, runs, arm_metrics)
+    slos = spec.stats
+    write_outputs(
+        out_dir, results, runs, slo_ttft_ms=slos.slo_ttft_ms, slo_tpot_ms=slos.slo_tpot_ms
+    )
+    return results
+
+
+def _results(bench: Bench, runs: list[RunResult], arm_metrics: list[dict[str, Any]]) -> Results:
+    """What the run says: the workload, engine and arms, their flags and comparisons."""
+    spec = bench.spec
     arms = [
         {
             "policy": arm.label,
@@ -620,36 +637,32 @@ def run_bench(spec: BenchSpec, out_dir: Path, progress: Progress | None = None) 
         }
         for arm, engine, metrics in zip(bench.arms, bench.arm_engines, arm_metrics, strict=True)
     ]
-    workload = bench.workload(spec.rate_scale)
-    window = list(spec.window) if spec.window else None
+    workload = bench.workload(spec.workload.rate_scale)
+    window = list(spec.workload.window) if spec.workload.window else None
     fields: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "provenance": provenance(spec.model_dump(mode="json")),
         "workload": {
             **workload.summary(),
-            "rate_scale": spec.rate_scale,
-            "seed": spec.seed,
+            "rate_scale": spec.workload.rate_scale,
+            "seed": spec.workload.seed,
             "window_s": window,
-            "max_requests": spec.max_requests,
+            "max_requests": spec.workload.max_requests,
         },
         "engine": bench.engine_info,
-        "slo": {"ttft_ms": spec.slo_ttft_ms, "tpot_ms": spec.slo_tpot_ms},
+        "slo": {"ttft_ms": spec.stats.slo_ttft_ms, "tpot_ms": spec.stats.slo_tpot_ms},
         "arms": arms,
         "warnings": bench.warnings,
         "flags": bench.flags + run_flags(runs),
     }
     fields["comparisons"] = compare_arms(
         runs,
-        slo_ttft_ms=spec.slo_ttft_ms,
-        slo_tpot_ms=spec.slo_tpot_ms,
-        min_effect=spec.min_effect,
-        metrics=spec.verdict_metrics or METRIC_KEYS,
+        slo_ttft_ms=spec.stats.slo_ttft_ms,
+        slo_tpot_ms=spec.stats.slo_tpot_ms,
+        min_effect=spec.stats.min_effect,
+        metrics=spec.stats.verdict_metrics or METRIC_KEYS,
     )
-    results = Results.model_validate(fields)
-    write_outputs(
-        out_dir, results, runs, slo_ttft_ms=spec.slo_ttft_ms, slo_tpot_ms=spec.slo_tpot_ms
-    )
-    return results
+    return Results.model_validate(fields)
 
 
 def __getattr__(name: str) -> object:

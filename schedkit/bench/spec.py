@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from schedkit.bench.arms import ArmSpec, KvCacheDtype
-from schedkit.bench.stats.compare import DEFAULT_MIN_EFFECT
+from schedkit.bench.arms import ArmSpec
+from schedkit.bench.settings import EngineSpec
 
 if TYPE_CHECKING:
     from schedkit.config import SchedkitConfig
@@ -19,60 +19,221 @@ if TYPE_CHECKING:
     from schedkit.sim.cost.model import LinearCostModel, RooflineCostModel
     from schedkit.workload import Workload
 
-__all__ = ["ArmRunner", "BenchSpec", "PreparedBench"]
+__all__ = [
+    "GROUPS",
+    "ArmRunner",
+    "BenchSpec",
+    "LiveSpec",
+    "PreparedBench",
+    "StatsSpec",
+    "WorkloadSpec",
+]
+
+
+DEFAULT_MIN_EFFECT = 0.02  # the smallest change the verdicts call better or worse
+
+
+class _Group(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class WorkloadSpec(_Group):
+    """The request stream every arm replays."""
+
+    name: str = Field(
+        description="Trace name (azure-conv, azure-code, mooncake-conv, ...), spec or file."
+    )
+    rate_scale: float = Field(default=1.0, gt=0, description="Multiply the arrival rate.")
+    max_requests: int | None = Field(
+        default=None, gt=0, description="Replay only the first N requests."
+    )
+    seed: int = Field(default=0, description="Seed for synthetic workloads; traces ignore it.")
+    tokenizer: str | None = Field(
+        default=None,
+        description="Counts the tokens of a request file with prompt text (vllm bench custom"
+        " JSONL or ShareGPT, guidellm data): a Hugging Face name or a local directory.",
+    )
+    window: tuple[float, float] | None = Field(
+        default=None,
+        description="Replay only arrivals in START:END seconds of the trace (e.g. 300:600);"
+        " seconds of the trace, before --rate-scale.",
+    )
+
+
+class StatsSpec(_Group):
+    """What the arms are judged by: SLOs, goodput, and the verdicts' rules."""
+
+    slo_ttft_ms: float | None = Field(
+        default=None,
+        gt=0,
+        description="TTFT SLO in ms, for requests without their own (policies see it).",
+    )
+    slo_tpot_ms: float | None = Field(
+        default=None,
+        gt=0,
+        description="TPOT SLO in ms, for requests without their own (policies see it).",
+    )
+    goodput: bool = Field(
+        default=False, description="Search the highest rate meeting SLOs for 90% of requests."
+    )
+    min_effect: float = Field(
+        default=DEFAULT_MIN_EFFECT,
+        ge=0,
+        lt=1,
+        description="Smallest change worth a verdict: relative for latencies and totals,"
+        " in points for rates (0.02 = 2%, 2 pp).",
+    )
+    verdict_metrics: list[str] | None = Field(
+        default=None,
+        description="Comma-separated metrics to give verdicts on (default: all).",
+    )
+
+
+class LiveSpec(_Group):
+    """``--engine openai``: the running servers (one per arm) and the client's limits."""
+
+    targets: list[str] = Field(
+        default_factory=list,
+        description="--engine openai: a server's base URL (http://host:port); one per arm, in"
+        " arm order.",
+    )
+    max_concurrency: int | None = Field(
+        default=None, ge=1, description="--engine openai: at most this many requests in flight."
+    )
+    request_timeout_s: float = Field(
+        default=600.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="--engine openai: seconds a request may take in all.",
+    )
+    max_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        allow_inf_nan=False,
+        description="--engine openai: send no request that arrives later than this.",
+    )
+    serve_command: str | None = Field(
+        default=None,
+        description="--engine openai with one --target: start this server command for each arm"
+        " ({policy}: the arm's policy), replay once --target answers, then stop it.",
+    )
+    server_start_timeout_s: float = Field(
+        default=600.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="--serve-command: seconds a server may take to answer.",
+    )
+
+
+GROUPS: dict[str, type[BaseModel]] = {
+    "workload": WorkloadSpec,
+    "settings": EngineSpec,
+    "stats": StatsSpec,
+    "live": LiveSpec,
+}
+# a setting's flat name (BenchSpec(max_num_seqs=64)) -> its group
+GROUP_OF: dict[str, str] = {
+    name: group for group, model in GROUPS.items() for name in model.model_fields
+}
+del GROUP_OF["name"]  # the workload's name is BenchSpec(workload="...")
 
 
 class BenchSpec(BaseModel):
-    """Everything ``schedkit bench`` was asked to do."""
+    """Everything ``schedkit bench`` was asked to do: the workload, the arms (``policies``
+    with the bench's engine settings, ``arms`` with their own), the engine that runs them
+    and its settings, what they are judged by, and the live servers.
+
+    Settings may also be given flat, as on the command line:
+    ``BenchSpec(workload="azure-conv", policies=["fcfs"], max_num_seqs=64)`` puts
+    ``max_num_seqs`` in ``settings``; read it there (``spec.settings.max_num_seqs``).
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    workload: str
-    policies: list[str] = Field(default_factory=list)  # one arm each, the bench's settings
-    arms: list[ArmSpec] = Field(default_factory=list)  # --arm: policy x engine settings
-    engine: str = "sim"
-    model: str = "Llama-3-8B"
-    gpu: str = "H100-SXM"
-    tp: int = Field(default=1, ge=1)
-    replicas: int = Field(default=1, ge=1, le=1024)  # simulated engines behind a router
-    profile: str | None = None
-    rate_scale: float = Field(default=1.0, gt=0)
-    max_requests: int | None = Field(default=None, gt=0)
-    seed: int = 0
-    tokenizer: str | None = None  # request files with prompt text: counts their tokens
-    slo_ttft_ms: float | None = Field(default=None, gt=0)
-    slo_tpot_ms: float | None = Field(default=None, gt=0)
-    goodput: bool = False
-    max_num_seqs: int = Field(default=256, gt=0)
-    max_num_batched_tokens: int = Field(default=8192, gt=0)
-    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
-    block_size: int = Field(default=16, gt=0)
-    prefix_caching: bool = True
-    kv_blocks: int | None = Field(default=None, gt=0)
-    long_prefill_token_threshold: int = Field(default=0, ge=0)
-    # the simulator's batches: None or True mix prefill chunks into decode steps (vLLM);
-    # False runs prefill-only steps ahead of decode (SGLang). Real engines run their own.
-    mixed_prefill: bool | None = None
-    eviction_window: int | None = Field(default=None, ge=0)
-    kv_cache_dtype: KvCacheDtype = "auto"  # vLLM's: its element size sizes the KV cache
-    window: tuple[float, float] | None = None  # seconds of the trace, before --rate-scale
-    min_effect: float = Field(default=DEFAULT_MIN_EFFECT, ge=0, lt=1)
-    verdict_metrics: list[str] | None = None  # None: every one of METRIC_KEYS
-    jobs: int | None = Field(default=None, gt=0)  # simulator arms run at once; None: cores
-    record_steps: str | None = None  # real engines: a directory for one steps CSV per arm
-    # --engine openai: the servers (one per arm), and the client's limits
-    targets: list[str] = Field(default_factory=list)
-    max_concurrency: int | None = Field(default=None, ge=1)
-    request_timeout_s: float = Field(default=600.0, gt=0, allow_inf_nan=False)
-    max_seconds: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    serve_command: str | None = None  # one --target: a server per arm ({policy})
-    server_start_timeout_s: float = Field(default=600.0, gt=0, allow_inf_nan=False)
+    workload: WorkloadSpec
+    policies: list[str] = Field(
+        default_factory=list,
+        description="Policy, composition 'a+b', or config file (its [engine] table sets the"
+        " arm's engine settings); repeat per arm.",
+    )
+    arms: list[ArmSpec] = Field(
+        default_factory=list,
+        description="An arm with engine settings of its own, e.g."
+        " name=seqs64,policy=fcfs,max_num_seqs=64 (keys: name, policy and the engine"
+        " flags below in snake_case); repeat per arm. Simulator only.",
+    )
+    engine: str = Field(
+        default="sim",
+        description="Engine: sim (the simulator), openai (running servers, --target), or an"
+        " adapter's in-process engine: vllm, vllm-twin, sglang.",
+    )
+    settings: EngineSpec = Field(default_factory=EngineSpec)
+    stats: StatsSpec = Field(default_factory=StatsSpec)
+    live: LiveSpec = Field(default_factory=LiveSpec)
+    jobs: int | None = Field(
+        default=None,
+        gt=0,
+        description="Simulator arms run at once, in forked processes (default: one per core);"
+        " a policy's atexit handlers run in them, as with --jobs 1.",
+    )
+    record_steps: str | None = Field(
+        default=None,
+        description="Real engines: write each arm's engine steps to DIR/<arm>.csv, for"
+        " schedkit calibrate.",
+    )
+
+    def __init__(self, **data: Any) -> None:
+        """Fields by group or flat (``workload="azure-conv"``, ``max_num_seqs=64``)."""
+        super().__init__(**data)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _grouped(cls, data: Any) -> Any:
+        """Flat settings (``max_num_seqs=64``, ``workload="azure-conv"``) into their groups."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        if isinstance(data.get("workload"), str):
+            data["workload"] = {"name": data["workload"]}
+        for key in [k for k in data if k in GROUP_OF]:
+            group = GROUP_OF[key]
+            part = data.get(group, {})
+            part = part.model_dump() if isinstance(part, BaseModel) else dict(part)
+            part[key] = data.pop(key)
+            data[group] = part
+        return data
 
     @model_validator(mode="after")
     def _some_arm(self) -> BenchSpec:
         if not self.policies and not self.arms:
             raise ValueError("no arm to run: give --policy NAME or --arm policy=NAME,...")
         return self
+
+    def replace(self, **changes: Any) -> BenchSpec:
+        """This spec with ``changes``, flat or by group, validated."""
+        return type(self).model_validate({**self.model_dump(), **changes})
+
+    def with_settings(self, overrides: dict[str, Any]) -> BenchSpec:
+        """This spec with an arm's engine settings over the bench's."""
+        if not overrides:
+            return self
+        return self.replace(settings=self.settings.model_copy(update=overrides))
+
+    if not TYPE_CHECKING:
+
+        def __getattr__(self, name: str) -> Any:
+            group = GROUP_OF.get(name)
+            if group is None:
+                return super().__getattr__(name)
+            import warnings
+
+            warnings.warn(
+                f"BenchSpec.{name} is BenchSpec.{group}.{name}; read it there (the flat name"
+                " goes in a later release)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            return getattr(getattr(self, group), name)
 
 
 class PreparedBench(Protocol):

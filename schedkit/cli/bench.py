@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, cast
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 import typer.main
@@ -15,91 +16,16 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
+from schedkit.cli.spec_options import Option, SpecOptions
 from schedkit.errors import SchedkitError, quote
 
 if TYPE_CHECKING:
     from schedkit.bench.results import ArmMetrics, Results
+    from schedkit.bench.spec import BenchSpec
 
 
-def bench(
-    workload: Annotated[
-        str,
-        typer.Option(help="Trace name (azure-conv, azure-code, mooncake-conv, ...), spec or file."),
-    ],
+def _run_options(
     out: Annotated[Path, typer.Option(help="Directory for results.json, report.md, report.html.")],
-    policy: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="Policy, composition 'a+b', or config file (its [engine] table sets the"
-            " arm's engine settings); repeat per arm."
-        ),
-    ] = None,
-    arm: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="An arm with engine settings of its own, e.g."
-            " name=seqs64,policy=fcfs,max_num_seqs=64 (keys: name, policy and the engine"
-            " flags below in snake_case); repeat per arm. Simulator only."
-        ),
-    ] = None,
-    engine: Annotated[
-        str,
-        typer.Option(
-            help="Engine: sim (the simulator), openai (running servers, --target), or an"
-            " adapter's in-process engine: vllm, vllm-twin, sglang."
-        ),
-    ] = "sim",
-    target: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="--engine openai: a server's base URL (http://host:port); one per arm, in"
-            " arm order."
-        ),
-    ] = None,
-    max_concurrency: Annotated[
-        int | None,
-        typer.Option(help="--engine openai: at most this many requests in flight."),
-    ] = None,
-    request_timeout_s: Annotated[
-        float, typer.Option(help="--engine openai: seconds a request may take in all.")
-    ] = 600.0,
-    max_seconds: Annotated[
-        float | None,
-        typer.Option(help="--engine openai: send no request that arrives later than this."),
-    ] = None,
-    serve_command: Annotated[
-        str | None,
-        typer.Option(
-            help="--engine openai with one --target: start this server command for each arm"
-            " ({policy}: the arm's policy), replay once --target answers, then stop it."
-        ),
-    ] = None,
-    server_start_timeout_s: Annotated[
-        float, typer.Option(help="--serve-command: seconds a server may take to answer.")
-    ] = 600.0,
-    model: Annotated[str, typer.Option(help="Model profile.")] = "Llama-3-8B",
-    gpu: Annotated[str, typer.Option(help="GPU profile.")] = "H100-SXM",
-    tp: Annotated[
-        int,
-        typer.Option("--tensor-parallel-size", "-tp", "--tp", help="vLLM --tensor-parallel-size."),
-    ] = 1,
-    replicas: Annotated[
-        int,
-        typer.Option(
-            help="Simulated engines behind a router (route_request; round-robin by default)."
-        ),
-    ] = 1,
-    profile: Annotated[
-        str | None,
-        typer.Option(help="GPU/model profile file, or a cost profile from `schedkit calibrate`."),
-    ] = None,
-    tokenizer: Annotated[
-        str | None,
-        typer.Option(
-            help="Counts the tokens of a request file with prompt text (vllm bench custom"
-            " JSONL or ShareGPT, guidellm data): a Hugging Face name or a local directory."
-        ),
-    ] = None,
     rate_scale: Annotated[
         str,
         typer.Option(help="Multiply the arrival rate; several (0.5,1,2,4) make a load sweep."),
@@ -142,103 +68,50 @@ def bench(
             " machine), 'auto' (the cluster it belongs to) or the head's address."
         ),
     ] = None,
-    max_requests: Annotated[
-        int | None, typer.Option(help="Replay only the first N requests.")
-    ] = None,
-    seed: Annotated[int, typer.Option(help="Seed for synthetic workloads; traces ignore it.")] = 0,
-    slo_ttft_ms: Annotated[
-        float | None,
-        typer.Option(help="TTFT SLO in ms, for requests without their own (policies see it)."),
-    ] = None,
-    slo_tpot_ms: Annotated[
-        float | None,
-        typer.Option(help="TPOT SLO in ms, for requests without their own (policies see it)."),
-    ] = None,
-    goodput: Annotated[
-        bool, typer.Option(help="Search the highest rate meeting SLOs for 90% of requests.")
-    ] = False,
-    max_num_seqs: Annotated[int, typer.Option(help="vLLM --max-num-seqs.")] = 256,
-    max_num_batched_tokens: Annotated[
-        int, typer.Option(help="vLLM --max-num-batched-tokens.")
-    ] = 8192,
-    gpu_memory_utilization: Annotated[
-        float, typer.Option(help="vLLM --gpu-memory-utilization.")
-    ] = 0.9,
-    block_size: Annotated[int, typer.Option(help="vLLM --block-size.")] = 16,
-    long_prefill_token_threshold: Annotated[
-        int, typer.Option(help="vLLM --long-prefill-token-threshold (0: no cap).")
-    ] = 0,
-    mixed_prefill: Annotated[
-        bool | None,
-        typer.Option(
-            "--mixed-prefill/--no-mixed-prefill",
-            help="The simulator's batches: prefill chunks in decode steps, as vLLM (default),"
-            " or prefill-only steps ahead of decode, as SGLang (--no-mixed-prefill).",
-        ),
-    ] = None,
-    no_prefix_caching: Annotated[
-        bool,
-        typer.Option(
-            "--no-enable-prefix-caching",
-            "--no-prefix-caching",
-            help="vLLM --no-enable-prefix-caching.",
-        ),
-    ] = False,
-    kv_blocks: Annotated[
-        int | None,
-        typer.Option(
-            "--num-gpu-blocks-override",
-            "--kv-blocks",
-            help="vLLM --num-gpu-blocks-override: the KV capacity in blocks.",
-        ),
-    ] = None,
-    kv_cache_dtype: Annotated[
-        str,
-        typer.Option(
-            help="vLLM --kv-cache-dtype: auto (the model's), bfloat16, float16, fp8,"
-            " fp8_e4m3, fp8_e5m2; fp8 holds twice the tokens in the same memory."
-        ),
-    ] = "auto",
-    eviction_window: Annotated[
-        int | None,
-        typer.Option(
-            help="Simulator: at most this many LRU blocks offered to an eviction policy"
-            " (0 = all; default 4096)."
-        ),
-    ] = None,
-    window: Annotated[
-        str | None,
-        typer.Option(help="Replay only arrivals in START:END seconds of the trace (e.g. 300:600)."),
-    ] = None,
-    min_effect: Annotated[
-        float,
-        typer.Option(
-            help="Smallest change worth a verdict: relative for latencies and totals,"
-            " in points for rates (0.02 = 2%, 2 pp)."
-        ),
-    ] = 0.02,
-    metrics: Annotated[
-        str | None,
-        typer.Option(help="Comma-separated metrics to give verdicts on (default: all)."),
-    ] = None,
-    jobs: Annotated[
-        int | None,
-        typer.Option(
-            help="Simulator arms run at once, in forked processes (default: one per core);"
-            " a policy's atexit handlers run in them, as with --jobs 1."
-        ),
-    ] = None,
     strict: Annotated[
         bool, typer.Option(help="Exit with status 3 when a policy faulted in any arm.")
     ] = False,
-    record_steps: Annotated[
-        Path | None,
-        typer.Option(
-            help="Real engines: write each arm's engine steps to DIR/<arm>.csv, for"
-            " schedkit calibrate."
-        ),
-    ] = None,
 ) -> None:
+    """The options of a bench run that are not settings of the bench itself (the
+    BenchSpec's are derived from it): where to write, the rates (several make a load
+    sweep, with its own settings) and the exit rule."""
+
+
+def _spec_options() -> SpecOptions:
+    """``schedkit bench``'s options for every BenchSpec field, as the spec defines them;
+    what the command line spells otherwise is listed here."""
+    from schedkit.bench.arms import parse_arm
+    from schedkit.bench.spec import GROUPS, BenchSpec
+    from schedkit.bench.stats.compare import check_metrics, check_min_effect
+
+    def metrics(text: str | None) -> list[str] | None:
+        if text is None:
+            return None
+        return list(check_metrics([m.strip() for m in text.split(",") if m.strip()]))
+
+    repeated = list[str] | None
+    options = {
+        "workload.name": Option(("--workload",), param="workload"),
+        "workload.window": Option(cli_type=str | None, convert=_window),
+        "policies": Option(("--policy",), "policy", repeated, None, lambda v: v or []),
+        "arms": Option(("--arm",), "arm", repeated, None, lambda v: [parse_arm(a) for a in v or []]),
+        "live.targets": Option(("--target",), "target", repeated, None, lambda v: v or []),
+        "settings.tp": Option(("--tensor-parallel-size", "-tp", "--tp")),
+        "settings.kv_blocks": Option(("--num-gpu-blocks-override", "--kv-blocks")),
+        "settings.prefix_caching": Option(
+            ("--no-enable-prefix-caching", "--no-prefix-caching"),
+            "no_prefix_caching", bool, False, lambda v: not v,
+        ),
+        "settings.mixed_prefill": Option(("--mixed-prefill/--no-mixed-prefill",)),
+        "stats.min_effect": Option(convert=check_min_effect),
+        "stats.verdict_metrics": Option(("--metrics",), "metrics", str | None, None, metrics),
+        "record_steps": Option(cli_type=Path | None, convert=lambda v: v and str(v)),
+    }  # fmt: skip
+    # --rate-scale is the run's: several make a sweep (its rate becomes the spec's)
+    return SpecOptions(BenchSpec, GROUPS, options, skip=frozenset({"workload.rate_scale"}))
+
+
+def bench(**given: Any) -> None:
     """A/B benchmark: replay one workload through several policies, side by side.
 
     Exit status: 0 when every arm finished every request; 2 on bad input (nothing runs
@@ -246,71 +119,80 @@ def bench(
     an arm left requests unfinished (its latencies miss them) or, with --engine openai,
     some failed. Results are written for 3 and 4.
     """
-    from schedkit.bench.arms import KvCacheDtype, parse_arm
-    from schedkit.bench.runner import run_bench
-    from schedkit.bench.spec import BenchSpec
-    from schedkit.bench.stats.compare import check_metrics, check_min_effect
-
-    check_min_effect(min_effect)
-    scales, rates = _rates("--rate-scale", rate_scale), _rates("--request-rate", request_rate)
-    if request_rate is not None and rate_scale != "1":
+    run = {name: given.pop(name) for name in inspect.signature(_run_options).parameters}
+    scales = _rates("--rate-scale", run["rate_scale"])
+    rates = _rates("--request-rate", run["request_rate"])
+    if run["request_rate"] is not None and run["rate_scale"] != "1":
         raise SchedkitError("give --rate-scale or --request-rate, not both")
-    verdict_metrics = (
-        list(check_metrics([m.strip() for m in metrics.split(",") if m.strip()]))
-        if metrics is not None
-        else None
-    )
-    try:
-        spec = BenchSpec(
-            workload=workload, policies=policy or [], arms=[parse_arm(a) for a in arm or []],
-            engine=engine, model=model, gpu=gpu, tp=tp, replicas=replicas,
-            profile=profile, rate_scale=scales[0] if len(scales) == 1 else 1.0, max_requests=max_requests, seed=seed, tokenizer=tokenizer,
-            slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, goodput=goodput,
-            max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-            gpu_memory_utilization=gpu_memory_utilization, block_size=block_size,
-            long_prefill_token_threshold=long_prefill_token_threshold, prefix_caching=not no_prefix_caching, kv_blocks=kv_blocks, mixed_prefill=mixed_prefill,
-            eviction_window=eviction_window, window=_window(window),
-            min_effect=min_effect, verdict_metrics=verdict_metrics, jobs=jobs,
-            record_steps=None if record_steps is None else str(record_steps),
-            kv_cache_dtype=cast(KvCacheDtype, kv_cache_dtype), targets=target or [],
-            max_concurrency=max_concurrency,
-            request_timeout_s=request_timeout_s, max_seconds=max_seconds,
-            serve_command=serve_command, server_start_timeout_s=server_start_timeout_s,
-        )  # fmt: skip
-    except ValidationError as exc:
-        fields = "; ".join(
-            f"--{'-'.join(map(str, e['loc'])).replace('_', '-')}: {e['msg']}" for e in exc.errors()
-        )
-        raise SchedkitError(f"bad bench arguments: {fields}") from exc
-    if len(rates) == 1 and replicates == 1:  # one bench at an absolute rate
+    spec = _spec(given, rate_scale=scales[0] if len(scales) == 1 else 1.0)
+    sweep = len(scales) > 1 or len(rates) > 0 or run["replicates"] > 1
+    if len(rates) == 1 and run["replicates"] == 1:  # one bench at an absolute rate
         from schedkit.bench.runner import Bench, arrival_rate
 
-        spec = spec.model_copy(
-            update={"rate_scale": rates[0] / arrival_rate(Bench(spec).base.requests)}
-        )
-        rates = []
-    if ray is not None and not (len(scales) > 1 or len(rates) > 0 or replicates > 1):
+        spec = spec.replace(rate_scale=rates[0] / arrival_rate(Bench(spec).base.requests))
+        rates, sweep = [], False
+    if run["ray"] is not None and not sweep:
         raise SchedkitError("--ray runs a sweep's probe points: give several rates or --replicates")
-    if len(scales) > 1 or len(rates) > 0 or replicates > 1:
+    out: Path = run["out"]
+    if sweep:
+        options = {k: run[k] for k in ("replicates", "arrivals", "burstiness", "knee_factor")}
         _sweep(
             spec, out, scales=scales if len(scales) > 1 or not rates else [], rates=rates,
-            replicates=replicates, arrivals=arrivals, burstiness=burstiness,
-            knee_factor=knee_factor, attainment=attainment, ray=ray,
+            attainment=run["attainment"], ray=run["ray"], **options,
         )  # fmt: skip
         return
-    console = Console(stderr=True)
+    results = _run_bench(spec, out)
+    _print_summary(results, out)
+    _exit_status(results, Console(stderr=True), run["strict"])
+
+
+def _spec(given: dict[str, Any], rate_scale: float) -> BenchSpec:
+    """The BenchSpec the command's options give; a clear error naming the flag."""
+    from schedkit.bench.spec import BenchSpec
+
+    options = _spec_options()
+    data = options.data(given)
+    data["workload"]["rate_scale"] = rate_scale
+    try:
+        return BenchSpec.model_validate(data)
+    except ValidationError as exc:
+        fields = "; ".join(
+            f"{options.flag(str(_field_name(e['loc'])))}: {e['msg']}" for e in exc.errors()
+        )
+        raise SchedkitError(f"bad bench arguments: {fields}") from exc
+
+
+def _field_name(loc: tuple[int | str, ...]) -> int | str:
+    """The field an error is about: past its group, if any (a list's index is not one)."""
+    from schedkit.bench.spec import GROUPS
+
+    names = [part for part in loc if isinstance(part, str)]
+    if len(names) > 1 and names[0] in GROUPS:
+        return names[1]
+    return names[0] if names else "spec"
+
+
+def _run_bench(spec: BenchSpec, out: Path) -> Results:
+    from schedkit.bench.runner import run_bench
+
     with Progress(
         TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} arms"),
-        TimeElapsedColumn(), console=console, transient=True,
+        TimeElapsedColumn(), console=Console(stderr=True), transient=True,
     ) as bar:  # fmt: skip
         task = bar.add_task("bench", total=len(spec.policies) + len(spec.arms))
 
         def progress(label: str, done: int, total: int) -> None:
             bar.update(task, completed=done, description=f"running {escape(label)}")
 
-        results = run_bench(spec, out, progress)
-    _print_summary(results, out)
-    _exit_status(results, console, strict)
+        return run_bench(spec, out, progress)
+
+
+def _bench_signature() -> inspect.Signature:
+    """``bench``'s parameters: the run's options, then every BenchSpec field's."""
+    run = inspect.signature(_run_options, eval_str=True).parameters.values()
+    out, *rest = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in run]
+    workload, *settings = _spec_options().parameters()
+    return inspect.Signature([workload, out, *settings, *rest])
 
 
 def _exit_status(results: Results, console: Console, strict: bool) -> None:
@@ -565,6 +447,7 @@ def check_repeated(app: typer.Typer, args: list[str]) -> None:
 
 
 def register(app: typer.Typer) -> None:
+    bench.__signature__ = _bench_signature()  # type: ignore[attr-defined]
     app.command("bench")(bench)
     app.command("calibrate")(calibrate)
     from schedkit.cli.plan import plan

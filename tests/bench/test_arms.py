@@ -154,10 +154,10 @@ def test_an_engine_runner_sees_the_arms_own_settings() -> None:
     )  # fmt: skip
     assert bench.for_arm(0) is bench
     arm = bench.for_arm(1)
-    assert arm.spec.max_num_seqs == 2 and arm.spec.kv_blocks == 3000
+    assert arm.spec.settings.max_num_seqs == 2 and arm.spec.settings.kv_blocks == 3000
     assert arm.sim_config.max_num_seqs == 2 and arm.sim_config.num_blocks == 3000
     assert arm.engine_info is bench.arm_engines[1][0]  # what an engine records lands there
-    assert bench.spec.max_num_seqs == 256 and bench.sim_config.num_blocks == 4000
+    assert bench.spec.settings.max_num_seqs == 256 and bench.sim_config.num_blocks == 4000
 
 
 def test_record_steps_where_no_engine_honours_it_is_refused(tmp_path: Path) -> None:

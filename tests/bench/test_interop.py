@@ -160,7 +160,7 @@ DATA = Path(__file__).parent / "data"
 def guidellm_spec(*targets: Path, **extra: object) -> BenchSpec:
     policies = ["fcfs", "priority"][: len(targets)]
     return BenchSpec(workload=GUIDELLM_WORKLOAD, policies=policies, engine="import",
-                     targets=[str(t) for t in targets], **extra)  # type: ignore[arg-type]  # fmt: skip
+                     targets=[str(t) for t in targets], **extra)  # fmt: skip
 
 
 def test_guidellm_replays_come_back_as_a_paired_comparison(tmp_path: Path) -> None:

@@ -94,7 +94,7 @@ def test_provenance_and_flags_of_the_run(run: tuple[Path, dict[str, Any]]) -> No
     prov = results["provenance"]
     assert results["schema_version"] == 2
     assert prov["command"][:2] == ["__main__.py", "bench"] or prov["command"][1] == "bench"
-    assert prov["spec"]["max_requests"] == 60 and prov["schedkit_version"]
+    assert prov["spec"]["workload"]["max_requests"] == 60 and prov["schedkit_version"]
     assert "/" not in prov["command"][0]  # no directory of this machine
     (truncated,) = [f for f in results["flags"] if f["kind"] == "truncated"]
     assert truncated["suggested_window"][0] == pytest.approx(60, abs=1)
@@ -153,7 +153,7 @@ def test_a_failed_run_leaves_the_previous_results_whole(
 
     monkeypatch.setattr("schedkit.bench.report.render.write_report", broken)
     with pytest.raises(SchedkitError, match=r"cannot write the results to --out .*disk full"):
-        run_bench(spec.model_copy(update={"seed": 1}), tmp_path)
+        run_bench(spec.replace(seed=1), tmp_path)
     assert (tmp_path / "results.json").read_text() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "report.html",
@@ -173,7 +173,7 @@ def test_window_selects_arrivals_and_bad_windows_name_the_range(tmp_path: Path) 
     with pytest.raises(
         SchedkitError, match=r"--window 900:1000 holds no request .*0\.0 \.\. 89\.9"
     ):
-        run_bench(spec.model_copy(update={"window": (900.0, 1000.0)}), tmp_path / "x")
+        run_bench(spec.replace(window=(900.0, 1000.0)), tmp_path / "x")
     assert not (tmp_path / "x").exists()
     proc = schedkit("bench", "--workload", trace, "--policy", "fcfs", "--window", "abc",
                     "--out", str(tmp_path / "y"))  # fmt: skip
@@ -204,8 +204,8 @@ def test_arms_in_parallel_processes_give_the_same_results(tmp_path: Path) -> Non
     spec = BenchSpec(
         workload="poisson:rate=30,n=300", policies=["fcfs", "shortest-prompt"], kv_blocks=600
     )
-    one = run_bench(spec.model_copy(update={"jobs": 1}), tmp_path / "one").to_json()
-    two = run_bench(spec.model_copy(update={"jobs": 2}), tmp_path / "two").to_json()
+    one = run_bench(spec.replace(jobs=1), tmp_path / "one").to_json()
+    two = run_bench(spec.replace(jobs=2), tmp_path / "two").to_json()
     for results in (one, two):
         results.pop("provenance")
         for arm in results["arms"]:

@@ -149,7 +149,7 @@ def replay(real_model_dir: Path) -> RealEngine:
         engine="sglang",
         model=str(real_model_dir),
     )
-    return RealEngine(Bench(spec), 0, 1.0, model_info(spec.model, "sglang"))
+    return RealEngine(Bench(spec), 0, 1.0, model_info(spec.settings.model, "sglang"))
 
 
 def _meta(tokens: int, finish: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:

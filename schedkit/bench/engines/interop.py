@@ -210,7 +210,7 @@ def read_results(path: Path) -> list[dict[str, Any]]:
 
 def run_import_arm(bench: PreparedBench, index: int, rate_scale: float) -> RunResult:
     """``--engine import``: arm ``index``'s records from its ``--target`` file."""
-    path = Path(bench.spec.targets[index])
+    path = Path(bench.spec.live.targets[index])
     rows = read_results(path)
     traces = sorted(bench.workload(rate_scale).requests, key=lambda r: r.arrival_s)
     if len(rows) != len(traces):

@@ -62,23 +62,23 @@ def run_live_arm(bench: PreparedBench, index: int, rate_scale: float) -> RunResu
     """``--engine openai``: arm ``index`` against its target (with ``--serve-command``, a
     server started for this arm: ``schedkit.bench.engines.launch``)."""
     spec = bench.spec
-    url = spec.targets[index] if len(spec.targets) > 1 else spec.targets[0]
-    if spec.serve_command is None:
+    url = spec.live.targets[index] if len(spec.live.targets) > 1 else spec.live.targets[0]
+    if spec.live.serve_command is None:
         return _replay_arm(bench, index, rate_scale, url)
     from schedkit.bench.engines.launch import arm_command, launched, log_name
 
     label = bench.labels[index]
-    command = arm_command(spec.serve_command, label)
+    command = arm_command(spec.live.serve_command, label)
     log = (bench.out_dir or Path(".")) / log_name(index, label)
-    with launched(command, url, spec.server_start_timeout_s, log):
+    with launched(command, url, spec.live.server_start_timeout_s, log):
         result = _replay_arm(bench, index, rate_scale, url)
     bench.engine_info["targets"][label]["launched"] = {"command": command, "log": log.name}
     return result
 
 
 def _replay_arm(bench: PreparedBench, index: int, rate_scale: float, url: str) -> RunResult:
-    target = asyncio.run(probe(url, bench.spec.request_timeout_s))
-    arm = LiveArm(bench, index, rate_scale, _info(bench.spec.model, target), target)
+    target = asyncio.run(probe(url, bench.spec.live.request_timeout_s))
+    arm = LiveArm(bench, index, rate_scale, _info(bench.spec.settings.model, target), target)
     return arm.run()
 
 
@@ -143,9 +143,9 @@ class LiveArm(RealArm):
         super().__init__(bench, index, rate_scale, info)
         self.target = target
         spec = bench.spec
-        self.timeout_s = spec.request_timeout_s
-        self.deadline_s = spec.max_seconds
-        self.concurrency = spec.max_concurrency
+        self.timeout_s = spec.live.request_timeout_s
+        self.deadline_s = spec.live.max_seconds
+        self.concurrency = spec.live.max_concurrency
         self.header = bench.configs[index].trust.tenant_header
         self.errors: Counter[str] = Counter()
         self.lags: list[float] = []
@@ -226,7 +226,7 @@ class LiveArm(RealArm):
         adapter reads it."""
         rec, trace = self.records[index], self.traces[index]
         body: dict[str, Any] = {
-            "model": self.target.model or self.bench.spec.model,
+            "model": self.target.model or self.bench.spec.settings.model,
             "prompt": self.prompts[index],
             "max_tokens": rec.max_tokens,
             "temperature": 0.0,

@@ -115,7 +115,7 @@ class RealArm(abc.ABC):
     def run_arm(cls, bench: PreparedBench, index: int, rate_scale: float) -> RunResult:
         """One arm on the engine: the ``schedkit.engines`` entry point's body. The engine
         is closed however the replay ends."""
-        arm = cls(bench, index, rate_scale, model_info(bench.spec.model, cls.engine_name))
+        arm = cls(bench, index, rate_scale, model_info(bench.spec.settings.model, cls.engine_name))
         try:
             return arm.run()
         finally:

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from schedkit.bench.spec import DEFAULT_MIN_EFFECT
 from schedkit.bench.stats.estimators import FloatArray, Mean, Quantile, Ratio, Statistic, Total
 from schedkit.bench.stats.flags import comparison_flags
 from schedkit.bench.stats.metrics import is_completed, latencies_ms, meets_slo, slo_applies
@@ -41,7 +42,6 @@ from schedkit.bench.stats.sectioning import MAX_SECTIONS, Diff, sectioned
 from schedkit.errors import SchedkitError
 from schedkit.records import RequestRecord, RunResult
 
-DEFAULT_MIN_EFFECT = 0.02
 Index = npt.NDArray[np.intp]
 CONFIDENCE = 0.95
 

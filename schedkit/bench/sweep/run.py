@@ -133,7 +133,7 @@ def _results(sweep: Sweep, points: list[dict[str, Any]]) -> dict[str, Any]:
             "trace_rate_rps": sweep.base_rate,
         },
         "engine": sweep.bench.engine_info,
-        "slo": {"ttft_ms": spec.bench.slo_ttft_ms, "tpot_ms": spec.bench.slo_tpot_ms},
+        "slo": {"ttft_ms": spec.bench.stats.slo_ttft_ms, "tpot_ms": spec.bench.stats.slo_tpot_ms},
         "arm_settings": {a.label: a.overrides for a in sweep.bench.arms},
         **aggregate(sweep, points),
         "points": points,

@@ -129,9 +129,9 @@ class Sweep:
 
     def __init__(self, spec: SweepSpec) -> None:
         self.spec = spec
-        n, k = spec.bench.max_requests, spec.replicates
+        n, k = spec.bench.workload.max_requests, spec.replicates
         if spec.arrivals == "trace" and n is not None:
-            bench_spec = spec.bench.model_copy(update={"max_requests": n * k})
+            bench_spec = spec.bench.replace(max_requests=n * k)
         else:
             bench_spec = spec.bench
         self.bench = Bench(bench_spec)
@@ -179,7 +179,7 @@ class Sweep:
         stream = self.streams[point.replicate]
         offered = self.offered(point)
         if self.spec.arrivals == "poisson":
-            seed = [self.spec.bench.seed, point.replicate]
+            seed = [self.spec.bench.workload.seed, point.replicate]
             return _gamma_arrivals(stream, offered, self.spec.burstiness, seed)
         factor = arrival_rate(stream) / offered
         return [dataclasses.replace(r, arrival_s=r.arrival_s * factor) for r in stream]
@@ -193,7 +193,9 @@ class Sweep:
         run = simulate(requests, cost, sim_config, arm.config, info["replicas"])
         run.policy = arm.label
         spec = self.spec.bench
-        metrics = compute_metrics(run, slo_ttft_ms=spec.slo_ttft_ms, slo_tpot_ms=spec.slo_tpot_ms)
+        metrics = compute_metrics(
+            run, slo_ttft_ms=spec.stats.slo_ttft_ms, slo_tpot_ms=spec.stats.slo_tpot_ms
+        )
         return {
             "key": point.key,
             "arm": arm.label,
@@ -343,7 +345,7 @@ def _arm_summary(
         else None,
         "overloaded": [[row[r]["overloaded"] for r in rates] for row in grid],
     }
-    if spec.bench.slo_ttft_ms is not None or spec.bench.slo_tpot_ms is not None:
+    if spec.bench.stats.slo_ttft_ms is not None or spec.bench.stats.slo_tpot_ms is not None:
         per = [
             goodput(xs, [row[r]["slo_attainment"] for r in rates], spec.attainment) for row in grid
         ]

@@ -274,12 +274,12 @@ def engine_kwargs(bench: PreparedBench, info: ModelInfo, max_model_len: int) -> 
         "chunked_prefill_size": max(cfg.max_num_batched_tokens, 1),
         "disable_radix_cache": not cfg.enable_prefix_caching,
         "schedule_policy": "fcfs",  # stock order under the arm's policies
-        "random_seed": spec.seed,
+        "random_seed": spec.workload.seed,
         "load_snapshot_publish_interval": 1,  # running/waiting/KV usage after every step
         "log_level": "warning",
     }
-    if spec.kv_blocks is not None:
-        kwargs["max_total_tokens"] = spec.kv_blocks * cfg.block_size
+    if spec.settings.kv_blocks is not None:
+        kwargs["max_total_tokens"] = spec.settings.kv_blocks * cfg.block_size
     if on_cpu():
         kwargs.setdefault("max_total_tokens", CPU_KV_TOKENS)
         kwargs.update(cpu.ENGINE_ARGS)

@@ -240,9 +240,9 @@ def _make_llm(
 
     cfg, spec = bench.sim_config, bench.spec
     kwargs: dict[str, Any] = {}
-    if spec.kv_blocks is not None:
+    if spec.settings.kv_blocks is not None:
         # Same token capacity in the engine's block size, + vLLM's null block.
-        tokens = spec.kv_blocks * cfg.block_size
+        tokens = spec.settings.kv_blocks * cfg.block_size
         kwargs["num_gpu_blocks_override"] = -(-tokens // block_size) + 1
     if cfg.long_prefill_token_threshold:
         kwargs["long_prefill_token_threshold"] = cfg.long_prefill_token_threshold
@@ -261,8 +261,8 @@ def _make_llm(
         async_scheduling=False,  # step() in this process; forced off on CPU anyway
         scheduler_cls="schedkit_vllm.Scheduler",
         additional_config={"schedkit": bench.configs[index].model_dump()},
-        gpu_memory_utilization=spec.gpu_memory_utilization,
-        seed=spec.seed,
+        gpu_memory_utilization=spec.settings.gpu_memory_utilization,
+        seed=spec.workload.seed,
         disable_log_stats=False,
         **kwargs,
     )

@@ -1,0 +1,118 @@
+"""The engine settings a bench runs with: :class:`EngineSpec`, every setting with its one
+default, and :class:`EngineSettings`, the ones an arm sets itself (unset: the bench's).
+
+The names are the bench's flags (``max_num_seqs`` is ``--max-num-seqs``), so vLLM's where it
+has one. Each setting's constraint is written once, as a type below that both classes use;
+the defaults shared with the simulator's config are the simulator's
+(:class:`schedkit.sim.config.SimConfig`).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from annotated_types import Ge, Gt, Le
+from pydantic import BaseModel, ConfigDict, Field
+
+from schedkit.sim.config import SimConfig
+
+__all__ = ["ENGINE_KEYS", "EngineSettings", "EngineSpec", "KvCacheDtype"]
+
+KvCacheDtype = Literal["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"]
+TensorParallel = Annotated[int, Ge(1)]
+Replicas = Annotated[int, Ge(1), Le(1024)]
+Positive = Annotated[int, Gt(0)]
+NonNegative = Annotated[int, Ge(0)]
+Share = Annotated[float, Gt(0), Le(1)]
+
+_SIM = SimConfig.model_fields
+
+
+def _sim_default(name: str) -> Any:
+    return _SIM[name].default
+
+
+class EngineSpec(BaseModel):
+    """The engine settings of a bench (``BenchSpec.settings``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str = Field(default="Llama-3-8B", description="Model profile.")
+    gpu: str = Field(default="H100-SXM", description="GPU profile.")
+    tp: TensorParallel = Field(default=1, description="vLLM --tensor-parallel-size.")
+    replicas: Replicas = Field(
+        default=1,
+        description="Simulated engines behind a router (route_request; round-robin by default).",
+    )
+    profile: str | None = Field(
+        default=None,
+        description="GPU/model profile file, or a cost profile from `schedkit calibrate`.",
+    )
+    max_num_seqs: Positive = Field(
+        default=_sim_default("max_num_seqs"), description="vLLM --max-num-seqs."
+    )
+    max_num_batched_tokens: Positive = Field(
+        default=_sim_default("max_num_batched_tokens"),
+        description="vLLM --max-num-batched-tokens.",
+    )
+    gpu_memory_utilization: Share = Field(default=0.9, description="vLLM --gpu-memory-utilization.")
+    block_size: Positive = Field(
+        default=_sim_default("block_size"), description="vLLM --block-size."
+    )
+    prefix_caching: bool = Field(
+        default=_sim_default("enable_prefix_caching"),
+        description="vLLM --no-enable-prefix-caching.",
+    )
+    kv_blocks: Positive | None = Field(
+        default=None, description="vLLM --num-gpu-blocks-override: the KV capacity in blocks."
+    )
+    long_prefill_token_threshold: NonNegative = Field(
+        default=_sim_default("long_prefill_token_threshold"),
+        description="vLLM --long-prefill-token-threshold (0: no cap).",
+    )
+    eviction_window: NonNegative | None = Field(
+        default=None,
+        description="Simulator: at most this many LRU blocks offered to an eviction policy"
+        f" (0 = all; default {_sim_default('eviction_window')}).",
+    )
+    kv_cache_dtype: KvCacheDtype = Field(
+        default="auto",
+        description="vLLM --kv-cache-dtype: auto (the model's), bfloat16, float16, fp8,"
+        " fp8_e4m3, fp8_e5m2; fp8 holds twice the tokens in the same memory.",
+    )
+    # the simulator's batches, for the whole bench (no arm sets it): None or True mix
+    # prefill chunks into decode steps (vLLM); False runs prefill-only steps ahead of
+    # decode (SGLang). Real engines run their own.
+    mixed_prefill: bool | None = Field(
+        default=None,
+        description="The simulator's batches: prefill chunks in decode steps, as vLLM (default),"
+        " or prefill-only steps ahead of decode, as SGLang (--no-mixed-prefill).",
+    )
+
+
+class EngineSettings(BaseModel):
+    """The engine settings one arm overrides (unset: the bench's): :class:`EngineSpec`'s
+    but ``mixed_prefill``, with no defaults of their own."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str | None = None
+    gpu: str | None = None
+    tp: TensorParallel | None = None
+    replicas: Replicas | None = None
+    profile: str | None = None
+    max_num_seqs: Positive | None = None
+    max_num_batched_tokens: Positive | None = None
+    gpu_memory_utilization: Share | None = None
+    block_size: Positive | None = None
+    prefix_caching: bool | None = None
+    kv_blocks: Positive | None = None
+    long_prefill_token_threshold: NonNegative | None = None
+    eviction_window: NonNegative | None = None
+    kv_cache_dtype: KvCacheDtype | None = None
+
+    def overrides(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True)
+
+
+ENGINE_KEYS = tuple(EngineSettings.model_fields)
