@@ -2,7 +2,7 @@
 
 ``schedkit bench`` records every setting in results.json, so a setting the engine does not
 receive would be reported as measured when it was not (``--engine vllm --tp 3`` ran on one
-GPU). The engines the adapters ship pass on what ``adapters/*/schedkit_*/real.py`` and
+GPU). The engines the adapters ship pass on what ``adapters/*/schedkit_*/harness/real.py`` and
 ``twin.py`` show; the simulator honours every setting. An engine not listed here (a third
 party's) is trusted with all of them.
 """

@@ -25,7 +25,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from schedkit.bench.arms import EngineSettings
-from schedkit.bench.runner import Bench, arrival_rate, simulate, trusted_requests
+from schedkit.bench.engines.sim import simulate, trusted_requests
+from schedkit.bench.runner import Bench, arrival_rate
 from schedkit.bench.spec import BenchSpec
 from schedkit.bench.stats.metrics import compute_metrics
 from schedkit.bench.workers import fork_pool

@@ -17,10 +17,11 @@ from typing import Any
 from schedkit.adapter.recording import RECORDING_ENGINES
 from schedkit.bench.arms import ENGINE_KEYS, ResolvedArm, resolve_arms
 from schedkit.bench.engine_settings import check_engine_settings
+from schedkit.bench.engines.sim import run_on_sim, simulate, trusted_requests
 from schedkit.bench.output import check_out_dir, provenance, write_outputs
 from schedkit.bench.results import SCHEMA_VERSION, Results
 from schedkit.bench.settings import EngineSpec
-from schedkit.bench.spec import ArmRunner, BenchSpec, PreparedBench
+from schedkit.bench.spec import ArmRunner, BenchSpec
 from schedkit.bench.stats.compare import (
     METRIC_KEYS,
     check_metrics,
@@ -34,13 +35,10 @@ from schedkit.config import SchedkitConfig
 from schedkit.errors import SchedkitError, quote
 from schedkit.facade import PolicyFacade
 from schedkit.records import RunResult
-from schedkit.sim.cluster import Cluster
 from schedkit.sim.config import DEFAULT_EVICTION_WINDOW, SimConfig
 from schedkit.sim.cost.calibration import make_cost_model, profile_mismatch
 from schedkit.sim.cost.model import LinearCostModel, RooflineCostModel
 from schedkit.sim.cost.profiles import DEFAULT_REGISTRY, KV_CACHE_DTYPES, register_model_dir
-from schedkit.sim.engine import SimEngine, StepCost, no_cyclic_gc
-from schedkit.trust import TrustConfig
 from schedkit.workload import TraceRequest, Workload, load_workload
 
 __all__ = [
@@ -51,6 +49,7 @@ __all__ = [
     "load_engine",
     "run_arms",
     "run_bench",
+    "run_on_sim",
     "simulate",
     "truncation_flag",
     "trusted_requests",
@@ -62,35 +61,6 @@ ENGINE_GROUP = "schedkit.engines"  # entry points: engine name -> ArmRunner
 ArmEngine = tuple[dict[str, Any], "RooflineCostModel | LinearCostModel", SimConfig]
 # Settings that size the KV cache (named when an arm's cache cannot hold a request).
 CAPACITY_KEYS = ("kv_blocks", "gpu_memory_utilization", "block_size", "model", "gpu", "tp")
-
-
-def run_on_sim(bench: PreparedBench, index: int, rate_scale: float) -> RunResult:
-    config = bench.configs[index]
-    facade = PolicyFacade.from_config(config)
-    requests = trusted_requests(bench.workload(rate_scale).requests, config.trust)
-    replicas = bench.engine_info["replicas"]
-    return simulate(requests, bench.cost, bench.sim_config, config, replicas, facade)
-
-
-def simulate(
-    requests: Sequence[TraceRequest],
-    cost: StepCost,
-    sim_config: SimConfig,
-    config: SchedkitConfig,
-    replicas: int,
-    facade: PolicyFacade | None = None,
-) -> RunResult:
-    """One replay on the simulator: one engine, or ``replicas`` behind the policies'
-    router (``route_request``; round-robin by default), each with its own policies."""
-    if replicas == 1:
-        with no_cyclic_gc():
-            engine = SimEngine(
-                requests, cost, sim_config, facade or PolicyFacade.from_config(config)
-            )
-            return engine.run()
-    facades = [PolicyFacade.from_config(config) for _ in range(replicas)]
-    router = PolicyFacade.from_config(config)
-    return Cluster(requests, cost, sim_config, facades, router).run()
 
 
 def _check_targets(spec: BenchSpec, arms: int) -> None:
@@ -203,35 +173,6 @@ def _recording(
         config.model_copy(update={"record_steps": str(directory / f"{name}.csv")})
         for name, config in zip(safe, configs, strict=True)
     ]
-
-
-def trusted_requests(
-    requests: Sequence[TraceRequest], trust: TrustConfig
-) -> Sequence[TraceRequest]:
-    """``requests`` with tenant, priority and SLO targets as ``trust`` lets them reach
-    the scheduler (``TrustConfig.for_trace``; ``docs/trust.md``); unchanged requests are
-    the same objects."""
-    out: list[TraceRequest] = []
-    for r in requests:
-        meta = trust.for_trace(r.tenant, r.priority, r.slo_ttft_ms, r.slo_tpot_ms)
-        if (meta.tenant, meta.priority, meta.slo_ttft_ms, meta.slo_tpot_ms) == (
-            r.tenant,
-            r.priority,
-            r.slo_ttft_ms,
-            r.slo_tpot_ms,
-        ):
-            out.append(r)
-        else:
-            out.append(
-                dataclasses.replace(
-                    r,
-                    tenant=meta.tenant,
-                    priority=meta.priority,
-                    slo_ttft_ms=meta.slo_ttft_ms,
-                    slo_tpot_ms=meta.slo_tpot_ms,
-                )
-            )
-    return out
 
 
 def engines() -> dict[str, str]:

@@ -20,7 +20,9 @@ importlib.import_module(engine)
 before = set(sys.modules)
 started = time.perf_counter()
 module, _, attr = target.partition(":")
-getattr(importlib.import_module(module), attr) if attr else None
+imported = importlib.import_module(module)
+if attr:
+    getattr(imported, attr)
 seconds = time.perf_counter() - started
 print(json.dumps({"modules": sorted(set(sys.modules) - before), "seconds": seconds}))
 """

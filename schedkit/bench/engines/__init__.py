@@ -1,1 +1,1 @@
-"""What a bench arm runs on besides the simulator: a real engine in this process (:mod:`.real_arm`, with the requests it is given from :mod:`.requests`), running servers over their OpenAI API (:mod:`.live`, launched by :mod:`.launch`), and other load generators (:mod:`.interop`)."""
+"""What a bench arm runs on: the simulator (:mod:`.sim`), a real engine in this process (:mod:`.real_arm`, with the requests it is given from :mod:`.requests`), running servers over their OpenAI API (:mod:`.live`, launched by :mod:`.launch`), and other load generators (:mod:`.interop`)."""

@@ -28,7 +28,8 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from schedkit.bench.runner import Bench, arrival_rate, simulate, trusted_requests
+from schedkit.bench.engines.sim import simulate, trusted_requests
+from schedkit.bench.runner import Bench, arrival_rate
 from schedkit.bench.spec import BenchSpec
 from schedkit.bench.stats.flags import overload
 from schedkit.bench.stats.metrics import compute_metrics

@@ -1,0 +1,77 @@
+"""The simulator as a bench arm's engine: the built-in one (``--engine sim``), also what
+sweeps and plans run each probe point and candidate on."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from schedkit.bench.spec import PreparedBench
+from schedkit.config import SchedkitConfig
+from schedkit.facade import PolicyFacade
+from schedkit.records import RunResult
+from schedkit.sim.cluster import Cluster
+from schedkit.sim.config import SimConfig, StepCost
+from schedkit.sim.engine import SimEngine, no_cyclic_gc
+from schedkit.trust import TrustConfig
+from schedkit.workload import TraceRequest
+
+__all__ = ["run_on_sim", "simulate", "trusted_requests"]
+
+
+def run_on_sim(bench: PreparedBench, index: int, rate_scale: float) -> RunResult:
+    config = bench.configs[index]
+    facade = PolicyFacade.from_config(config)
+    requests = trusted_requests(bench.workload(rate_scale).requests, config.trust)
+    replicas = bench.engine_info["replicas"]
+    return simulate(requests, bench.cost, bench.sim_config, config, replicas, facade)
+
+
+def simulate(
+    requests: Sequence[TraceRequest],
+    cost: StepCost,
+    sim_config: SimConfig,
+    config: SchedkitConfig,
+    replicas: int,
+    facade: PolicyFacade | None = None,
+) -> RunResult:
+    """One replay on the simulator: one engine, or ``replicas`` behind the policies'
+    router (``route_request``; round-robin by default), each with its own policies."""
+    if replicas == 1:
+        with no_cyclic_gc():
+            engine = SimEngine(
+                requests, cost, sim_config, facade or PolicyFacade.from_config(config)
+            )
+            return engine.run()
+    facades = [PolicyFacade.from_config(config) for _ in range(replicas)]
+    router = PolicyFacade.from_config(config)
+    return Cluster(requests, cost, sim_config, facades, router).run()
+
+
+def trusted_requests(
+    requests: Sequence[TraceRequest], trust: TrustConfig
+) -> Sequence[TraceRequest]:
+    """``requests`` with tenant, priority and SLO targets as ``trust`` lets them reach
+    the scheduler (``TrustConfig.for_trace``; ``docs/trust.md``); unchanged requests are
+    the same objects."""
+    out: list[TraceRequest] = []
+    for r in requests:
+        meta = trust.for_trace(r.tenant, r.priority, r.slo_ttft_ms, r.slo_tpot_ms)
+        if (meta.tenant, meta.priority, meta.slo_ttft_ms, meta.slo_tpot_ms) == (
+            r.tenant,
+            r.priority,
+            r.slo_ttft_ms,
+            r.slo_tpot_ms,
+        ):
+            out.append(r)
+        else:
+            out.append(
+                dataclasses.replace(
+                    r,
+                    tenant=meta.tenant,
+                    priority=meta.priority,
+                    slo_ttft_ms=meta.slo_ttft_ms,
+                    slo_tpot_ms=meta.slo_tpot_ms,
+                )
+            )
+    return out
