@@ -57,6 +57,24 @@ T = TypeVar("T")
 Impl = tuple[str, Callable[..., Any]]
 
 
+def _check_unmarked(name: str, policy: object) -> None:
+    """A method named after a hook but without ``@hookimpl`` is never called: the policy
+    would silently run without it. Refuse it at load, naming the fix."""
+    unmarked = [
+        hook
+        for hook in hookspecs.HOOK_NAMES
+        if callable(method := getattr(policy, hook, None))
+        and getattr(method, f"{hookspecs.PROJECT}_impl", None) is None
+    ]
+    if unmarked:
+        methods = ", ".join(f"{hook}()" for hook in unmarked)
+        raise PluginLoadError(
+            f"policy {name!r} defines {methods} without @hookimpl, so no engine would call"
+            f" {'it' if len(unmarked) == 1 else 'them'}: decorate each with"
+            " @schedkit.hookimpl, or give a helper another name (e.g. a leading underscore)"
+        )
+
+
 class PolicyFacade:
     """Selected policies behind one typed method per hook."""
 
@@ -85,6 +103,7 @@ class PolicyFacade:
         # pluggy calls the last registered first: register in reverse so the first
         # configured policy is consulted first.
         for name, policy in reversed(self.policies):
+            _check_unmarked(name, policy)
             try:
                 self._pm.register(policy, name=name)
                 self._pm.check_pending()

@@ -617,34 +617,12 @@ def test_an_invalid_hook_budget_is_refused(budget: Any) -> None:
 
 
 class CountingPolicy(Policy):
-    """Has a method for every hook but marks only ``on_step_finished`` as an impl."""
+    """Implements only ``on_step_finished`` (a method named after any other hook, without
+    ``@hookimpl``, is refused at load: test_a_hook_named_method_without_hookimpl_...)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.calls: Counter[str] = Counter()
-
-    def admit_request(self, request: Any, engine: Any) -> Any:
-        self.calls["admit_request"] += 1
-        return Admission.reject("unmarked methods are not hooks")
-
-    def order_waiting(self, waiting: Any, engine: Any) -> Any:
-        self.calls["order_waiting"] += 1
-        return list(waiting)
-
-    def plan_batch(self, engine: Any, default: Any) -> Any:
-        self.calls["plan_batch"] += 1
-        return BatchBudget(1, 1)
-
-    def select_victims(self, running: Any, needing: Any, engine: Any) -> Any:
-        self.calls["select_victims"] += 1
-        return []
-
-    def select_evictions(self, candidates: Any, num_blocks: Any, engine: Any) -> Any:
-        self.calls["select_evictions"] += 1
-        return list(candidates)
-
-    def on_request_finished(self, request: Any, reason: Any, engine: Any) -> None:
-        self.calls["on_request_finished"] += 1
 
     @hookimpl
     def on_step_finished(self, report: Any, engine: Any) -> None:
@@ -822,6 +800,51 @@ def test_misspelled_hook_error_names_the_policy() -> None:
 def test_impl_with_an_unknown_argument_is_rejected() -> None:
     with pytest.raises(PluginLoadError, match=r"(?s)policy 'badarg'.*'tenant'"):
         PolicyFacade([("badarg", UnknownArgument())])
+
+
+class Unmarked(Policy):
+    def order_waiting(self, waiting: Any, engine: Any) -> Any:  # no @hookimpl
+        return sorted(waiting, key=lambda r: r.prompt_tokens)
+
+    @hookimpl
+    def admit_request(self, request: Any, engine: Any) -> Any:
+        return None
+
+
+class Victims(Policy):
+    @hookimpl
+    def select_victims(self, running: Any, needing: Any, engine: Any) -> Any:
+        return list(reversed(running))
+
+
+class UnmarkedOverride(Victims):
+    def select_victims(self, running: Any, needing: Any, engine: Any) -> Any:  # no @hookimpl
+        return list(running)
+
+
+class WithHelpers(Policy):
+    """Helpers named otherwise, and a hook-named attribute that is not a method: fine."""
+
+    order_waiting_note = "shortest first"
+
+    def _order_waiting(self, waiting: Any) -> Any:
+        return waiting
+
+    @hookimpl
+    def order_waiting(self, waiting: Any, engine: Any) -> Any:
+        return self._order_waiting(waiting)
+
+
+def test_a_hook_named_method_without_hookimpl_is_refused_at_load() -> None:
+    # pluggy skips it, so the policy would silently run as if it had no order_waiting
+    with pytest.raises(PluginLoadError) as excinfo:
+        PolicyFacade([("sjf-by-hand", Unmarked())])
+    message = str(excinfo.value)
+    assert "policy 'sjf-by-hand' defines order_waiting() without @hookimpl" in message
+    assert "@schedkit.hookimpl" in message and "admit_request" not in message
+    with pytest.raises(PluginLoadError, match=r"defines select_victims\(\) without"):
+        PolicyFacade([("base", Victims()), ("sub", UnmarkedOverride())])
+    assert "order_waiting" in PolicyFacade([("helpers", WithHelpers())]).implemented
 
 
 def test_observation_hooks_are_consulted_in_configured_order(world: World) -> None:
