@@ -79,7 +79,8 @@ MATRIX: dict[str, dict[str, Capability]] = {
             "partial",
             "token_budget and prefill_chunk cap prefill batches only; SGLang runs every"
             " running request in each decode batch, so decode steps are not capped;"
-            " max_running caps admissions",
+            " max_running caps admissions; prefill_chunk caps a request alone too (vLLM"
+            " and the simulator let it use the whole token budget)",
         ),
         "lmdeploy": Capability(
             "partial",

@@ -42,7 +42,8 @@ class BatchBudget:
     ``token_budget`` caps the tokens scheduled in the step (vLLM's
     ``max_num_batched_tokens``), ``max_running`` the requests running at once
     (``max_num_seqs``), ``prefill_chunk`` the tokens one request may prefill in the step
-    (vLLM's ``long_prefill_token_threshold``; 0 = no cap beyond the token budget).
+    while another request is running or waiting (vLLM's ``long_prefill_token_threshold``,
+    which a request alone may exceed up to the token budget; 0 = no cap beyond it).
     """
 
     token_budget: int

@@ -173,10 +173,12 @@ class SimEngine(DecodeStretches):
         if not mixed and self._prefill_step(budget):
             return
         token_budget = budget.token_budget
-        chunk = budget.prefill_chunk
+        running = self.running
+        # vLLM's rule: the chunk cap keeps a long prefill from starving other requests, so
+        # a request alone (nothing else running or waiting) may use the whole token budget
+        chunk = budget.prefill_chunk if len(running) + len(self.waiting) > 1 else 0
         scheduled: dict[SimRequest, int] = {}
         preempted: list[SimRequest] = []
-        running = self.running
         # unmixed, a decode step leaves a chunk that found no blocks to the next prefill step
         decode_only = not mixed and not all(_in_prefill(r) for r in running)
         i = 0

@@ -150,6 +150,19 @@ def _memory_scenarios() -> tuple[Scenario, ...]:
             what="long prompts prefilled in chunks under a token budget",
         ),
         Scenario(
+            "lone-long-prompt",
+            (_req("solo", 480, 8, at=0.0), _req("late", 16, 8, at=0.005)),
+            SimConfig(
+                num_blocks=100,
+                block_size=32,
+                max_num_seqs=8,
+                max_num_batched_tokens=256,
+                long_prefill_token_threshold=96,
+            ),
+            what="a long prompt alone under chunked prefill takes the whole token budget"
+            " (nothing to starve, vLLM's rule) until a second request arrives",
+        ),
+        Scenario(
             "shared-prefix",
             tuple(_req(f"p{i}", 64, 4, at=0.01 * i, hash_ids=(i % 3, 10 + i)) for i in range(9)),
             SimConfig(

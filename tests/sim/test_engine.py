@@ -350,8 +350,8 @@ def test_running_requests_are_scheduled_before_waiting_ones(stretch: bool) -> No
     ("budget", "threshold", "chunks"),
     [
         (32, 0, [32, 32, 32, 4]),
-        (8192, 24, [24, 24, 24, 24, 4]),
-        (32, 24, [24, 24, 24, 24, 4]),
+        (8192, 24, [100]),  # alone: the threshold does not apply (vLLM's rule)
+        (32, 24, [32, 32, 32, 4]),
         (8192, 0, [100]),
     ],
 )
@@ -364,11 +364,33 @@ def test_chunked_prefill_splits_a_long_prompt(
     )
     result = engine([req("r0", 0.0, 100, 2)], config, [("o", observer)], stretch=stretch).run()
     assert [s.tokens["r0"] for s in observer.steps[: len(chunks)]] == chunks
-    assert len(chunks) == math.ceil(100 / min(budget, threshold or budget))
+    assert len(chunks) == math.ceil(100 / budget)
     [rec] = result.records
     assert rec.first_token_s == pytest.approx(0.01 * len(chunks))  # TTFT: one step per chunk
     assert rec.finish_s == pytest.approx(0.01 * (len(chunks) + 1))
     assert result.steps == len(chunks) + 1
+
+
+@pytest.mark.parametrize("stretch", [True, False])
+def test_the_prefill_threshold_applies_while_another_request_runs_or_waits(
+    stretch: bool,
+) -> None:
+    # vLLM 0.32 and 0.33: long_prefill_token_threshold keeps a long prefill from starving
+    # others, so it applies only when more than one request is running or waiting
+    observer = Observer()
+    config = SimConfig(num_blocks=100, max_num_batched_tokens=8192, long_prefill_token_threshold=24)
+    requests = [req("r0", 0.0, 100, 2), req("r1", 0.0, 8, 40)]
+    engine(requests, config, [("o", observer)], stretch=stretch).run()
+    assert [s.tokens["r0"] for s in observer.steps[:5]] == [24, 24, 24, 24, 4]
+    assert observer.steps[0].tokens["r1"] == 8
+    # once r0 finishes, r1 runs alone (a decode: one token a step either way)
+    lone = [
+        req("a", 0.0, 100, 2),  # alone for its first step, then b waits
+        req("b", 0.005, 8, 2),
+    ]
+    observer = Observer()
+    engine(lone, config, [("o", observer)], stretch=stretch).run()
+    assert observer.steps[0].tokens == {"a": 100}
 
 
 @pytest.mark.parametrize("stretch", [True, False])
@@ -722,15 +744,19 @@ def test_loop_iterations_follow_events_at_low_load() -> None:
 
 
 @pytest.mark.parametrize(
-    ("prompt", "config"),
+    ("prompt", "config", "others"),
     [
-        (8193, SimConfig(num_blocks=1000)),  # one token over the default token budget
-        (17, SimConfig(num_blocks=100, max_num_batched_tokens=16)),
-        (25, SimConfig(num_blocks=100, long_prefill_token_threshold=24)),
+        (8193, SimConfig(num_blocks=1000), 0),  # one token over the default token budget
+        (17, SimConfig(num_blocks=100, max_num_batched_tokens=16), 0),
+        # the threshold chunks a prompt only while another request runs or waits
+        (25, SimConfig(num_blocks=100, long_prefill_token_threshold=24), 1),
     ],
 )
-def test_first_token_of_a_stretched_run_is_recorded(prompt: int, config: SimConfig) -> None:
-    [rec] = engine([req("r0", 0.0, prompt, 4)], config, stretch=True).run().records
+def test_first_token_of_a_stretched_run_is_recorded(
+    prompt: int, config: SimConfig, others: int
+) -> None:
+    requests = [req("r0", 0.0, prompt, 4), *(req(f"o{i}", 0.0, 8, 40) for i in range(others))]
+    rec = by_id(engine(requests, config, stretch=True).run())["r0"]
     assert rec.first_token_s == pytest.approx(0.02)  # after the second prefill chunk
 
 
