@@ -292,6 +292,7 @@ def _submit(engine: Any, trace: TraceRequest, index: int, cfg: SimConfig, vocab_
         trace.request_id,
         {"prompt_token_ids": [in_vocab(t, vocab_size) for t in ids]},
         params,
+        arrival_time=trace.arrival_s,  # on the driver's clock, which the engine view reads
         priority=trace.priority,
     )
 
