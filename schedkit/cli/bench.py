@@ -450,6 +450,8 @@ def register(app: typer.Typer) -> None:
     bench.__signature__ = _bench_signature()  # type: ignore[attr-defined]
     app.command("bench")(bench)
     app.command("calibrate")(calibrate)
+    from schedkit.cli.contract import contract
     from schedkit.cli.plan import plan
 
     app.command("plan")(plan)
+    app.command("contract")(contract)

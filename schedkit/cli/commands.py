@@ -11,9 +11,9 @@ from rich.console import Console
 from rich.table import Column, Table
 from rich.text import Text
 
+from schedkit.cli.policy_args import config_with_options
 from schedkit.errors import SchedkitError
 from schedkit.facade import PolicyFacade
-from schedkit.inputs import parse_document
 from schedkit.plugins import PolicyRegistry, implemented_hooks
 
 # rich_markup_mode=None: click's plain help, which wraps text to the terminal, never
@@ -176,17 +176,8 @@ def serve(
     from importlib import metadata
 
     from schedkit.adapter.recording import RECORDING_ENGINES
-    from schedkit.config import load_config
 
-    config = load_config(policy)
-    if options is not None:
-        config = load_config(
-            {
-                "policy": config.policy,
-                "options": {**config.options, **_json_object(options)},
-                "trust": config.trust.model_dump(),  # a config file's trust section stays
-            }
-        )
+    config = config_with_options(policy, options)
     if record_steps is not None:
         config = config.model_copy(update={"record_steps": record_steps})
     if config.record_steps is not None and engine not in RECORDING_ENGINES:
@@ -205,16 +196,6 @@ def serve(
         )
     PolicyFacade.from_config(config)  # fail here, not inside the engine, on a bad selection
     raise typer.Exit(found[engine].load()(config, list(ctx.args)))
-
-
-def _json_object(text: str) -> dict[str, Any]:
-    try:
-        value = parse_document(text, "json")
-    except ValueError as exc:
-        raise SchedkitError(f"--options is not valid JSON: {exc}") from exc
-    if not isinstance(value, dict):
-        raise SchedkitError('--options must be a JSON object like {"policy-name": {...}}')
-    return value
 
 
 def main() -> None:

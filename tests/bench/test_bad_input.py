@@ -19,7 +19,7 @@ from schedkit.bench.engine_settings import check_engine_settings
 from schedkit.bench.output import check_out_dir, write_outputs
 from schedkit.bench.results import Results
 from schedkit.bench.runner import BenchSpec, run_bench
-from schedkit.cli.commands import _json_object
+from schedkit.cli.policy_args import _json_object
 from schedkit.config import load_config
 from schedkit.errors import PolicyConfigError, SchedkitError, quote
 from schedkit.inputs import read_lines

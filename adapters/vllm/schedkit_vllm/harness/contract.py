@@ -25,6 +25,7 @@ from schedkit.bench.engines.requests import new_record
 from schedkit.policy import Policy
 from schedkit.sim.config import SimConfig
 from schedkit.testing.contract import Outcome, Scenario, facade_of
+from schedkit.testing.contract_run import ContractEngine
 from schedkit.workload import TraceRequest
 
 from schedkit_vllm.harness.modelless import build_for
@@ -329,3 +330,28 @@ def _to_client_ids(outcome: Outcome, ids: set[str]) -> None:
             counter[client(k)] += v
     rec.finished = {client(k): v for k, v in rec.finished.items()}
     rec.preempted = [client(r) for r in rec.preempted]
+
+
+def contract_engines() -> list[ContractEngine]:
+    """vLLM's schedulers for ``schedkit contract`` (entry point ``schedkit.contract``):
+    the synchronous one, as the CPU engine runs it, step by step as the simulator; the
+    AsyncScheduler under a batch queue of 2, as every GPU runs it, by outcomes."""
+    from schedkit_vllm import AsyncScheduler, Scheduler
+
+    def sync(scenario: Scenario, policies: Sequence[tuple[str, Policy]]) -> Outcome:
+        return run_vllm(scenario, policies, cls=Scheduler, batch_queue=1)
+
+    def overlapped(scenario: Scenario, policies: Sequence[tuple[str, Policy]]) -> Outcome:
+        return run_vllm(scenario, policies, cls=AsyncScheduler, batch_queue=2)
+
+    return [
+        ContractEngine("vllm", sync),
+        ContractEngine(
+            "vllm-async",
+            overlapped,
+            same_batches=False,
+            differs="the AsyncScheduler schedules a step while the last one runs, so its"
+            " batches are not the simulator's step by step; rejections, finishes and"
+            " outputs are",
+        ),
+    ]

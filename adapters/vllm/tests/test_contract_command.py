@@ -1,0 +1,30 @@
+"""``schedkit contract`` with the vLLM adapter installed: a third-party package's
+composition, with options, through every scenario on the simulator and on vLLM's
+synchronous and async schedulers, from one command (#37)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from schedkit.testing.contract import SCENARIOS
+
+SITE = Path(__file__).resolve().parents[3] / "tests" / "data" / "contract_site"
+
+
+def test_a_third_party_package_keeps_the_contract_on_every_vllm_scheduler() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "schedkit", "contract", "hrrn+keep-priority",
+         "--options", '{"hrrn": {"max_prompt_tokens": 300}}'],
+        capture_output=True, text=True, timeout=900,
+        env={**os.environ, "PYTHONPATH": str(SITE), "COLUMNS": "200", "HF_HUB_OFFLINE": "1"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"{len(SCENARIOS)} scenarios on sim, vllm, vllm-async" in proc.stdout
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("│")]
+    assert len(rows) == len(SCENARIOS)
+    for row in rows:  # scenario | sim | vllm | vllm-async
+        assert row.count("kept") == 3, row
+    assert "vllm-async: compared by outcomes only" in proc.stdout

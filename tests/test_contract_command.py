@@ -1,0 +1,95 @@
+"""``schedkit contract``: a policy, with its options and compositions, through every
+contract scenario on every engine installed here, as a policy author runs it (#37)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from schedkit.testing.contract import SCENARIOS
+
+SITE = Path(__file__).resolve().parent / "data" / "contract_site"  # schedkit-hrrn, installed
+HRRN = ["hrrn+keep-priority", "--options", '{"hrrn": {"max_prompt_tokens": 300}}']
+
+
+def contract(*args: str, path: Path | None = None) -> subprocess.CompletedProcess[str]:
+    paths = [str(SITE), *([str(path)] if path else []), os.environ.get("PYTHONPATH", "")]
+    return subprocess.run(
+        [sys.executable, "-m", "schedkit", "contract", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(paths), "COLUMNS": "200"},
+    )
+
+
+def test_a_third_party_composition_with_options_keeps_the_contract() -> None:
+    proc = contract(*HRRN)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"hrrn+keep-priority: {len(SCENARIOS)} scenarios on sim" in proc.stdout
+    for scenario in SCENARIOS:
+        assert f"{scenario.name} " in proc.stdout
+    assert "DIFFERS" not in proc.stdout
+
+
+# An adapter as the contract sees it: an entry point in schedkit.contract. This one runs
+# the simulator with one running request at a time, so it decides otherwise.
+ENGINE = """
+from dataclasses import replace
+from schedkit.testing.contract import run_sim
+from schedkit.testing.contract_run import ContractEngine
+
+def one_at_a_time(scenario, policies):
+    narrow = replace(scenario, config=scenario.config.model_copy(update={"max_num_seqs": 1}))
+    outcome = run_sim(narrow, policies)
+    outcome.engine = "narrow"
+    return outcome
+
+def engines():
+    return [ContractEngine("narrow", one_at_a_time)]
+
+def broken():
+    import schedkit_no_such_engine  # an adapter whose engine is not installed here
+"""
+
+
+def _engine_site(root: Path) -> Path:
+    dist = root / "schedkit_narrow-1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: schedkit-narrow\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(
+        "[schedkit.contract]\nnarrow = narrow_engine:engines\nbroken = narrow_engine:broken\n"
+    )
+    (root / "narrow_engine.py").write_text(textwrap.dedent(ENGINE))
+    return root
+
+
+def test_an_engine_that_decides_otherwise_fails_naming_the_first_difference(
+    tmp_path: Path,
+) -> None:
+    proc = contract(*HRRN, path=_engine_site(tmp_path))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "scenarios on sim, narrow" in proc.stdout
+    assert "DIFFERS" in proc.stdout
+    assert "narrow, arrival-order: arrival-order: sim vs narrow: step 0 differs" in proc.stdout
+    # a registered engine that cannot be loaded here is named, not silently skipped
+    assert "not run: broken: ModuleNotFoundError" in proc.stdout
+    alone = contract(*HRRN, "--engine", "sim", path=tmp_path)
+    assert alone.returncode == 0, alone.stdout + alone.stderr
+
+
+def test_bad_input_is_refused_with_a_clear_error() -> None:
+    for args, message in [
+        (["no-such-policy"], "unknown policy 'no-such-policy'"),
+        (["fcfs", "--engine", "tpu"], "engine 'tpu' is not installed here; installed: sim"),
+        (["fcfs", "--scenario", "nope"], "unknown scenario 'nope'; scenarios: arrival-order"),
+        (["hrrn", "--options", "{"], "--options is not valid JSON"),
+        (["hrrn", "--options", '{"hrrn": {"cap": 1}}'], "bad options for policy 'hrrn'"),
+    ]:
+        proc = contract(*args)
+        assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
+        assert message in " ".join(proc.stderr.split()), (args, proc.stderr)
+        assert "Traceback" not in proc.stderr
