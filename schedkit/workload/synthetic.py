@@ -1,6 +1,6 @@
 """Synthetic workloads: Poisson or bursty (Gamma) arrival streams, alone or as tenant mixes.
 
-Inline specs, passed to :func:`schedkit.workload.model.load_workload`::
+Inline specs, passed to :func:`schedkit.workload.loader.load_workload`::
 
     poisson:rate=R,n=N[,prompt=LEN][,output=LEN][,seed=K]
     gamma:rate=R,cv=C,n=N[,prompt=LEN][,output=LEN][,seed=K]

@@ -64,7 +64,9 @@ def test_a_rerun_with_other_arms_leaves_no_stale_file(tmp_path: Path) -> None:
 def test_the_run_settings_come_from_the_results() -> None:
     run = fake_run("fcfs", 1.0)
     data = fake_data([run])
-    data["provenance"]["spec"] = {"max_concurrency": 3}  # a live run's cap on requests in flight
+    live = BenchSpec(workload="azure-conv", policies=["fcfs"], engine="openai",
+                     targets=["http://127.0.0.1:1"], max_concurrency=3)  # fmt: skip
+    data["provenance"]["spec"] = live.model_dump(mode="json")  # a live run's cap in flight
     out = vllm_bench_result(run, Results.model_validate(data), slo_ttft_ms=None, slo_tpot_ms=None)
     assert out["max_concurrency"] == 3 and out["burstiness"] == 1.0
     assert out["backend"] == "schedkit-sim" and out["model_id"] == "Llama-3-8B"

@@ -2,7 +2,7 @@
 # Create .venv-sglang at the repository root: a lean CPU install of SGLang plus schedkit
 # and this adapter (editable). The full `pip install sglang` pulls CUDA torch (11 GB, 13 min);
 # this installs the CPU torch wheel, SGLang without its dependencies, then the pure-Python
-# packages it imports (~95 s). sgl_kernel is CUDA-only: schedkit_sglang.cpu_stub stands in
+# packages it imports (~95 s). sgl_kernel is CUDA-only: schedkit_sglang.cpu (its _cpu_site) stands in
 # for it in every process (see adapters/sglang/README.md).
 # Idempotent: a stamp file records a finished install; delete .venv-sglang to rebuild.
 set -euo pipefail

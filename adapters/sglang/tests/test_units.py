@@ -14,7 +14,7 @@ from schedkit.errors import PolicyConfigError, UnknownPolicyError
 
 from schedkit_sglang import compat, cpu, patches, plugin
 from schedkit_sglang.config import config_environ, resolve_config
-from schedkit_sglang.runtime import SchedkitRuntime
+from schedkit_sglang.runtime import SglangRuntime
 
 
 def test_no_variables_means_no_config() -> None:
@@ -278,7 +278,7 @@ def test_an_arrival_observer_alone_sees_every_new_request() -> None:
     assert not facade.has_admit and facade.sees_arrivals
     assert f"{patches.SCHEDULER}._add_request_to_queue" in patches.plan(facade)
     scheduler = _fake_scheduler()
-    scheduler.schedkit = SchedkitRuntime(scheduler, facade)  # type: ignore[attr-defined]
+    scheduler.schedkit = SglangRuntime(scheduler, facade)  # type: ignore[attr-defined]
     queued: list[object] = []
 
     def original(self: object, req: object, is_retracted: bool = False) -> None:
@@ -303,7 +303,7 @@ def test_a_partly_supported_hook_warns_at_scheduler_init(
     scheduler = _fake_scheduler()
     with caplog.at_level(logging.WARNING, logger="schedkit"):
         init(lambda self: None, scheduler)
-    assert isinstance(scheduler.schedkit, SchedkitRuntime)  # type: ignore[attr-defined]
+    assert isinstance(scheduler.schedkit, SglangRuntime)  # type: ignore[attr-defined]
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     for hook in ("plan_batch", "select_victims"):
         [message] = [w for w in warnings if hook in w]
@@ -335,7 +335,7 @@ def test_a_request_without_priority_has_the_priority_sglang_schedules_it_by(
     from sglang.srt.managers.scheduler import Scheduler
     from sglang.srt.managers.tokenizer_manager import TokenizerManager
 
-    from schedkit_sglang.runtime import SchedkitRuntime
+    from schedkit_sglang.runtime import SglangRuntime
 
     scheduler = SimpleNamespace(
         enable_priority_scheduling=enabled,
@@ -345,7 +345,7 @@ def test_a_request_without_priority_has_the_priority_sglang_schedules_it_by(
         page_size=1,
         token_to_kv_pool_allocator=SimpleNamespace(size=64),
     )
-    runtime = SchedkitRuntime(
+    runtime = SglangRuntime(
         scheduler, PolicyFacade.from_config(SchedkitConfig(policy=["priority"]))
     )
     req = _req(None)
@@ -377,7 +377,7 @@ def test_a_driver_clock_reaches_the_engine_view_and_arrivals() -> None:
     from schedkit import PolicyFacade
 
     scheduler = _fake_scheduler()
-    runtime = SchedkitRuntime(scheduler, PolicyFacade.from_config({"policy": ["fcfs"]}))
+    runtime = SglangRuntime(scheduler, PolicyFacade.from_config({"policy": ["fcfs"]}))
     runtime.engine.use_clock(lambda: 0.5, lambda req: 0.25)
     view = runtime.view(_req(None))
     assert (runtime.engine.clock, view.arrival_time) == (0.5, 0.25)

@@ -96,7 +96,7 @@ def vllm_bench_result(
         "num_prompts": len(records),
         "request_rate": len(records) / span if span > 0 else float("inf"),
         "burstiness": spec.get("burstiness", 1.0),
-        "max_concurrency": spec.get("max_concurrency"),
+        "max_concurrency": spec.get("live", {}).get("max_concurrency"),
         "duration": duration,
         "completed": len(done),
         "failed": len(records) - len(done),

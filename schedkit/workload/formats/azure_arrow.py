@@ -1,6 +1,6 @@
 """pyarrow's CSV parser for Azure traces: the rows the csv reader gives, faster.
 
-:func:`schedkit.workload.formats.azure_csv.parse_azure_csv` uses it for large reads when pyarrow is
+:func:`schedkit.workload.formats.azure.parse_azure_csv` uses it for large reads when pyarrow is
 installed (benchmarks/speed/trace-reader.md). It reads a file only where it reads it as the csv
 reader does, to the bit: the csv module reads the header; the bytes come from
 :func:`~schedkit.workload.source.trace_blocks`, with its line and UTF-8 checks, and
