@@ -159,8 +159,11 @@ def test_the_command_sweeps_and_an_interrupted_sweep_resumes(tmp_path: Path) -> 
         "bench", "--workload", "poisson:rate=10,n=6000,prompt=600,output=60", "--policy", "fcfs",
         "--rate-scale", "0.5,1,2,4,8,16", "--replicates", "4", "--jobs", "1", "--out", str(out),
     ]  # fmt: skip
+    # Ctrl-C as at a terminal: a child of a background job inherits SIGINT ignored (as
+    # when CI runs in the background), and the sweep would never see the interrupt
+    ctrl_c = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "schedkit", *args],
+        [sys.executable, "-c", f"{ctrl_c}; from schedkit.cli import main; main()", *args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "COLUMNS": "200"},
     )  # fmt: skip
