@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Any
 
 from schedkit.config import SchedkitConfig, load_config
 from schedkit.facade import PolicyFacade
@@ -123,16 +122,3 @@ def _same_results(a: Outcome, b: Outcome, scenario: Scenario) -> None:
     assert a.rejected == b.rejected, f"{where}: rejections {a.rejected} vs {b.rejected}"
     assert a.finished == b.finished, f"{where}: finish reasons {a.finished} vs {b.finished}"
     assert a.output_tokens == b.output_tokens, f"{where}: output tokens differ"
-
-
-def summary(rows: Sequence[Row]) -> dict[str, Any]:
-    """Per engine: scenarios kept and the first failing one."""
-    out: dict[str, Any] = {}
-    for row in rows:
-        entry = out.setdefault(row.engine, {"kept": 0, "failed": 0, "first": None})
-        if row.ok:
-            entry["kept"] += 1
-        else:
-            entry["failed"] += 1
-            entry["first"] = entry["first"] or f"{row.scenario}: {row.detail}"
-    return out
