@@ -137,6 +137,9 @@ class PolicyFacade:
         self.has_arrival_observer = "on_request_arrived" in self.implemented
         # Engines call ``admit`` for every arrival when this is set, else never.
         self.sees_arrivals = self.has_admit or self.has_arrival_observer
+        # Told each decision's arguments before the policies decide (the contract suite
+        # records what an engine shows its policies this way); None costs nothing.
+        self.watch: Callable[[str, tuple[Any, ...]], None] | None = None
 
     @classmethod
     def from_config(
@@ -379,6 +382,8 @@ class PolicyFacade:
         order first, as its default takes the newest)."""
         if not self.has_victims:
             return None
+        if self.watch is not None:
+            self.watch("select_victims", (running, needing, engine))
         if self.has_victims_list:
             pool = Pool(running)
 

@@ -40,18 +40,18 @@ def test_a_third_party_composition_with_options_keeps_the_contract() -> None:
 ENGINE = """
 from dataclasses import replace
 from schedkit.testing.contract import run_sim
-from schedkit.testing.contract_run import ContractEngine
+from schedkit.testing.contract_run import ContractEngine, fresh
 
-def one_at_a_time(scenario, policies):
+def one_at_a_time(scenario, config):
     narrow = replace(scenario, config=scenario.config.model_copy(update={"max_num_seqs": 1}))
-    outcome = run_sim(narrow, policies)
+    outcome = run_sim(narrow, fresh(config))
     outcome.engine = "narrow"
     return outcome
 
-def engines():
-    return [ContractEngine("narrow", one_at_a_time)]
+def engines(model):
+    return [ContractEngine("narrow", one_at_a_time, "sim", same_batches=True)]
 
-def broken():
+def broken(model):
     import schedkit_no_such_engine  # an adapter whose engine is not installed here
 """
 
@@ -74,7 +74,10 @@ def test_an_engine_that_decides_otherwise_fails_naming_the_first_difference(
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "scenarios on sim, narrow" in proc.stdout
     assert "DIFFERS" in proc.stdout
-    assert "narrow, arrival-order: arrival-order: sim vs narrow: step 0 differs" in proc.stdout
+    assert (
+        "narrow, arrival-order: plan_batch: step 0 differs: {'o0': 200, 'o1': 40} preempting []"
+        " vs {'o0': 200} preempting []" in proc.stdout
+    ), proc.stdout
     # a registered engine that cannot be loaded here is named, not silently skipped
     assert "not run: broken: ModuleNotFoundError" in proc.stdout
     alone = contract(*HRRN, "--engine", "sim", path=tmp_path)

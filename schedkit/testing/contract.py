@@ -125,6 +125,18 @@ def _queue_order_scenarios() -> tuple[Scenario, ...]:
             SimConfig(num_blocks=200, block_size=32, max_num_seqs=3, max_num_batched_tokens=128),
             what="arrivals over four steps while others decode",
         ),
+        Scenario(
+            "arrival-waits",
+            (
+                _req("w0", 64, 24, at=0.0),
+                _req("w1", 320, 4, at=0.005),
+                *(_req(f"w{i}", 32, 4, at=0.04 * (i - 1)) for i in range(2, 6)),
+            ),
+            SimConfig(num_blocks=200, block_size=32, max_num_seqs=1, max_num_batched_tokens=512),
+            what="one request runs at a time; a long prompt waits while short ones keep"
+            " arriving: an order by waits (aging, response ratio) reads arrival times"
+            " against the engine clock",
+        ),
     )
 
 
@@ -136,6 +148,16 @@ def _memory_scenarios() -> tuple[Scenario, ...]:
             tuple(_req(f"k{i}", 64, 40, at=0.0, priority=5 if i == 0 else 0) for i in range(4)),
             SimConfig(num_blocks=8, block_size=32, max_num_seqs=16, max_num_batched_tokens=512),
             what="four 64-token prompts fill the 8 blocks; decoding forces preemption",
+        ),
+        Scenario(
+            "victims",
+            tuple(
+                _req(f"v{i}", 64, 120, at=0.01 * i, priority=9 if i == 0 else 0) for i in range(4)
+            ),
+            SimConfig(num_blocks=12, block_size=32, max_num_seqs=4, max_num_batched_tokens=512),
+            what="four requests run at once and their decoding runs the 12 blocks out twice:"
+            " the victim hook sees who needs room and each running request's computed"
+            " tokens; v0 has the worst priority",
         ),
         Scenario(
             "chunked-prefill",
@@ -230,11 +252,17 @@ class ContractRecorder(Policy):
         self.steps: list[tuple[list[str], int]] = []
         # per arrival: how many steps had been reported, and engine.num_running then
         self.arrivals: list[tuple[int, int]] = []
+        # per arrival: the request's arrival_time and engine.clock, which share a clock
+        self.clocks: dict[str, tuple[float, float]] = {}
+        # per select_victims call: the request needing room, and each running request
+        # with its computed tokens (the facade's watch, set by facade_of)
+        self.victim_calls: list[tuple[str, list[tuple[str, int]]]] = []
 
     @hookimpl
     def on_request_arrived(self, request: RequestView, engine: EngineView) -> None:
         self.arrived[request.request_id] += 1
         self.arrivals.append((len(self.steps), engine.num_running))
+        self.clocks[request.request_id] = (request.arrival_time, engine.clock)
 
     @hookimpl
     def on_step_finished(self, report: StepReport, engine: EngineView) -> None:
@@ -247,6 +275,13 @@ class ContractRecorder(Policy):
     @hookimpl
     def on_request_finished(self, request: RequestView, reason: str) -> None:
         self.finished.setdefault(request.request_id, []).append(reason)
+
+    def watch(self, hook: str, args: tuple[Any, ...]) -> None:
+        """What the engine showed the policies' victim hook (``PolicyFacade.watch``)."""
+        if hook == "select_victims":
+            running, needing, _ = args
+            shown = [(r.request_id, r.num_computed_tokens) for r in running]
+            self.victim_calls.append((needing.request_id, shown))
 
 
 class Flaky(Policy):
@@ -361,7 +396,11 @@ class Driver(Protocol):
 
 
 def facade_of(policies: Sequence[tuple[str, Policy]], recorder: ContractRecorder) -> PolicyFacade:
-    return PolicyFacade([*policies, ("contract-recorder", recorder)])
+    """The facade a driver installs: ``policies``, then ``recorder``, which also watches
+    what the victim hook is shown."""
+    facade = PolicyFacade([*policies, ("contract-recorder", recorder)])
+    facade.watch = recorder.watch
+    return facade
 
 
 def check_outcome(scenario: Scenario, outcome: Outcome, aborted: Sequence[str] = ()) -> None:
@@ -405,7 +444,24 @@ def check_outcome(scenario: Scenario, outcome: Outcome, aborted: Sequence[str] =
         f" {sum(rec.arrived.values())} observed (does the driver bring them back?)"
     )
     _check_running(rec.steps, rec.arrivals, where, set(aborted))
+    _check_clocks(scenario, rec.clocks, where)
     assert outcome.blocks_leaked == 0, f"{where}: {outcome.blocks_leaked} KV blocks leaked"
+
+
+def _check_clocks(scenario: Scenario, clocks: dict[str, tuple[float, float]], where: str) -> None:
+    """A request's ``arrival_time`` is its arrival on the engine clock, which the engine
+    view's ``clock`` reads (docs/hooks.md: they share a clock): the scenario's arrival
+    time, and no later than the clock when the policies are told of it. A wait
+    (``clock - arrival_time``) is then never negative, on any engine."""
+    for r in scenario.requests:
+        arrival, clock = clocks[r.request_id]
+        assert abs(arrival - r.arrival_s) <= 1e-6, (
+            f"{where}: {r.request_id}'s arrival_time is {arrival}, the scenario's is"
+            f" {r.arrival_s}: arrival times are not on the engine clock"
+        )
+        assert clock >= arrival - 1e-9, (
+            f"{where}: {r.request_id} arrived at {arrival} but engine.clock read {clock}"
+        )
 
 
 def _check_running(

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from schedkit.bench.engines.requests import new_record
+from schedkit.config import SchedkitConfig
 from schedkit.policy import Policy
 from schedkit.sim.config import SimConfig
 from schedkit.testing.contract import Outcome, Scenario, facade_of
@@ -332,26 +334,48 @@ def _to_client_ids(outcome: Outcome, ids: set[str]) -> None:
     rec.preempted = [client(r) for r in rec.preempted]
 
 
-def contract_engines() -> list[ContractEngine]:
-    """vLLM's schedulers for ``schedkit contract`` (entry point ``schedkit.contract``):
-    the synchronous one, as the CPU engine runs it, step by step as the simulator; the
-    AsyncScheduler under a batch queue of 2, as every GPU runs it, by outcomes."""
+def contract_engines(model: Path | None = None) -> list[ContractEngine]:
+    """vLLM for ``schedkit contract`` (entry point ``schedkit.contract``): the synchronous
+    scheduler, as the CPU engine runs it, step by step as the simulator; the
+    AsyncScheduler under a batch queue of 2, as every GPU runs it; and with ``model`` (a
+    model directory vLLM's CPU engine can run) the real in-process engine, which samples
+    with the model, step by step too."""
+    from schedkit.testing.contract_run import Relaxed, fresh, order_unless_learning_from_reports
+
     from schedkit_vllm import AsyncScheduler, Scheduler
 
-    def sync(scenario: Scenario, policies: Sequence[tuple[str, Policy]]) -> Outcome:
-        return run_vllm(scenario, policies, cls=Scheduler, batch_queue=1)
+    def sync(scenario: Scenario, config: SchedkitConfig) -> Outcome:
+        return run_vllm(scenario, fresh(config), cls=Scheduler, batch_queue=1)
 
-    def overlapped(scenario: Scenario, policies: Sequence[tuple[str, Policy]]) -> Outcome:
-        return run_vllm(scenario, policies, cls=AsyncScheduler, batch_queue=2)
+    def overlapped(scenario: Scenario, config: SchedkitConfig) -> Outcome:
+        return run_vllm(scenario, fresh(config), cls=AsyncScheduler, batch_queue=2)
 
-    return [
-        ContractEngine("vllm", sync),
+    engines = [
+        ContractEngine("vllm", sync, "vllm", same_batches=True),
         ContractEngine(
             "vllm-async",
             overlapped,
-            same_batches=False,
-            differs="the AsyncScheduler schedules a step while the last one runs, so its"
-            " batches are not the simulator's step by step; rejections, finishes and"
-            " outputs are",
+            "vllm",
+            partial={
+                "order_waiting": Relaxed(order_unless_learning_from_reports, "on_step_finished")
+            },
+            note="the AsyncScheduler schedules a step while the last one runs, so its"
+            " batches are not the simulator's step by step (not compared); admissions,"
+            " victims, rejections, finishes and outputs are",
         ),
     ]
+    if model is not None:
+        engines.append(_real_engine(Path(model)))
+    return engines
+
+
+def _real_engine(model: Path) -> ContractEngine:
+    from schedkit.bench.engines.requests import model_info
+    from schedkit.testing.contract_run import fresh
+
+    vocab = model_info(str(model), "vllm").vocab_size
+
+    def real(scenario: Scenario, config: SchedkitConfig) -> Outcome:
+        return run_vllm_engine(scenario, fresh(config), model, vocab_size=vocab)
+
+    return ContractEngine("vllm-engine", real, "vllm", same_batches=True)
