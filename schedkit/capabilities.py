@@ -103,10 +103,15 @@ MATRIX: dict[str, dict[str, Capability]] = {
             " preemption threshold still decides who may be preempted",
         ),
         "lmdeploy": Capability(
-            "full",
+            "partial",
             "a decode step's sequence that cannot grow preempts the victims (LMDeploy alone"
             " preempts that sequence itself), and itself too if they do not free enough;"
-            " recompute only",
+            " recompute only. `needing` is that sequence, which LMDeploy's allocation 16"
+            " tokens ahead picks, and running requests' num_computed_tokens follow its"
+            " prefill turns (new prompts wait for a run of decode steps), so both can differ"
+            " from the simulator's (contract scenario victims: needing v1, computed"
+            " 95/95/79/79; simulator v0, 96/95/94/93) and a policy reading them may choose"
+            " other victims",
         ),
     },
     "select_evictions": {
@@ -142,7 +147,9 @@ MATRIX: dict[str, dict[str, Capability]] = {
         "sim": FULL,
         "vllm": FULL,
         "sglang": Capability("partial", "as select_victims: the decode batch's retraction"),
-        "lmdeploy": FULL,
+        "lmdeploy": Capability(
+            "partial", "as select_victims: needing and computed tokens are LMDeploy's"
+        ),
     },
     "eviction_key": {
         "sim": Capability("full", "every evictable block in key order (no eviction window)"),

@@ -76,6 +76,17 @@ MUTATIONS: dict[str, Callable[[Outcome], object]] = {
     "running undercounted at arrivals": lambda o: setattr(
         o.recorder, "arrivals", [(k, 0) for k, _ in o.recorder.arrivals]
     ),
+    # the real vLLM engine driver's bug (#37): arrival_time in Unix time, clock in steps
+    "arrival times on another clock": lambda o: o.recorder.clocks.update(
+        {k: (1.7e9 + a, c) for k, (a, c) in o.recorder.clocks.items()}
+    ),
+    # the LMDeploy driver's (#37): a request arriving mid-step stamped at the next step
+    "arrival times stamped at the next step": lambda o: o.recorder.clocks.update(
+        {k: (a + 0.005, c + 0.005) for k, (a, c) in o.recorder.clocks.items()}
+    ),
+    "a clock behind an arrival": lambda o: o.recorder.clocks.update(
+        {k: (a, a - 0.01) for k, (a, c) in o.recorder.clocks.items()}
+    ),
 }
 
 

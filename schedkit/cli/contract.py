@@ -48,7 +48,7 @@ def contract(
     from schedkit.testing.contract_run import installed_engines, run_contract
 
     config = config_with_options(policy, options)
-    PolicyFacade.from_config(config)  # a bad selection fails here, with its message
+    implemented = PolicyFacade.from_config(config).implemented  # a bad selection fails here
     if model is not None:
         from schedkit.bench.engines.requests import model_info
 
@@ -72,7 +72,7 @@ def contract(
         found = {r.engine: r for r in rows if r.scenario == s.name}
         table.add_row(s.name, *(_cell(found[e.name]) for e in engines))
     console.print(table)
-    _notes(console, engines, rows)
+    _notes(console, engines, rows, implemented)
     failed = [r for r in rows if not r.ok]
     for r in failed:
         console.print(Text(f"{r.engine}, {r.scenario}: {r.detail}"), style="bold red")
@@ -80,11 +80,26 @@ def contract(
         raise typer.Exit(CONTRACT_FAILED)
 
 
-def _notes(console: Console, engines: list[ContractEngine], rows: list[Row]) -> None:
-    """What differs by design, per engine, and what a partial rule left uncompared."""
+def _notes(
+    console: Console, engines: list[ContractEngine], rows: list[Row], implemented: frozenset[str]
+) -> None:
+    """What differs by design, per engine: its note, the hooks the policy uses that the
+    capability matrix says it honours in part (warned once here, not at every engine
+    start), and what a partial rule left uncompared."""
+    from schedkit.capabilities import differences
+
     for e in engines:
         if e.note:
             console.print(Text(f"{e.name}: {e.note}"), style="dim")
+        partial = [hook for hook, _ in differences(implemented, e.column)]
+        if partial:
+            console.print(
+                Text(
+                    f"{e.name}: the policy uses {', '.join(partial)}, which {e.column} honours"
+                    " only in part (docs/hooks.md, capability matrix)"
+                ),
+                style="yellow",
+            )
     starred = [r for r in rows if r.ok and r.note]
     if starred:
         console.print(Text("kept*: kept, but the matrix lets this differ (not compared):"))

@@ -14,18 +14,11 @@ from typing import Any
 
 import pytest
 from schedkit import PolicyRegistry
-from schedkit.sim.config import SimConfig
-from schedkit.testing.contract import Scenario, check_outcome, run_sim
-from schedkit.workload import TraceRequest
+from schedkit.testing.contract import SCENARIOS, check_outcome, run_sim
 
 from schedkit_lmdeploy.harness.contract import run_lmdeploy
 
-VICTIMS = Scenario(
-    "victims",
-    tuple(TraceRequest(f"v{i}", 0.01 * i, 64, 120, priority=9 if i == 0 else 0) for i in range(4)),
-    SimConfig(num_blocks=12, block_size=32, max_num_seqs=4, max_num_batched_tokens=512),
-    what="decode growth runs KV out twice; v0 has the worst priority",
-)
+VICTIMS = next(s for s in SCENARIOS if s.name == "victims")  # the contract's scenario
 
 
 def chosen(name: str) -> list[Any]:

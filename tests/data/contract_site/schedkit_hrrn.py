@@ -44,3 +44,17 @@ class KeepPriority(Policy):
         self, running: Sequence[RequestView], needing: RequestView, engine: EngineView
     ) -> list[RequestView]:
         return sorted(running, key=lambda r: (-r.priority, -r.arrival_time))
+
+
+class LeastProgress(Policy):
+    """Preempts the running request with the fewest computed tokens first, never the one
+    needing room while another could go: reads ``needing`` and ``num_computed_tokens``."""
+
+    @hookimpl
+    def select_victims(
+        self, running: Sequence[RequestView], needing: RequestView, engine: EngineView
+    ) -> list[RequestView]:
+        def key(r: RequestView) -> tuple[bool, int]:
+            return (r.request_id == needing.request_id, r.num_computed_tokens)
+
+        return sorted(running, key=key)

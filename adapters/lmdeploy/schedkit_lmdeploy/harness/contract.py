@@ -29,9 +29,11 @@ the vLLM driver's ``batch_queue=1``: the contract is checked on that schedule.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from schedkit.bench.engines.requests import output_token_id, prompt_token_ids, request_metadata
+from schedkit.config import SchedkitConfig
 from schedkit.policy import Policy
 from schedkit.testing.contract import Outcome, Scenario, facade_of
 
@@ -48,12 +50,14 @@ __all__ = [
     "build_scheduler",
     "cached_only_blocks",
     "check_blocks",
+    "contract_engines",
     "run_lmdeploy",
 ]
 
 _EPS = 1e-9
 
 if TYPE_CHECKING:
+    from schedkit.testing.contract_run import ContractEngine
     from schedkit.workload import TraceRequest
 
     from schedkit_lmdeploy.runtime import LmdeployRuntime
@@ -271,10 +275,18 @@ class _Replay:
     # -- arrivals ----------------------------------------------------------------------
 
     def arrive(self) -> None:
-        """Add every request whose arrival has come on the engine clock."""
-        while self.traces and self.traces[0][1].arrival_s <= self.clock + _EPS:
+        """Add every request whose arrival has come on the engine clock. LMDeploy stamps
+        a sequence's arrival when it is added: the clock reads the request's arrival
+        time meanwhile (it arrived then, during the step just run), so arrival_time is
+        the scenario's on the clock the policies read, as on every engine."""
+        now = self.clock
+        while self.traces and self.traces[0][1].arrival_s <= now + _EPS:
             index, trace = self.traces.pop(0)
-            self._add(index, trace)
+            self.clock = trace.arrival_s
+            try:
+                self._add(index, trace)
+            finally:
+                self.clock = now
 
     def _add(self, index: int, trace: TraceRequest) -> None:
         """Request ``index`` as a session of its own, its metadata in ``schedkit_meta`` (as
@@ -382,3 +394,53 @@ class _Replay:
         outcome.blocks_leaked = cfg.num_blocks - free - cached_only_blocks(scheduler)
         outcome.policy_errors = self.runtime.policy_errors if self.runtime is not None else 0
         return outcome
+
+
+def contract_engines(model: Path | None = None) -> list[ContractEngine]:
+    """LMDeploy's scheduler for ``schedkit contract`` (entry point ``schedkit.contract``),
+    model-less (``model`` is not used), compared by outcomes: LMDeploy runs prefill and
+    decode as separate forwards. Partial, as the capability matrix says: the admission
+    order among prompts within ``max_prefill_token_num`` only (longer prompts wait for
+    LMDeploy's turn for long work), and none for a policy learning from step reports,
+    which LMDeploy serves in other steps; victims where LMDeploy shows the victim hook
+    the request needing room and the running requests the simulator shows."""
+    from schedkit.testing.contract_run import (
+        Case,
+        ContractEngine,
+        Relaxed,
+        admission_order_of,
+        fresh,
+        order_unless_learning_from_reports,
+        victims_where_shown_alike,
+    )
+
+    def run(scenario: Scenario, config: SchedkitConfig) -> Outcome:
+        return run_lmdeploy(scenario, fresh(config))
+
+    short_first = admission_order_of(
+        _short_prompts, "longer than max_prefill_token_num: they wait for LMDeploy's long turn"
+    )
+
+    def order(case: Case) -> str:
+        if "on_step_finished" in case.implemented:
+            return order_unless_learning_from_reports(case)
+        return short_first(case)
+
+    return [
+        ContractEngine(
+            "lmdeploy",
+            run,
+            "lmdeploy",
+            partial={
+                "order_waiting": Relaxed(order, "order_waiting"),
+                "select_victims": Relaxed(victims_where_shown_alike, "select_victims"),
+            },
+            note="prefill, decode and each chunk of a long prompt are separate forwards,"
+            " so batches are not the simulator's (not compared)",
+        )
+    ]
+
+
+def _short_prompts(scenario: Scenario) -> set[str]:
+    budget = scenario.config.max_num_batched_tokens
+    return {r.request_id for r in scenario.requests if r.prompt_tokens <= budget}
