@@ -64,6 +64,8 @@ lint-vllm:
 test-vllm: browser promtool  # test_dashboard.py draws the dashboard from a real Prometheus
 	adapters/vllm/scripts/make-venv.sh
 	HF_HUB_OFFLINE=1 $(VLLM_VENV)/bin/pytest -q adapters/vllm/tests
+	# every shipped policy's contract test, here on the simulator and vLLM's schedulers
+	HF_HUB_OFFLINE=1 $(VLLM_VENV)/bin/pytest -q $(foreach p,$(PLUGINS),$(dir $(p))tests) -k contract
 
 # The same adapter against the official vLLM 0.33.0 wheel (CUDA build), what GPU users run,
 # in .venv-vllm033 (~3 min, ~9.5 GB, once). Only the model-less suites, selected by name in
@@ -104,3 +106,5 @@ lint-lmdeploy:
 test-lmdeploy:
 	adapters/lmdeploy/scripts/make-venv.sh
 	$(LMDEPLOY_VENV)/bin/pytest -q adapters/lmdeploy/tests
+	# every shipped policy's contract test, here on the simulator and LMDeploy's scheduler
+	$(LMDEPLOY_VENV)/bin/pytest -q $(foreach p,$(PLUGINS),$(dir $(p))tests) -k contract

@@ -69,7 +69,9 @@ MATRIX: dict[str, dict[str, Capability]] = {
             " turns that start one long prompt's first chunk alone, the first long prompt"
             " in the order, while shorter prompts the order puts first wait for the next"
             " turn; the order replaces LMDeploy's own among long prompts (fewest chunks"
-            " first, aged) as it replaces shortest first among the others",
+            " first, aged) as it replaces shortest first among the others. Prefill and"
+            " decode are separate forwards, so waits and step reports come at another"
+            " pace than on the simulator: an order by waits or by tokens served may differ",
         ),
     },
     "plan_batch": {

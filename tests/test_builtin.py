@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from schedkit import EngineState, PolicyFacade, RequestState, RequestView
-from schedkit.plugins import implemented_hooks
+from schedkit.plugins import BUILTINS, implemented_hooks
 from schedkit.policies.builtin import FCFS, PriorityPolicy
+from schedkit.testing.pytest_plugin import ContractCheck
 
 
 def requests(*specs: tuple[int, float]) -> list[RequestState]:
@@ -101,3 +103,10 @@ def test_priority_victims_match_reference(
     victims = priority_facade().select_victims(running, needing, engine)
     assert victims is not None
     assert [id(r) for r in victims] == [id(r) for r in reference_victims(running)]
+
+
+@pytest.mark.parametrize("name", sorted(BUILTINS))
+def test_builtin_keeps_the_contract(name: str, schedkit_contract: ContractCheck) -> None:
+    """On every engine installed here (the simulator, in this environment)."""
+    rows = schedkit_contract(name)
+    assert {r.engine for r in rows} >= {"sim"} and all(r.ok for r in rows)

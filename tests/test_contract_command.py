@@ -56,12 +56,13 @@ def broken(model):
 """
 
 
-def _engine_site(root: Path) -> Path:
+def _engine_site(root: Path, broken: bool = True) -> Path:
     dist = root / "schedkit_narrow-1.0.dist-info"
     dist.mkdir(parents=True)
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: schedkit-narrow\nVersion: 1.0\n")
     (dist / "entry_points.txt").write_text(
-        "[schedkit.contract]\nnarrow = narrow_engine:engines\nbroken = narrow_engine:broken\n"
+        "[schedkit.contract]\nnarrow = narrow_engine:engines\n"
+        + ("broken = narrow_engine:broken\n" if broken else "")
     )
     (root / "narrow_engine.py").write_text(textwrap.dedent(ENGINE))
     return root
@@ -96,3 +97,50 @@ def test_bad_input_is_refused_with_a_clear_error() -> None:
         assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
         assert message in " ".join(proc.stderr.split()), (args, proc.stderr)
         assert "Traceback" not in proc.stderr
+
+
+AUTHOR_TEST = """
+from schedkit.testing import contract_test
+
+test_hrrn = contract_test("hrrn+keep-priority", {"hrrn": {"max_prompt_tokens": 300}})
+
+def test_rows(schedkit_contract):
+    rows = schedkit_contract("hrrn+least-progress", scenarios=["victims"])
+    assert [(r.scenario, r.engine) for r in rows][:1] == [("victims", "sim")]
+"""
+
+
+def author_suite(tmp_path: Path, site: Path | None) -> subprocess.CompletedProcess[str]:
+    """An author's test file using the fixture, run by pytest as the author runs it."""
+    tmp_path.mkdir(exist_ok=True)
+    (tmp_path / "test_author.py").write_text(AUTHOR_TEST)
+    paths = [str(SITE), *([str(site)] if site else []), os.environ.get("PYTHONPATH", "")]
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(paths)},
+    )
+
+
+def test_the_fixture_runs_an_authors_policy_through_the_contract(tmp_path: Path) -> None:
+    proc = author_suite(tmp_path, None)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "2 passed" in proc.stdout
+
+
+def test_the_fixture_fails_listing_every_difference(tmp_path: Path) -> None:
+    proc = author_suite(tmp_path / "a", _engine_site(tmp_path / "narrow", broken=False))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "the contract failed:" in proc.stdout
+    assert "narrow, arrival-order: plan_batch: step 0 differs" in proc.stdout
+    assert "narrow, victims: plan_batch: step 1 differs" in proc.stdout  # the second test
+
+
+def test_the_fixture_fails_loudly_when_an_installed_engine_cannot_load(tmp_path: Path) -> None:
+    proc = author_suite(tmp_path / "a", _engine_site(tmp_path / "both"))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "contract engines installed here that cannot load" in proc.stdout
+    assert "broken: ModuleNotFoundError" in proc.stdout

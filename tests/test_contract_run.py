@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from schedkit import EngineView, Policy, PolicyFacade, RequestView, hookimpl
+from schedkit import EngineView, Policy, PolicyFacade, RequestView, hookimpl, load_config
 from schedkit.testing.contract import SCENARIOS, Outcome, Scenario, run_sim
 from schedkit.testing.contract_run import (
     SIM,
@@ -19,6 +19,8 @@ from schedkit.testing.contract_run import (
     assert_contract,
     judge,
     order_unless_learning_from_reports,
+    order_unless_time_bound,
+    same_admission_order,
     same_victims,
     victims_where_shown_alike,
 )
@@ -79,7 +81,7 @@ def test_the_partial_victim_rule_compares_calls_shown_alike_and_names_the_others
     assert victims_where_shown_alike(c) == ""
     step = next(i for i, p in enumerate(c.other.preempted) if p)
     c.other.preempted[step] = ["v9"]
-    with pytest.raises(AssertionError, match="victim call 0 .shown as on sim. preempted"):
+    with pytest.raises(AssertionError, match=r"victim call 0 \(shown as on sim\) preempted"):
         victims_where_shown_alike(c)
     _, running = c.other.recorder.victim_calls[0]
     c.other.recorder.victim_calls[0] = ("v1", running)  # shown otherwise: not compared
@@ -137,3 +139,33 @@ def test_assert_contract_fails_listing_every_difference() -> None:
     assert [r.ok for r in rows] == [True, True]
     with pytest.raises(AssertionError, match="narrow, arrival-order: plan_batch: step 0 differs"):
         assert_contract({"policy": ["fcfs"]}, [SIM, engine], SCENARIOS[:2])
+
+
+def test_a_policy_reading_waits_is_told_from_one_that_does_not() -> None:
+    from schedkit.testing.contract_run import _PACES, _decisions, _paced, _sim
+
+    waits = next(s for s in SCENARIOS if s.name == "arrival-waits")
+
+    def bound(policy: str, options: dict[str, object] | None = None) -> bool:
+        config = load_config({"policy": [policy], "options": {policy: options or {}}})
+        decided = _decisions(_sim(waits, config))
+        return any(_decisions(_sim(_paced(waits, f), config)) != decided for f in _PACES)
+
+    assert not bound("fcfs") and not bound("shortest-prompt") and not bound("lcf")
+    assert bound("shortest-prompt", {"max_wait_s": 0.05})  # the overdue go first
+
+
+def test_the_order_of_a_time_bound_policy_may_differ_on_an_engine_paced_otherwise() -> None:
+    staggered = next(s for s in SCENARIOS if s.name == "staggered")
+    c = case(staggered, LeastProgress())
+    c.other.admitted[3], c.other.admitted[4] = c.other.admitted[4], c.other.admitted[3]
+    rule = order_unless_time_bound(same_admission_order, "its clock runs per forward")
+    with pytest.raises(AssertionError, match="admission order"):
+        rule(c)
+    bound = Case(c.scenario, c.sim, c.other, c.implemented, time_bound=True)
+    assert rule(bound).endswith(
+        "the policy reads waits or deadlines, and its clock runs per forward"
+    )
+    bound.other.admitted.pop()
+    with pytest.raises(AssertionError, match="admitted"):
+        rule(bound)

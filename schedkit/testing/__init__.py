@@ -33,6 +33,10 @@ and that both runs decide alike: this is what exercises policies that keep count
 A failure raises ``ConformanceError`` (an ``AssertionError``) naming the policy, the
 hook and the state, with the seed that reproduces it (``check_policy(..., seed=N)``).
 Needs ``hypothesis`` (``pip install 'schedkit[test]'``), imported only when a check runs.
+
+The contract on engines (``schedkit contract``) is here too: ``contract_test("my-policy",
+options)`` or the ``schedkit_contract`` fixture (:mod:`schedkit.testing.pytest_plugin`)
+run a policy through every contract scenario on the simulator and every engine installed.
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ from schedkit.testing._sequence import _check_sequence
 from schedkit.testing._strategies import _check_hook
 from schedkit.testing._subject import ConformanceError, _Subject
 
-__all__ = ["ConformanceError", "check_policy", "conformance_test"]
+__all__ = ["ConformanceError", "check_policy", "conformance_test", "contract_test"]
 
 
 def check_policy(
@@ -100,6 +104,24 @@ else:
     def schedkit_conformance() -> Callable[..., None]:
         """``schedkit.testing.check_policy``, as a fixture."""
         return check_policy
+
+    # the contract on every engine installed here (schedkit.testing.pytest_plugin)
+    from schedkit.testing.pytest_plugin import pytest_addoption as pytest_addoption
+    from schedkit.testing.pytest_plugin import schedkit_contract as schedkit_contract
+
+
+def contract_test(
+    policy: str, options: Mapping[str, Mapping[str, Any]] | None = None
+) -> Callable[..., None]:
+    """A pytest test function running ``policy`` (a name, a composition or a config
+    file) with ``options`` through the contract on every engine installed here, as
+    ``schedkit contract`` does: ``test_contract = contract_test("my-policy", {...})``."""
+
+    def test_contract(schedkit_contract: Callable[..., object]) -> None:
+        schedkit_contract(policy, options)
+
+    test_contract.__doc__ = f"{policy!r} keeps the contract on every engine installed here."
+    return test_contract
 
 
 def _require_hypothesis() -> None:

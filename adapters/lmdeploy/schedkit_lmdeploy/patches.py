@@ -175,8 +175,9 @@ def _add_sequence(stock: Callable[..., Any]) -> Callable[..., Any]:
 
 def _reorder(stock: Callable[..., Any]) -> Callable[..., Any]:
     def reorder(self: Any, waiting: list[Any], turn_policy: Any) -> list[Any]:
-        """LMDeploy's lanes, in the policy's order. The policy orders the queue (by
-        arrival when it gets it) once per turn; on a turn reserved for long work
+        """LMDeploy's lanes, in the policy's order. The policy orders the queue (in the
+        order it last returned, then by arrival, as vLLM and the simulator keep their
+        queues) once per turn; on a turn reserved for long work
         (``prefers_long_prefill`` with a long prompt waiting) the first long prompt in
         the policy's order goes first, as LMDeploy puts its own choice first, then the
         others and the other long prompts, each in the policy's order. On the other
@@ -190,7 +191,7 @@ def _reorder(stock: Callable[..., Any]) -> Callable[..., Any]:
             return order
         loaded = self.prefill_scheduler.load_coordinator.is_remote_ready
         first = [seq for seq in order if loaded(seq)]
-        rest = sorted((seq for seq in order if not loaded(seq)), key=lambda s: s.arrive_time)
+        rest = sorted((seq for seq in order if not loaded(seq)), key=runtime.queue_order)
         ranked = runtime.order(rest)
         if ranked is None:
             return order

@@ -54,6 +54,7 @@ class LmdeployRuntime(AdapterRuntime):
         # seq_id -> (sequence, trie nodes of its last match), not counted as hits yet
         self._matched: dict[int, tuple[Any, list[Any]]] = {}
         self._views: dict[int, LmdeployRequestView] = {}  # seq_id -> its turn's view
+        self._rank: dict[int, int] = {}  # seq_id -> place in the policy's last order
         self.nodes = NodeStates()  # LMDeploy's objects get no attribute of ours
 
     # -- requests -------------------------------------------------------------------
@@ -98,7 +99,15 @@ class LmdeployRuntime(AdapterRuntime):
         self.timed("order_waiting", started, order is not None)
         if order is None:
             return None
-        return [cast(LmdeployRequestView, v).seq for v in order]
+        ranked = [cast(LmdeployRequestView, v).seq for v in order]
+        self._rank = {seq.seq_id: i for i, seq in enumerate(ranked)}
+        return ranked
+
+    def queue_order(self, seq: Any) -> tuple[int, float]:
+        """Where ``seq`` stands in the queue the policy is shown (the engine's current
+        order, as vLLM and the simulator keep it): the order the policy last returned,
+        then the requests that joined since, by arrival."""
+        return self._rank.get(seq.seq_id, len(self._rank)), float(seq.arrive_time)
 
     def plan(self) -> BatchBudget | None:
         """This prefill turn's budget when the policy changes LMDeploy's, else None:

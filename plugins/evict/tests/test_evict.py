@@ -23,7 +23,7 @@ from schedkit import (
     load_config,
 )
 from schedkit.errors import PolicyConfigError
-from schedkit.testing import conformance_test
+from schedkit.testing import conformance_test, contract_test
 
 from schedkit_evict import LeastFrequentlyUsed, PrefixAware, QueuedPrefixAware, SegmentedLRU
 
@@ -297,3 +297,11 @@ def test_cli_lists_all_four() -> None:
         "promote_hits",
         "protect_s",
     }
+
+
+# The contract on every engine installed here (schedkit contract); composed with an
+# ordering policy, as a deployment would run them.
+test_contract_lfu = contract_test("lfu")
+test_contract_slru = contract_test("slru")
+test_contract_prefix_aware = contract_test("prefix-aware+sjf")
+test_contract_prefix_aware_queued = contract_test("prefix-aware-queued")

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from schedkit import EngineState, PolicyFacade, PolicyRegistry, RequestState, load_config
 from schedkit.errors import PolicyConfigError
 from schedkit.plugins import implemented_hooks
-from schedkit.testing import conformance_test
+from schedkit.testing import conformance_test, contract_test
 
 from schedkit_example import ShortestPromptFirst
 
@@ -134,3 +134,9 @@ def test_cli_lists_it_with_its_hooks_and_options() -> None:
     assert entry["distribution"] == "schedkit-example"
     assert entry["hooks"] == implemented_hooks(ShortestPromptFirst) == ["order_waiting"]
     assert "max_wait_s" in entry["options_schema"]["properties"]
+
+
+# The contract on every engine installed here, as `schedkit contract` runs it: alone, with
+# options, and composed with a victim policy.
+test_contract = contract_test(NAME)
+test_contract_with_max_wait = contract_test(f"{NAME}+lcf", {NAME: {"max_wait_s": 0.05}})

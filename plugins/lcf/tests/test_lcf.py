@@ -17,7 +17,7 @@ from schedkit.sim.config import SimConfig
 from schedkit.sim.cost.model import LinearCostModel
 from schedkit.sim.engine import SimEngine
 from schedkit.sim.request import SimRequest
-from schedkit.testing import conformance_test
+from schedkit.testing import conformance_test, contract_test
 from schedkit.workload import TraceRequest
 
 from schedkit_lcf import LeastComputedFirst
@@ -159,3 +159,6 @@ def test_takes_no_options() -> None:
 # --- the conformance kit ------------------------------------------------------------
 
 test_conformance = conformance_test(NAME, max_examples=150)
+
+
+test_contract = contract_test(NAME)  # on every engine installed here

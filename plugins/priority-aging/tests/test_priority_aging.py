@@ -17,7 +17,7 @@ from schedkit.records import RunResult
 from schedkit.sim.config import SimConfig
 from schedkit.sim.cost.model import LinearCostModel
 from schedkit.sim.engine import SimEngine
-from schedkit.testing import conformance_test
+from schedkit.testing import conformance_test, contract_test
 from schedkit.workload import TraceRequest
 
 from schedkit_priority_aging import PriorityAging, effective_priority
@@ -200,3 +200,7 @@ def test_unknown_option_is_rejected() -> None:
 
 test_conformance = conformance_test(NAME, max_examples=100)
 test_conformance_fast_aging = conformance_test(NAME, {"aging_rate": 1000}, max_examples=100)
+
+
+test_contract = contract_test(NAME)  # on every engine installed here
+test_contract_fast_aging = contract_test(NAME, {NAME: {"aging_rate": 1000}})

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from schedkit import EngineState, PolicyFacade, ReplicaState, RequestState
-from schedkit.testing import conformance_test
+from schedkit.testing import conformance_test, contract_test
 
 from schedkit_route import PrefixAffinity, scores
 
@@ -56,3 +56,6 @@ def test_on_a_cluster_it_hits_the_prefix_cache_more_than_round_robin() -> None:
     rr, pa = (run_on_sim(bench, i, 1.0) for i in range(2))
     assert sum(rr.routed) == sum(pa.routed) == 1500
     assert pa.prefix_hit_tokens > 1.2 * rr.prefix_hit_tokens
+
+
+test_contract = contract_test("prefix-affinity")  # on every engine installed here

@@ -19,7 +19,7 @@ from schedkit import (
 )
 from schedkit.errors import PolicyConfigError
 from schedkit.plugins import implemented_hooks
-from schedkit.testing import conformance_test
+from schedkit.testing import conformance_test, contract_test
 
 from schedkit_sjf import LearnedPredictor, OraclePredictor, ShortestPredictedJobFirst
 
@@ -214,3 +214,7 @@ def test_cli_lists_it_with_its_hooks_and_options() -> None:
         "min_samples",
         "max_tenants",
     }
+
+
+test_contract = contract_test(NAME)  # on every engine installed here
+test_contract_oracle = contract_test(NAME, {NAME: {"predictor": "oracle"}})

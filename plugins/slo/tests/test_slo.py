@@ -23,7 +23,7 @@ from schedkit import (
 )
 from schedkit.errors import PolicyConfigError
 from schedkit.plugins import implemented_hooks
-from schedkit.testing import conformance_test
+from schedkit.testing import conformance_test, contract_test
 
 from schedkit_slo import DeadlineAware
 
@@ -291,3 +291,6 @@ def test_cli_lists_it_with_its_hooks_and_options() -> None:
     assert entry["distribution"] == "schedkit-slo"
     assert entry["hooks"] == implemented_hooks(DeadlineAware)
     assert "prefill_tokens_per_s" in entry["options_schema"]["properties"]
+
+
+test_contract = contract_test(NAME)  # on every engine installed here

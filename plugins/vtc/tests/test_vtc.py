@@ -26,7 +26,7 @@ from schedkit.records import RunResult
 from schedkit.sim.config import SimConfig
 from schedkit.sim.cost.model import LinearCostModel
 from schedkit.sim.engine import SimEngine
-from schedkit.testing import conformance_test
+from schedkit.testing import conformance_test, contract_test
 from schedkit.workload import TraceRequest
 
 from schedkit_vtc import VirtualTokenCounter, token_cost
@@ -371,3 +371,6 @@ test_conformance_weighted = conformance_test(
     {"weights": {"tenant-a": 3.0, "default": 0.5}, "input_weight": 0.0, "output_weight": 1.0},
     max_examples=100,
 )
+
+
+test_contract = contract_test("vtc")  # on every engine installed here

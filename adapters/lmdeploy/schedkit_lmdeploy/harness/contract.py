@@ -401,16 +401,16 @@ def contract_engines(model: Path | None = None) -> list[ContractEngine]:
     model-less (``model`` is not used), compared by outcomes: LMDeploy runs prefill and
     decode as separate forwards. Partial, as the capability matrix says: the admission
     order among prompts within ``max_prefill_token_num`` only (longer prompts wait for
-    LMDeploy's turn for long work), and none for a policy learning from step reports,
-    which LMDeploy serves in other steps; victims where LMDeploy shows the victim hook
-    the request needing room and the running requests the simulator shows."""
+    LMDeploy's turn for long work), and not where it differs for a policy reading waits
+    or learning from step reports (LMDeploy's clock runs per forward); victims where
+    LMDeploy shows the victim hook the request needing room and the running requests the
+    simulator shows."""
     from schedkit.testing.contract_run import (
-        Case,
         ContractEngine,
         Relaxed,
         admission_order_of,
         fresh,
-        order_unless_learning_from_reports,
+        order_unless_time_bound,
         victims_where_shown_alike,
     )
 
@@ -420,11 +420,10 @@ def contract_engines(model: Path | None = None) -> list[ContractEngine]:
     short_first = admission_order_of(
         _short_prompts, "longer than max_prefill_token_num: they wait for LMDeploy's long turn"
     )
-
-    def order(case: Case) -> str:
-        if "on_step_finished" in case.implemented:
-            return order_unless_learning_from_reports(case)
-        return short_first(case)
+    order = order_unless_time_bound(
+        short_first,
+        "LMDeploy's clock and step reports advance per forward, prefill and decode apart",
+    )
 
     return [
         ContractEngine(
