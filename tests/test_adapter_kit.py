@@ -16,7 +16,7 @@ from schedkit.adapter import (
     parse_metadata,
     parse_priority,
 )
-from schedkit.adapter.metadata_view import MetadataView
+from schedkit.adapter.metadata_view import FROZEN_FIELDS, MetadataView
 from schedkit.adapter.runtime import report_of
 from schedkit.seal import SEAL_KEY, Seal
 from schedkit.trust import TrustConfig
@@ -171,3 +171,65 @@ def test_metadata_view_treats_unsealed_metadata_as_a_claim_when_the_edge_has_a_k
     assert (claimed.tenant, claimed.slo_ttft_ms, claimed.priority) == ("default", None, 0)
     sealed = _View({**fields, SEAL_KEY: seal.sign(fields)}, 7, trust, seal)
     assert (sealed.tenant, sealed.slo_ttft_ms, sealed.priority) == ("gold", 100.0, -3)
+
+
+class _LiveView(_View):
+    """Every RequestView field read live from ``state``, as an engine's view reads its
+    request (which the engine may clear or reuse once the request finished)."""
+
+    __slots__ = ("state",)
+
+    def __init__(self, state: dict[str, object]) -> None:
+        super().__init__({"tenant": "acme"}, 1, TrustConfig(), None)
+        self.state = state
+
+    request_id = property(lambda self: "r1")
+    arrival_time = property(lambda self: self.state["arrival_time"])
+    num_prompt_tokens = property(lambda self: self.state["num_prompt_tokens"])
+    num_cached_tokens = property(lambda self: self.state["num_cached_tokens"])
+    num_computed_tokens = property(lambda self: self.state["num_computed_tokens"])
+    num_output_tokens = property(lambda self: self.state["num_output_tokens"])
+    max_tokens = property(lambda self: self.state["max_tokens"])
+    num_preemptions = property(lambda self: self.state["num_preemptions"])
+    block_hashes = property(lambda self: self.state["block_hashes"])
+
+
+def _live_state() -> dict[str, object]:
+    return {
+        "arrival_time": 1.5,
+        "num_prompt_tokens": 64,
+        "num_cached_tokens": 32,
+        "num_computed_tokens": 67,
+        "num_output_tokens": 3,
+        "max_tokens": 8,
+        "num_preemptions": 1,
+        "block_hashes": [11, 12],
+    }
+
+
+def test_a_frozen_view_reads_its_last_state_after_the_engine_clears_the_request() -> None:
+    state = _live_state()
+    view, live = _LiveView(state), _LiveView(_live_state())
+    before = {name: getattr(view, name) for name in FROZEN_FIELDS}
+    view.freeze()
+    state.update(num_computed_tokens=0, block_hashes=[], num_output_tokens=0)  # reused
+    view.field = 9  # and its priority field
+    assert {name: getattr(view, name) for name in FROZEN_FIELDS} == {
+        **before,
+        "block_hashes": (11, 12),
+    }
+    assert isinstance(view, _LiveView) and type(view).__name__ == "Frozen_LiveView"
+    assert (view.request_id, view.tenant) == ("r1", "acme")
+    view.freeze()  # once is enough: a second call changes nothing
+    assert view.num_computed_tokens == 67
+    live.state["num_computed_tokens"] = 5  # a view not frozen stays live
+    assert live.num_computed_tokens == 5 and type(live) is _LiveView
+
+
+def test_the_runtime_freezes_a_finished_requests_view_when_a_policy_could_keep_it() -> None:
+    engine = EngineState(kv_blocks_total=8, block_size=16)
+    for policies, frozen in (([], False), ([("p", scripted(order_waiting=None))], True)):
+        runtime = AdapterRuntime(PolicyFacade(policies), engine)
+        view = _LiveView(_live_state())
+        runtime.request_finished(view, "length")
+        assert (type(view).__name__ == "Frozen_LiveView") is frozen

@@ -7,14 +7,37 @@ Every engine carries a request's schedkit metadata in a mapping of its own (vLLM
 from the engine's own field, all within the server's ``TrustConfig`` bounds. With an edge
 key (``schedkit.seal``) only metadata the edge sealed is the operator's; anything else is
 a client's claim, read as ``TrustConfig.bound`` reads one.
+
+A view kept after its request finished reads the request's last state (docs/hooks.md):
+the adapter kit's runtime calls ``freeze`` once the finish observers have run, and the
+engine may then free or reuse what the view read.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from schedkit.seal import Seal
 from schedkit.trust import TrustConfig
 
-__all__ = ["MetadataView"]
+__all__ = ["FROZEN_FIELDS", "MetadataView"]
+
+FROZEN_FIELDS = (
+    "priority",
+    "arrival_time",
+    "num_prompt_tokens",
+    "num_cached_tokens",
+    "num_computed_tokens",
+    "num_output_tokens",
+    "max_tokens",
+    "num_preemptions",
+    "block_hashes",
+)
+"""The RequestView fields an engine may change or clear once a request has finished
+(``request_id``, ``tenant`` and the SLO targets never change)."""
+
+_FROZEN_CLASSES: dict[type, type] = {}
 
 
 class MetadataView:
@@ -27,13 +50,14 @@ class MetadataView:
     given" overrides ``_bound_priority``.
     """
 
-    __slots__ = ("_slo_tpot_ms", "_slo_ttft_ms", "_tenant", "_trust", "_vouched")
+    __slots__ = ("_frozen", "_slo_tpot_ms", "_slo_ttft_ms", "_tenant", "_trust", "_vouched")
 
     _tenant: str
     _slo_ttft_ms: float | None
     _slo_tpot_ms: float | None
     _trust: TrustConfig
     _vouched: bool
+    _frozen: dict[str, Any]
 
     def _read_metadata(self, fields: object, trust: TrustConfig, seal: Seal | None) -> None:
         """Read ``fields`` (the request's metadata mapping; anything else counts as none)
@@ -72,3 +96,32 @@ class MetadataView:
         """``claimed`` within ``trust``'s bounds for this request's tenant (a tenant's tier
         wins; an unvouched claim counts only where ``priority_from_body`` allows)."""
         return self._trust.bound_priority(claimed, self._tenant, vouched=self._vouched)
+
+    def freeze(self) -> None:
+        """The request finished: from now on the view reads the values it has now, on
+        every engine (its class becomes a frozen subclass, so live views pay nothing)."""
+        cls = type(self)
+        if cls in _FROZEN_CLASSES.values():
+            return
+        values = {name: getattr(self, name) for name in FROZEN_FIELDS}
+        values["block_hashes"] = tuple(values["block_hashes"])
+        self._frozen = values
+        self.__class__ = _frozen_class(cls)
+
+
+def _frozen_class(cls: type) -> type:
+    """``cls`` with the fields of ``FROZEN_FIELDS`` read from ``_frozen``."""
+    frozen = _FROZEN_CLASSES.get(cls)
+    if frozen is None:
+        namespace: dict[str, object] = {"__slots__": ()}
+        for name in FROZEN_FIELDS:
+            namespace[name] = property(_reader(name))
+        frozen = _FROZEN_CLASSES[cls] = type(f"Frozen{cls.__name__}", (cls,), namespace)
+    return frozen
+
+
+def _reader(name: str) -> Callable[[MetadataView], object]:
+    def read(view: MetadataView) -> object:
+        return view._frozen[name]
+
+    return read

@@ -138,6 +138,10 @@ class AdapterRuntime:
             started = time.perf_counter()
             self.facade.request_finished(view, reason, self.engine)
             self.timed("on_request_finished", started, False)
+        if self.facade.implemented:  # a policy may keep the view: it reads the last state
+            freeze = getattr(view, "freeze", None)
+            if freeze is not None:
+                freeze()
 
     # -- metrics --------------------------------------------------------------------
 

@@ -161,7 +161,14 @@ class SimEngine(DecodeStretches):
         rej[reason] = rej.get(reason, 0) + 1
         if self.facade.has_finish_observer:
             self.facade.request_finished(req, "rejected", self.view)
-        req._block_hashes = ()
+        self._left(req)
+
+    def _left(self, req: SimRequest) -> None:
+        """``req`` finished. A policy may keep its view and read it later: it reads the
+        request's last state (docs/hooks.md), hashes included; with no policy hook, the
+        hashes go (the run keeps every request)."""
+        if not self.facade.implemented:
+            req._block_hashes = ()
 
     # -- one step -------------------------------------------------------------------
 
@@ -397,7 +404,7 @@ class SimEngine(DecodeStretches):
             rec.output_tokens = req._num_output_tokens
             if self.facade.has_finish_observer:
                 self.facade.request_finished(req, "length", self.view)
-            req._block_hashes = ()
+            self._left(req)
 
     def _observe(self, report: StepReport) -> None:
         self.facade.step_finished(report, self.view)

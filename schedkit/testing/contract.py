@@ -257,12 +257,18 @@ class ContractRecorder(Policy):
         # per select_victims call: the request needing room, and each running request
         # with its computed tokens (the facade's watch, set by facade_of)
         self.victim_calls: list[tuple[str, list[tuple[str, int]]]] = []
+        # views kept from arrival, read again at every step report once their request
+        # finished: each must read as it did at its finish (docs/hooks.md)
+        self._kept: dict[str, RequestView] = {}
+        self._at_finish: dict[str, tuple[Any, ...]] = {}
+        self.drifted: list[str] = []  # "<request>: <field> <at finish> -> <later>"
 
     @hookimpl
     def on_request_arrived(self, request: RequestView, engine: EngineView) -> None:
         self.arrived[request.request_id] += 1
         self.arrivals.append((len(self.steps), engine.num_running))
         self.clocks[request.request_id] = (request.arrival_time, engine.clock)
+        self._kept[request.request_id] = request
 
     @hookimpl
     def on_step_finished(self, report: StepReport, engine: EngineView) -> None:
@@ -271,10 +277,24 @@ class ContractRecorder(Policy):
             self.reported[request.request_id] += tokens
         self.preempted.extend(r.request_id for r in report.preempted)
         self.steps.append(([r.request_id for r in report.scheduled], engine.num_running))
+        self._check_kept()
 
     @hookimpl
     def on_request_finished(self, request: RequestView, reason: str) -> None:
         self.finished.setdefault(request.request_id, []).append(reason)
+        kept = self._kept.get(request.request_id)
+        if kept is not None:
+            self._at_finish[request.request_id] = _last_state(kept)
+
+    def _check_kept(self) -> None:
+        """Each finished request's kept view reads as it did at its finish."""
+        for rid, then in list(self._at_finish.items()):
+            now = _last_state(self._kept[rid])
+            if now != then:
+                changed = next(i for i, (a, b) in enumerate(zip(then, now, strict=True)) if a != b)
+                field = _KEPT_FIELDS[changed]
+                self.drifted.append(f"{rid}: {field} {then[changed]!r} -> {now[changed]!r}")
+                del self._at_finish[rid]  # once per request
 
     def watch(self, hook: str, args: tuple[Any, ...]) -> None:
         """What the engine showed the policies' victim hook (``PolicyFacade.watch``)."""
@@ -282,6 +302,37 @@ class ContractRecorder(Policy):
             running, needing, _ = args
             shown = [(r.request_id, r.num_computed_tokens) for r in running]
             self.victim_calls.append((needing.request_id, shown))
+
+
+_KEPT_FIELDS = (
+    "request_id",
+    "tenant",
+    "priority",
+    "arrival_time",
+    "num_prompt_tokens",
+    "num_cached_tokens",
+    "num_computed_tokens",
+    "num_output_tokens",
+    "max_tokens",
+    "slo_ttft_ms",
+    "slo_tpot_ms",
+    "num_preemptions",
+    "block_hashes",
+)
+
+
+def _last_state(view: RequestView) -> tuple[Any, ...]:
+    """Every field of ``view``, read now (a read that raises reads as its error)."""
+    values: list[Any] = []
+    for name in _KEPT_FIELDS:
+        try:
+            value = getattr(view, name)
+        except Exception as exc:
+            value = f"raised {type(exc).__name__}"
+        values.append(
+            tuple(value) if name == "block_hashes" and not isinstance(value, str) else value
+        )
+    return tuple(values)
 
 
 class Flaky(Policy):
@@ -445,6 +496,10 @@ def check_outcome(scenario: Scenario, outcome: Outcome, aborted: Sequence[str] =
     )
     _check_running(rec.steps, rec.arrivals, where, set(aborted))
     _check_clocks(scenario, rec.clocks, where)
+    assert not rec.drifted, (
+        f"{where}: a view kept after its request finished changed: {rec.drifted[0]}"
+        " (it must read the request's last state)"
+    )
     assert outcome.blocks_leaked == 0, f"{where}: {outcome.blocks_leaked} KV blocks leaked"
 
 

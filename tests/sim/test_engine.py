@@ -548,7 +548,8 @@ def run_checking_hashes(requests: list[TraceRequest], config: SimConfig) -> Wait
     eng = engine(requests, config, [("hashes", policy)])
     policy.eng = eng
     eng.run()
-    assert all(not r.block_hashes for r in eng.pending)  # emptied when requests leave
+    # a finished request's view keeps reading its last state, hashes included (the
+    # contract suite checks every field on every engine: check_outcome)
     return policy
 
 
@@ -828,3 +829,13 @@ def test_unmixed_prefill_runs_alone_ahead_of_decode(mixed: bool) -> None:
     assert all(p == 0 or d == 0 for p, d in steps) is (not mixed)
     r0 = by_id(result)["r0"]
     assert r0.finish_s == pytest.approx(0.01 * (20 + (0 if mixed else 1)))
+
+
+def test_finished_requests_drop_their_hashes_when_no_policy_could_keep_them() -> None:
+    requests = [req("a", 0.0, 256, 2, hash_ids=(1, 2, 3, 4))]
+    bare = engine(requests, HASHED, [])
+    bare.run()
+    assert [r.block_hashes for r in bare.pending] == [()]
+    kept = run_checking_hashes(requests, HASHED).eng
+    assert kept is not None
+    assert [len(r.block_hashes) for r in kept.pending] == [256 // HASHED.block_size]
