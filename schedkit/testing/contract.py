@@ -509,6 +509,7 @@ def _check_clocks(scenario: Scenario, clocks: dict[str, tuple[float, float]], wh
     time, and no later than the clock when the policies are told of it. A wait
     (``clock - arrival_time``) is then never negative, on any engine."""
     for r in scenario.requests:
+        assert r.request_id in clocks, f"{where}: {r.request_id}'s arrival not observed"
         arrival, clock = clocks[r.request_id]
         assert abs(arrival - r.arrival_s) <= 1e-6, (
             f"{where}: {r.request_id}'s arrival_time is {arrival}, the scenario's is"

@@ -415,6 +415,8 @@ def judge(case: Case, engine: ContractEngine) -> Row:
                     notes.append(f"{entry}: {said}")
     except AssertionError as exc:
         return Row(scenario.name, engine.name, False, str(exc).split("\n")[0])
+    except Exception as exc:  # a driver's outcome the checks could not read: say so
+        return Row(scenario.name, engine.name, False, f"{type(exc).__name__}: {exc}")
     return Row(scenario.name, engine.name, True, note="; ".join(notes))
 
 

@@ -332,6 +332,12 @@ def _to_client_ids(outcome: Outcome, ids: set[str]) -> None:
             counter[client(k)] += v
     rec.finished = {client(k): v for k, v in rec.finished.items()}
     rec.preempted = [client(r) for r in rec.preempted]
+    rec.clocks = {client(k): v for k, v in rec.clocks.items()}
+    rec.victim_calls = [
+        (client(needing), [(client(r), n) for r, n in running])
+        for needing, running in rec.victim_calls
+    ]
+    rec.drifted = [f"{client(d.partition(':')[0])}:{d.partition(':')[2]}" for d in rec.drifted]
 
 
 def contract_engines(model: Path | None = None) -> list[ContractEngine]:
