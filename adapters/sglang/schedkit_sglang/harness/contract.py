@@ -25,7 +25,8 @@ length with ``ignore_eos``, tenant and SLO targets in ``custom_params`` and SGLa
 The policies run in SGLang's scheduler process, so they are selected by name
 (``SCHEDKIT_POLICY``, ``SCHEDKIT_OPTIONS``) with ``contract-recorder`` (the suite's
 ``ContractRecorder``) appended last, and what the engine did is recorded there too, by
-the ``schedkit_contract`` SGLang plugin of this module. Both come from a site directory
+the driver's ``schedkit_contract`` SGLang plugin (``harness.contract_plugin``), which
+also shows the recorder what the victim hook is shown. Both come from a site directory
 the driver puts on the path for the engine's processes (spawned processes take
 ``sys.path`` from this one); ``contract-flaky`` (the suite's ``Flaky``) is installed
 there as well. After the replay the driver reads everything back through SGLang's
@@ -60,6 +61,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import functools
 import gc
 import json
 import logging
@@ -70,39 +72,34 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from schedkit.testing.contract import ContractRecorder, Outcome, Scenario
+from schedkit.testing.contract import Outcome, Scenario
+
+from schedkit_sglang.harness.contract_plugin import CONTRACT_VAR, RECORDER, STATE_KEY, load
 
 if TYPE_CHECKING:
+    from schedkit.config import SchedkitConfig
+    from schedkit.testing.contract_run import ContractEngine
     from schedkit.workload import TraceRequest
 
-__all__ = ["CONTRACT_VAR", "FLAKY", "RECORDER", "load", "run_sglang"]
+__all__ = ["CONTRACT_VAR", "FLAKY", "RECORDER", "contract_engines", "load", "run_sglang"]
 
 log = logging.getLogger("schedkit.sglang")
 
-CONTRACT_VAR = "SCHEDKIT_SGLANG_CONTRACT"
-"""The arrivals of the scenario being replayed (JSON), for the scheduler-side plugin."""
-RECORDER = "contract-recorder"
 FLAKY = "contract-flaky"
-_STATE_KEY = "schedkit_contract"
 _ENTRY_POINTS = f"""\
 [schedkit.policies]
 {RECORDER} = schedkit.testing.contract:ContractRecorder
 {FLAKY} = schedkit.testing.contract:Flaky
 
 [sglang.srt.plugins]
-schedkit_contract = schedkit_sglang.harness.contract:load
+schedkit_contract = schedkit_sglang.harness.contract_plugin:load
 """
 _EPS = 1e-9
-_WAIT_S = 30.0  # longest wait for a due request to reach the scheduler
 _SETTLE_S = 30.0  # longest wait for the engine to go idle after the last output
-
-_SCHEDULER = "sglang.srt.managers.scheduler.Scheduler"
-_BATCH = "sglang.srt.managers.schedule_batch.ScheduleBatch"
-_ADDER = "sglang.srt.managers.schedule_policy.PrefillAdder"
 
 
 # -------------------------------------------------------------------------
@@ -316,7 +313,7 @@ def _settled_state(llm: Any) -> dict[str, Any]:
     while True:
         info = llm.get_server_info()
         [state] = info["internal_states"]
-        ours = state.get(_STATE_KEY)
+        ours = state.get(STATE_KEY)
         if not isinstance(ours, dict):
             raise RuntimeError("the schedkit_contract plugin did not load in SGLang's scheduler")
         if ours["idle"] or time.monotonic() > deadline:
@@ -325,7 +322,7 @@ def _settled_state(llm: Any) -> dict[str, Any]:
 
 
 def _read_state(outcome: Outcome, state: Mapping[str, Any]) -> None:
-    ours = state[_STATE_KEY]
+    ours = state[STATE_KEY]
     for batch in ours["batches"]:
         tokens: dict[str, int] = batch["tokens"]
         if tokens or batch["preempted"]:
@@ -345,166 +342,86 @@ def _read_state(outcome: Outcome, state: Mapping[str, Any]) -> None:
     rec.preempted = list(seen["preempted"])
     rec.steps = [(list(ids), int(running)) for ids, running in seen["steps"]]
     rec.arrivals = [(int(reported), int(running)) for reported, running in seen["arrivals"]]
-
-
-# -------------------------------------------------------------------------
-# The scheduler side: the ``schedkit_contract`` SGLang plugin
-# -------------------------------------------------------------------------
-
-
-class _Contract:
-    """Holds each request until its arrival step and records every batch SGLang
-    launches, independently of the adapter's step reports."""
-
-    def __init__(self, arrivals: Sequence[Sequence[Any]], step_s: float) -> None:
-        self.order = [str(rid) for rid, _, _ in arrivals]  # arrival order
-        self.step = {str(rid): int(step) for rid, step, _ in arrivals}
-        self.arrival_s = {str(rid): float(at) for rid, _, at in arrivals}
-        self.step_s = step_s
-        self.clocked = False
-        self.held: dict[str, tuple[Any, tuple[Any, ...], dict[str, Any]]] = {}
-        self.released: set[str] = set()
-        self.skipped = 0  # steps skipped while idle, as the simulator's clock jumps
-        self.batches: list[dict[str, Any]] = []
-        self.preempted: list[str] = []  # since the last batch launched
-        self._preempt_mark = 0
-
-    # -- arrivals -----------------------------------------------------------------
-
-    def hold(
-        self, original: Callable[..., Any], scheduler: Any, recv: Any, *a: Any, **k: Any
-    ) -> Any:
-        rid = str(getattr(recv, "rid", ""))
-        if rid in self.step and rid not in self.released:
-            self.held[rid] = (recv, a, k)
-            return None
-        return original(scheduler, recv, *a, **k)
-
-    def steps(self, scheduler: Any) -> int:
-        """Steps on the simulator's clock: batches SGLang ran plus idle steps skipped."""
-        return int(scheduler.forward_ct) + self.skipped
-
-    def use_step_clock(self, scheduler: Any) -> None:
-        """Policies see the simulator's clock: ``step_s`` per step, arrivals at the
-        scenario's arrival times (as the vLLM engine driver's ``use_clock``)."""
-        self.clocked = True
-        runtime = getattr(scheduler, "schedkit", None)
-        if runtime is None:
-            return
-
-        def now() -> float:
-            return self.step_s * self.steps(scheduler)
-
-        def arrival(req: Any) -> float:
-            return self.arrival_s.get(str(req.rid), now())
-
-        runtime.engine.use_clock(now, arrival)
-
-    def ingest(self, original: Callable[..., Any], scheduler: Any, *a: Any, **k: Any) -> Any:
-        if not self.clocked:
-            self.use_step_clock(scheduler)
-        received = original(scheduler, *a, **k)
-        pending = [rid for rid in self.order if rid not in self.released]
-        if not pending:
-            return received
-        now = self.steps(scheduler)
-        first = self.step[pending[0]]
-        if first > now and scheduler.is_fully_idle():
-            self.skipped += first - now
-            now = first
-        due = [rid for rid in pending if self.step[rid] <= now]
-        deadline = time.monotonic() + _WAIT_S
-        while any(rid not in self.held for rid in due) and time.monotonic() < deadline:
-            time.sleep(0.001)
-            more = original(scheduler, *a, **k)
-            if isinstance(received, list) and isinstance(more, list):
-                received.extend(more)
-        for rid in due:
-            self.released.add(rid)
-            entry = self.held.pop(rid, None)
-            if entry is None:  # never arrived in time: let it in when it does
-                log.warning("contract: %s did not reach the scheduler in time", rid)
-                continue
-            recv, args, kwargs = entry
-            scheduler.handle_generate_request(recv, *args, **kwargs)
-        return received
-
-    # -- what SGLang ran ----------------------------------------------------------
-
-    def launched(self, result: Any, scheduler: Any, batch: Any, *a: Any, **k: Any) -> None:
-        mode = batch.forward_mode
-        if mode.is_extend():
-            tokens = {str(r.rid): int(r.extend_len) for r in batch.reqs}
-        elif mode.is_decode():
-            tokens = {str(r.rid): 1 for r in batch.reqs}
-        else:
-            tokens = {}
-        preempted, self.preempted = self.preempted, []
-        self.batches.append({"tokens": tokens, "preempted": preempted})
-
-    def retracted(self, result: Any, *a: Any, **k: Any) -> None:
-        self.preempted.extend(str(r.rid) for r in result[0])
-
-    def before_preempt(self, adder: Any, *a: Any, **k: Any) -> None:
-        self._preempt_mark = len(adder.preempt_list)
-
-    def after_preempt(self, result: Any, adder: Any, *a: Any, **k: Any) -> None:
-        self.preempted.extend(str(r.rid) for r in adder.preempt_list[self._preempt_mark :])
-
-    # -- the readback -------------------------------------------------------------
-
-    def state(self, output: Any, scheduler: Any, *a: Any, **k: Any) -> None:
-        state = getattr(output, "internal_state", None)
-        if not isinstance(state, dict):
-            return
-        runtime = getattr(scheduler, "schedkit", None)
-        policies = dict(runtime.facade.policies) if runtime is not None else {}
-        recorder = policies.get(RECORDER)
-        allocator = scheduler.token_to_kv_pool_allocator
-        state[_STATE_KEY] = {
-            "idle": bool(scheduler.is_fully_idle()) and not self.held,
-            "held": sorted(self.held),
-            "batches": self.batches,
-            "recorder": _recorded(recorder) if isinstance(recorder, ContractRecorder) else None,
-            "kv": {
-                "total": int(allocator.size),
-                "available": int(allocator.available_size()),
-                "evictable": int(scheduler.tree_cache.evictable_size()),
-                "page_size": int(getattr(scheduler, "page_size", 1) or 1),
-            },
-        }
-
-
-def _recorded(rec: ContractRecorder) -> dict[str, Any]:
-    return {
-        "arrived": dict(rec.arrived),
-        "reported": dict(rec.reported),
-        "reports": rec.reports,
-        "finished": rec.finished,
-        "preempted": rec.preempted,
-        "steps": rec.steps,
-        "arrivals": rec.arrivals,
-    }
-
-
-def load() -> None:
-    """The ``schedkit_contract`` SGLang plugin: registers nothing unless the driver set
-    ``SCHEDKIT_SGLANG_CONTRACT`` for the engine it starts."""
-    raw = os.environ.get(CONTRACT_VAR)
-    if not raw:
-        return
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-
-    spec = json.loads(raw)
-    contract = _Contract(spec["arrivals"], float(spec["step_s"]))
-    hooks: list[tuple[str, Callable[..., Any], HookType]] = [
-        (f"{_SCHEDULER}.handle_generate_request", contract.hold, HookType.AROUND),
-        (f"{_SCHEDULER}.ingest_requests", contract.ingest, HookType.AROUND),
-        (f"{_SCHEDULER}.run_batch", contract.launched, HookType.AFTER),
-        (f"{_SCHEDULER}.get_internal_state", contract.state, HookType.AFTER),
-        (f"{_BATCH}.retract_decode", contract.retracted, HookType.AFTER),
-        (f"{_ADDER}.preempt_to_schedule", contract.before_preempt, HookType.BEFORE),
-        (f"{_ADDER}.preempt_to_schedule", contract.after_preempt, HookType.AFTER),
+    rec.clocks = {rid: (float(at), float(clock)) for rid, (at, clock) in seen["clocks"].items()}
+    rec.victim_calls = [
+        (str(needing), [(str(rid), int(computed)) for rid, computed in running])
+        for needing, running in seen["victim_calls"]
     ]
-    for target, hook, kind in hooks:
-        HookRegistry.register(target, hook, kind)
+
+
+# -------------------------------------------------------------------------
+# ``schedkit contract`` (entry point ``schedkit.contract``)
+# -------------------------------------------------------------------------
+
+
+def contract_engines(model: Path | None = None) -> list[ContractEngine]:
+    """SGLang for ``schedkit contract`` (entry point ``schedkit.contract``): the real
+    engine in its normal loop (``sglang``) and in its overlap loop (``sglang-overlap``,
+    ``event_loop_overlap``, the GPU default), one engine start per scenario, on
+    ``model`` or else a tiny random-weight Llama built once per process. Batches are
+    not compared (SGLang's are not the simulator's steps); select_victims is partial in
+    the capability matrix, so only victim calls shown as on the simulator are compared.
+    On a CPU-only machine they run on CPU, set up as the adapter's tests set it up."""
+    import importlib.util
+
+    from schedkit.testing.contract_run import ContractEngine, Relaxed, victims_where_shown_alike
+
+    if importlib.util.find_spec("sglang") is None:
+        raise ImportError("SGLang is not installed here (schedkit-sglang needs it)")
+
+    def engine(name: str, overlap: bool) -> ContractEngine:
+        def run(scenario: Scenario, config: SchedkitConfig) -> Outcome:
+            _on_cpu()
+            model_dir = model if model is not None else _tiny_model()
+            return run_sglang(
+                scenario, config.policy, model_dir, overlap=overlap, options=config.options
+            )
+
+        return ContractEngine(
+            name,
+            run,
+            "sglang",
+            same_batches=False,
+            partial={"select_victims": Relaxed(victims_where_shown_alike, "select_victims")},
+            note=_NOTE,
+        )
+
+    return [engine("sglang", overlap=False), engine("sglang-overlap", overlap=True)]
+
+
+_NOTE = (
+    "SGLang runs prefill and decode as separate batches (the simulator mixes them in one"
+    " step) and chunks a prefill batch by one size, so its batches and their number are"
+    " not the simulator's steps (not compared); admission order, victims, rejections,"
+    " finishes and outputs are, with the simulator's step clock counted in SGLang's batches"
+)
+
+
+@functools.cache
+def _tiny_model() -> Path:
+    """A tiny random-weight Llama (``schedkit.testing.models.tiny_llama``, no tokenizer:
+    the driver sends token ids), once per process, in a directory removed at exit."""
+    from schedkit.testing.models import tiny_llama
+
+    _on_cpu()  # transformers may import torchvision, which a lean CPU install stubs
+    root = Path(tempfile.mkdtemp(prefix="schedkit-sglang-model-"))
+    atexit.register(shutil.rmtree, root, True)
+    return tiny_llama(root / "tiny-llama")
+
+
+@functools.cache
+def _on_cpu() -> bool:
+    """Whether SGLang runs on CPU here (``harness.real.on_cpu``); if so, once per
+    process, what the adapter's test suite sets up before SGLang is imported: the
+    CPU engine, the stand-ins for CUDA-only modules in this process and (on
+    ``PYTHONPATH``) in every process SGLang spawns, and no Hugging Face hub."""
+    from schedkit_sglang import cpu
+    from schedkit_sglang.harness.real import on_cpu
+
+    if not on_cpu():
+        return False
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ["SGLANG_USE_CPU_ENGINE"] = "1"
+    os.environ["PYTHONPATH"] = cpu.pythonpath(os.environ.get("PYTHONPATH", ""))
+    cpu.install()
+    return True
