@@ -78,6 +78,10 @@ def _check_unmarked(name: str, policy: object) -> None:
 class PolicyFacade:
     """Selected policies behind one typed method per hook."""
 
+    # Shown a decision's arguments before the policies decide (the contract suite's
+    # recorder sets it, to see what an engine shows its policies); None costs nothing.
+    watch: Callable[[str, tuple[Any, ...]], None] | None = None
+
     def __init__(
         self,
         policies: Sequence[tuple[str, Policy]],
@@ -137,9 +141,6 @@ class PolicyFacade:
         self.has_arrival_observer = "on_request_arrived" in self.implemented
         # Engines call ``admit`` for every arrival when this is set, else never.
         self.sees_arrivals = self.has_admit or self.has_arrival_observer
-        # Told each decision's arguments before the policies decide (the contract suite
-        # records what an engine shows its policies this way); None costs nothing.
-        self.watch: Callable[[str, tuple[Any, ...]], None] | None = None
 
     @classmethod
     def from_config(
