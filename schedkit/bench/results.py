@@ -13,12 +13,17 @@ without its field here fails every run that writes it, and so the tests.
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = [
+    "BETTER",
+    "INCONCLUSIVE",
+    "NO_DIFFERENCE",
     "SCHEMA_VERSION",
+    "TONES",
+    "WORSE",
     "Arm",
     "ArmMetrics",
     "Comparison",
@@ -29,11 +34,23 @@ __all__ = [
     "Results",
     "Slo",
     "Summary",
+    "Tone",
     "WorkloadInfo",
     "results_schema",
 ]
 
-SCHEMA_VERSION = 2  # raised whenever a key changes meaning or goes away (docs/results.md)
+SCHEMA_VERSION = 3  # raised whenever a key changes meaning or goes away (docs/results.md)
+
+# The verdict of one compared metric, in the words every output uses for it: the headline,
+# the reports' tables and badges, the command's summary and results.json's ``tone``.
+BETTER: Final = "better"
+WORSE: Final = "worse"
+NO_DIFFERENCE: Final = "no meaningful difference"  # within the minimum effect
+INCONCLUSIVE: Final = "inconclusive"  # changes beyond it are possible both ways, or no interval
+Tone = Literal["better", "worse", "no meaningful difference", "inconclusive"]
+#: The verdicts in the order a reader is shown them: regressions first.
+TONES: tuple[Tone, ...] = (WORSE, BETTER, INCONCLUSIVE, NO_DIFFERENCE)
+_OLD_TONES = {"same": NO_DIFFERENCE}  # schema 2 wrote "same"
 
 
 class _Model(BaseModel):
@@ -157,9 +174,15 @@ class MetricRow(_Model):
     significant: bool
     sections: int
     better: bool | None
-    tone: Literal["better", "worse", "same", "inconclusive"]
+    tone: Tone
     leaning: Literal["better", "worse"] | None
     verdict: str
+
+    @field_validator("tone", mode="before")
+    @classmethod
+    def _older_tone(cls, value: Any) -> Any:
+        """A results.json of schema 2 said ``same`` for no meaningful difference."""
+        return _OLD_TONES.get(value, value) if isinstance(value, str) else value
 
 
 class Method(_Model):
@@ -236,6 +259,10 @@ class Results(_Model):
             if arm.policy == label:
                 return arm
         raise KeyError(label)
+
+    def arm_engine(self, arm: Arm) -> dict[str, Any]:
+        """The engine ``arm`` ran on: its own when it set any setting, else the bench's."""
+        return arm.engine if arm.engine is not None else self.engine
 
     def to_json(self) -> dict[str, Any]:
         """What results.json holds: every key set, optional ones a run did not set left out."""

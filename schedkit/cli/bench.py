@@ -303,8 +303,20 @@ def _window(text: str | None) -> tuple[float, float] | None:
 
 
 def _print_summary(results: Results, out: Path) -> None:
-    engine = results.engine
-    table = Table(title=Text(f"{results.workload.name} on {engine['model']}/{engine['gpu']}"))
+    from schedkit.bench.report.engines import engine_context
+    from schedkit.bench.report.tables import differing_table
+    from schedkit.bench.results import BETTER, INCONCLUSIVE, NO_DIFFERENCE, TONES, WORSE
+
+    console = Console()
+    header, differing = differing_table(results)  # what the arms ran differently
+    if differing:
+        ran = Table(title=Text("engine settings that differ between arms"))
+        for i, name in enumerate(header):
+            ran.add_column(Text(name), justify="right" if i else "left")
+        for cells in differing:
+            ran.add_row(*(Text(c) for c in cells), style="bold yellow")
+        console.print(ran)
+    table = Table(title=Text(f"{results.workload.name} · {engine_context(results)}"))
     table.add_column("metric")
     for arm in results.arms:
         table.add_column(Text(arm.policy), justify="right")  # a label, not markup
@@ -330,17 +342,15 @@ def _print_summary(results: Results, out: Path) -> None:
         if all(v is None for v in values):
             continue
         table.add_row(label, *[_fmt(v) for v in values])
-    console = Console()
     console.print(table)
     for flag in results.flags:
         console.print(f"[bold red]! {escape(flag.message)}[/]", highlight=False)
-    styles = {"worse": "red", "better": "green", "inconclusive": "yellow", "same": "dim"}
-    order = {"worse": 0, "better": 1, "inconclusive": 2, "same": 3}
+    styles = {WORSE: "red", BETTER: "green", INCONCLUSIVE: "yellow", NO_DIFFERENCE: "dim"}
     for comparison in results.comparisons:
         console.print(f"[bold]{escape(comparison.summary)}[/]", highlight=False)
         for flag in comparison.flags:
             console.print(f"  [bold red]! {escape(flag.message)}[/]", highlight=False)
-        for row in sorted(comparison.metrics, key=lambda r: order[r.tone]):
+        for row in sorted(comparison.metrics, key=lambda r: TONES.index(r.tone)):
             console.print(f"  [{styles[row.tone]}]{escape(row.verdict)}[/]", highlight=False)
     written = ", ".join(str(out / name) for name in ("results.json", "report.md", "report.html"))
     console.print(Text(f"wrote {written}"), soft_wrap=True)

@@ -194,3 +194,59 @@ def test_kv_cache_dtype_sizes_the_cache_and_the_reads() -> None:
     assert arms.for_arm(1).sim_config.num_blocks == auto.sim_config.num_blocks
     with pytest.raises(SchedkitError, match=r"--kv-cache-dtype fp8 \(the in-process engine"):
         Bench(BenchSpec(workload=LOADED, policies=["fcfs"], engine="vllm", kv_cache_dtype="fp8"))
+
+
+def _section(text: str, start: str, end: str) -> str:
+    at = text.index(start)
+    return text[at : text.index(end, at)]
+
+
+def test_every_output_states_what_each_arm_ran(tmp_path: Path) -> None:
+    """The README's case study in small: arms that differ in max_num_seqs and
+    gpu_memory_utilization. The reports' first screen, their Engine table and the command's
+    summary give each arm's settings, the differing ones side by side, never the bench's
+    default (256) that no arm ran with."""
+    proc = schedkit(
+        "bench", "--workload", LOADED, "--policy", "fcfs",
+        "--arm", "name=seqs8,max_num_seqs=8,gpu_memory_utilization=0.9",
+        "--arm", "name=seqs32,max_num_seqs=32,gpu_memory_utilization=0.85",
+        "--out", str(tmp_path),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads((tmp_path / "results.json").read_text())
+    fcfs, small, large = (arm["engine"] or results["engine"] for arm in results["arms"])
+    blocks = [fcfs["num_blocks"], small["num_blocks"], large["num_blocks"]]
+    assert blocks[0] == blocks[1] > blocks[2]  # 0.85 of the memory: fewer blocks
+    differing = [
+        ["max_num_seqs", "256", "8", "32"],
+        ["gpu_memory_utilization", "0.9", "0.9", "0.85"],
+        ["num_blocks", *map(str, blocks)],
+    ]
+    md = (tmp_path / "report.md").read_text()
+    first = md[: md.index("## Summary")]  # what ran, before any verdict
+    assert "| Engine setting | fcfs | seqs8 | seqs32 |" in first
+    for row in differing:
+        assert "| " + " | ".join(row) + " |" in first
+    engine = _section(md, "### Engine", "### SLO")
+    assert "| Setting | fcfs | seqs8 | seqs32 |" in engine
+    for row in differing:  # marked in the table of every setting
+        assert "| " + " | ".join(f"**{cell}**" for cell in row) + " |" in engine
+    assert "| engine | sim | sim | sim |" in engine
+    html = (tmp_path / "report.html").read_text()
+    header = _section(html, "<header>", "</header>")
+    assert '<table id="arm-engines">' in header and html.index("</header>") < html.index(
+        '<section id="summary"'
+    )
+    for key, *values in differing:
+        cells = "".join(f'<td class="num">{v}</td>' for v in values)
+        assert f'<tr class="differs"><th>{key}</th>{cells}</tr>' in header
+        cells = "".join(f"<td>{v}</td>" for v in values)
+        assert f'<tr class="differs"><th>{key}</th>{cells}</tr>' in _section(
+            html, '<section id="settings"', "</section>"
+        )
+    lines = proc.stdout.splitlines()
+    assert "engine settings that differ between arms" in lines[0]
+    table = lines[: next(i for i, line in enumerate(lines) if "metric" in line)]
+    for key, *values in differing:  # the command's summary, above the metrics
+        (line,) = [line for line in table if f" {key} " in line]
+        assert [cell.strip() for cell in line.strip("│ ").split("│")] == [key, *values]

@@ -72,7 +72,7 @@ def test_every_headline_metric_gets_a_verdict_with_its_interval() -> None:
     assert "-50.0% (95% CI " in rows["ttft_p90_ms"]["verdict"]
     assert rows["ttft_max_ms"]["ci"] is None and "no interval" in rows["ttft_max_ms"]["verdict"]
     for key in ("throughput_tok_s", "rejected_share", "preemptions", "prefix_hit_rate"):
-        assert rows[key]["tone"] == "same", key  # unchanged
+        assert rows[key]["tone"] == "no meaningful difference", key  # unchanged
     assert out["summary"].startswith("fast vs fcfs: better on p50 TTFT, p90 TTFT")
     assert rows["ttft_p50_ms"]["sections"] == 10 and rows["ttft_p99_ms"]["sections"] >= 5
     json.dumps(out)
@@ -86,14 +86,14 @@ def test_too_few_requests_for_a_tail_interval_is_inconclusive_not_a_claim() -> N
     assert p99["ci"] is None and p99["sections"] == 0 and p99["tone"] == "inconclusive"
     assert "no interval: too few requests for five sections" in p99["verdict"]
     assert p50["tone"] == "worse" and p50["sections"] == 10
-    possibly = out["summary"].split("possibly worse on ")[1]
-    assert "p99 TTFT" in possibly and "p50 TTFT" not in possibly
+    worse, inconclusive = out["summary"].split("; ")
+    assert "p50 TTFT" in worse and "p99 TTFT" in inconclusive and "p50" not in inconclusive
 
 
 def test_identical_arms_are_no_meaningful_difference_not_worse() -> None:
     base, twin = _run("fcfs", _ttfts(300)), _run("fcfs#2", _ttfts(300))
     (out,) = compare_arms([base, twin], slo_ttft_ms=None, slo_tpot_ms=None, seed=0)
-    assert {row["tone"] for row in out["metrics"]} == {"same"}
+    assert {row["tone"] for row in out["metrics"]} == {"no meaningful difference"}
     assert all(row["better"] is None for row in out["metrics"])
     assert "slo_attainment" not in _rows(out)  # no target anywhere
     assert out["summary"] == "fcfs#2 vs fcfs: no meaningful difference on any compared metric"
@@ -105,7 +105,7 @@ def test_a_change_below_the_minimum_effect_is_no_meaningful_difference() -> None
     slightly = _run("tweak", [t * 0.99 for t in _ttfts(400)])  # 1% faster, every request
     kwargs: dict[str, Any] = {"slo_ttft_ms": None, "slo_tpot_ms": None, "seed": 0}
     (loose,) = compare_arms([base, slightly], **kwargs)
-    assert _rows(loose)["ttft_p50_ms"]["tone"] == "same"
+    assert _rows(loose)["ttft_p50_ms"]["tone"] == "no meaningful difference"
     assert _rows(loose)["ttft_p50_ms"]["significant"]  # real, but below 2%
     (strict,) = compare_arms([base, slightly], min_effect=0.0, **kwargs)
     assert _rows(strict)["ttft_p50_ms"]["tone"] == "better"
@@ -120,13 +120,14 @@ def test_a_tail_regression_is_named_first_and_starvation_is_counted() -> None:
     (out,) = compare_arms([base, other], slo_ttft_ms=None, slo_tpot_ms=None, seed=0)
     rows = _rows(out)
     assert rows["ttft_p50_ms"]["tone"] == "better"
-    assert rows["ttft_max_ms"]["tone"] == "worse" and "WORSE" in rows["ttft_max_ms"]["verdict"]
+    assert rows["ttft_max_ms"]["tone"] == "worse"
+    assert rows["ttft_max_ms"]["verdict"].endswith("(a maximum has no interval): worse")
     assert rows["ttft_p99_ms"]["tone"] in ("worse", "inconclusive")
     assert out["summary"].startswith("sjf vs fcfs: worse on ")
     assert out["summary"].index("worse") < out["summary"].index("better")
     (starved,) = [f for f in out["flags"] if f["kind"] == "starvation"]
     assert starved["count"] == 12 and starved["worst_wait_s"] > 15.0
-    assert "12 requests under sjf waited longer" in starved["message"]
+    assert "12 requests under sjf waited more than 2% longer" in starved["message"]
 
 
 def test_rejecting_requests_is_flagged_and_judged() -> None:
@@ -183,14 +184,19 @@ def test_policy_faults_and_overload_flags() -> None:
     assert "arrivals outpace completions" in late["message"]
 
 
-def test_summary_names_inconclusive_regressions_as_possible() -> None:
+def test_summary_names_each_verdict_as_the_rows_do_regressions_first() -> None:
     rows: list[dict[str, str | None]] = [
         {"label": "p50 TTFT", "tone": "better", "leaning": None},
         {"label": "p99 TTFT", "tone": "inconclusive", "leaning": "worse"},
-        {"label": "p90 TPOT", "tone": "same", "leaning": None},
+        {"label": "p90 TPOT", "tone": "no meaningful difference", "leaning": None},
+        {"label": "max TTFT", "tone": "worse", "leaning": None},
     ]
     line = summary_line("b", "a", rows)
-    assert line == ("b vs a: possibly worse on p99 TTFT; better on p50 TTFT")
+    assert line == (
+        "b vs a: worse on max TTFT; better on p50 TTFT; inconclusive (leaning worse) on p99 TTFT"
+    )
+    rows[1]["leaning"] = None  # a change under the minimum effect: no lean
+    assert summary_line("b", "a", rows).endswith("; inconclusive on p99 TTFT")
 
 
 def test_bad_verdict_arguments_name_the_value_and_the_valid_range() -> None:
@@ -199,3 +205,27 @@ def test_bad_verdict_arguments_name_the_value_and_the_valid_range() -> None:
     assert check_metrics(["ttft_p99_ms", "ttft_p99_ms"]) == ("ttft_p99_ms",)
     with pytest.raises(SchedkitError, match=r"--min-effect -0.1 is outside 0 \.\. 1"):
         check_min_effect(-0.1)
+
+
+def test_starvation_needs_a_wait_past_the_baselines_longest_by_the_minimum_effect() -> None:
+    ttfts = _ttfts(600)
+    longest = max(ttfts) * 0.5  # the baseline's longest wait: half its longest TTFT
+    base = _run("fcfs", ttfts)
+    # Every 50th request waits 1% longer than the baseline's longest wait: the same wait
+    # within the 2% minimum effect, not starvation.
+    near = [t if i % 50 else 2 * longest * 1.01 for i, t in enumerate(ttfts)]
+    (out,) = compare_arms([base, _run("near", near)], slo_ttft_ms=None, slo_tpot_ms=None)
+    assert not [f for f in out["flags"] if f["kind"] == "starvation"]
+    # Half as long again: starvation, said with by how much.
+    far = [t if i % 50 else 2 * longest * 1.5 for i, t in enumerate(ttfts)]
+    (out,) = compare_arms([base, _run("far", far)], slo_ttft_ms=None, slo_tpot_ms=None)
+    (starved,) = [f for f in out["flags"] if f["kind"] == "starvation"]
+    assert starved["count"] == 12
+    assert starved["excess_s"] == pytest.approx(0.5 * longest)
+    assert starved["excess_rel"] == pytest.approx(0.5)
+    assert starved["message"].endswith(f"{0.5 * longest:,.1f} s (+50.0%) longer")
+    assert "waited more than 2% longer than the longest wait under fcfs" in starved["message"]
+    (strict,) = compare_arms(
+        [base, _run("near", near)], slo_ttft_ms=None, slo_tpot_ms=None, min_effect=0.0
+    )
+    assert [f["count"] for f in strict["flags"] if f["kind"] == "starvation"] == [12]

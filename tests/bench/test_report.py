@@ -21,7 +21,7 @@ from schedkit.bench.report.svg import bar_chart, ccdf_points, cdf_points, downsa
 from schedkit.bench.report.tables import inline
 from schedkit.bench.report.verdicts import TONES, comparison_summaries
 from schedkit.bench.report.vllm_format import write_vllm_bench
-from schedkit.bench.results import Results, _Model
+from schedkit.bench.results import NO_DIFFERENCE, Results, _Model
 from schedkit.bench.stats.compare import compare_arms
 from schedkit.bench.stats.metrics import compute_metrics
 from schedkit.records import RequestRecord, RunResult, TimelinePoint
@@ -96,7 +96,7 @@ def _row(
 
 
 def comparison(policy: str) -> dict[str, Any]:
-    """A comparison as the bench writes it (schema 2), with every tone and a flag."""
+    """A comparison as the bench writes it (schema 3), with every verdict and a flag."""
     return {
         "baseline": "fcfs",
         "policy": policy,
@@ -106,7 +106,7 @@ def comparison(policy: str) -> dict[str, Any]:
         "min_effect": 0.02,
         "metrics": [
             _row("ttft_p50_ms", "p50 TTFT", 144.09, 90.16, "better"),
-            _row("tpot_p50_ms", "p50 TPOT", 32.7, 32.8, "same"),
+            _row("tpot_p50_ms", "p50 TPOT", 32.7, 32.8, "no meaningful difference"),
             _row("ttft_p99_ms", "p99 TTFT", 29438.1, 82858.8, "worse"),
             _row("e2e_p90_ms", "p90 E2E", 7929.5, 8484.5, "inconclusive"),
             _row("slo_attainment", "SLO attainment", 0.6417, 0.9754, "better", "rate"),
@@ -121,7 +121,7 @@ def fake_data(runs: list[RunResult]) -> dict[str, Any]:
     """What results.json would hold for ``runs``: every arm after the first compared."""
     metrics = [compute_metrics(r, **SLO) for r in runs]
     return {
-        "schema_version": 2,
+        "schema_version": 3,
         "provenance": {
             "schedkit_version": "0.2.0", "git_revision": "941cb60", "command": ["schedkit", "bench"],
             "python": "3.11.7", "numpy": "2.1.0", "platform": "Linux", "spec": {"seed": 0},
@@ -202,16 +202,17 @@ def test_summary_lists_flags_then_regressions_first(html: str) -> None:
     assert (
         '<p class="headline">worse on p99 TTFT; better on p50 TTFT, SLO attainment</p>' in summary
     )
-    tones = re.findall(r'<tr class="(\w+)"', summary)
-    assert tones == ["worse", "better", "better", "inconclusive", "same"]
+    tones = re.findall(r'<tr class="([\w-]+)"', summary)
+    assert tones == ["worse", "better", "better", "inconclusive", "no-meaningful-difference"]
     assert summary.index("p99 TTFT") < summary.index("p50 TTFT") < summary.index("p90 E2E")
-    assert "1 worse · 2 better · 1 inconclusive · 1 same, 300 paired requests" in summary
+    tally = "1 worse · 2 better · 1 inconclusive · 1 no meaningful difference, 300 paired requests"
+    assert tally in summary
     worse_row = summary[summary.index('<tr class="worse"') :].split("</tr>")[0]
     for cell in ("29.44 s", "82.86 s", "+181.5%", "+180.5% .. +182.5%"):
         assert f">{cell}<" in worse_row
     assert ">+33.4 pp<" in summary  # a rate changes in percentage points
     assert "up to 12 sections of consecutive arrivals, 95% confidence intervals" in summary
-    assert "changes within ±2% count as the same" in summary
+    assert "changes within ±2% are no meaningful difference" in summary
 
 
 def test_markdown_reads_in_the_same_order(runs: list[RunResult]) -> None:
@@ -223,7 +224,13 @@ def test_markdown_reads_in_the_same_order(runs: list[RunResult]) -> None:
     assert summary.index("**ALERT** overload") < summary.index("**warning** sjf relies")
     assert "- **ALERT** starvation: 12 requests under sjf" in summary
     rows = [line.split(" | ")[0] for line in summary.splitlines() if line.startswith("| ")]
-    assert rows[1:] == ["| **worse**", "| better", "| better", "| inconclusive", "| same"]
+    assert rows[1:] == [
+        "| **worse**",
+        "| better",
+        "| better",
+        "| inconclusive",
+        "| no meaningful difference",
+    ]
     assert "| Verdict | Metric | fcfs | sjf | Change | 95% CI |" in summary
     assert "| Metric | fcfs | sjf |" in md
     assert "| span_s | 875.4 |" in md and "875.43" not in md
@@ -241,7 +248,7 @@ def test_settings_are_folded_rounded_and_not_json(html: str) -> None:
     assert '<span class="kv">kind=roofline</span>' in settings
     assert '<span class="kv">step_overhead_s=0.0005</span>' in settings
     assert "<th>enable_prefix_caching</th><td>true</td>" in settings
-    assert "<th>schema_version</th><td>2</td>" in settings  # provenance
+    assert "<th>schema_version</th><td>3</td>" in settings  # provenance
     assert '<span class="kv">policy=sjf</span>' in settings  # each arm's config
     assert "{&quot;" not in html and '{"' not in html  # no raw JSON anywhere
     # nothing of the settings comes before the plots
@@ -406,9 +413,9 @@ POINT_COMPARISON = {  # no flags, no intervals for a maximum, counts, no minimum
          "rel_ci": [-0.393, -0.35]},
         {**_row("ttft_p90_ms", "p90 TTFT", 200.0, 400.0, "worse"), "ci": [150.0, 250.0],
          "rel_ci": [0.75, 1.25]},
-        {**_row("queue_max_ms", "max queue", 12000.0, 9000.0, "same"), "ci": None,
+        {**_row("queue_max_ms", "max queue", 12000.0, 9000.0, NO_DIFFERENCE), "ci": None,
          "rel_ci": None},
-        {**_row("rejected", "rejected", 4.0, 4.0, "same", "count"), "rel": None, "ci": None,
+        {**_row("rejected", "rejected", 4.0, 4.0, NO_DIFFERENCE, "count"), "rel": None, "ci": None,
          "rel_ci": None, "label": ""},
         _row("slo_attainment", "SLO attainment", 0.5, 0.51, "inconclusive", "rate"),
     ],
@@ -423,16 +430,17 @@ def test_point_values_counts_and_a_bare_method_render(runs: list[RunResult]) -> 
     results = Results.model_validate(data)
     (summary,) = comparison_summaries(results)
     tones = [v.tone for v in summary.verdicts]
-    assert tones == ["worse", "better", "inconclusive", "same", "same"]
+    assert tones == ["worse", "better", "inconclusive", NO_DIFFERENCE, NO_DIFFERENCE]
     assert summary.headline == POINT_COMPARISON["summary"]
     assert summary.method == "paired sectioning, 90% confidence intervals"
     html = render_html(results, runs)
-    assert re.findall(r'<tr class="(\w+)"', _section(html, "summary")) == tones
+    classes = re.findall(r'<tr class="([\w-]+)"', _section(html, "summary"))
+    assert classes == [t.replace(" ", "-") for t in tones]
     assert 'class="flag' not in html and "paired requests" not in html
     md = render_markdown(results)
     assert "| **worse** | p90 TTFT | 200.0 ms | 400.0 ms | +100.0% | +75.0% .. +125.0% |" in md
-    assert "| same | max queue | 12.00 s | 9,000.0 ms | -25.0% | no interval |" in md
-    assert "| same | rejected | 4 | 4 | +0.0 | no interval |" in md  # label falls back
+    assert f"| {NO_DIFFERENCE} | max queue | 12.00 s | 9,000.0 ms | -25.0% | no interval |" in md
+    assert f"| {NO_DIFFERENCE} | rejected | 4 | 4 | +0.0 | no interval |" in md  # label
     assert (
         "| inconclusive | SLO attainment | 50.0% | 51.0% | +1.0 pp | -14.0 pp .. +16.0 pp |" in md
     )

@@ -1,7 +1,8 @@
 """report.html in a real browser: headless Chromium lays it out and draws it.
 
 A layout probe (a script added to a copy of the report; the report itself has none)
-measures what a reader sees: the summary above the plots, plots in two columns on a wide
+measures what a reader sees: what the arms ran differently and the summary above the plots,
+every verdict's badge reading as its name, plots in two columns on a wide
 window and one on a narrow one, every chart drawn at a readable size, the settings
 folded, and nothing fetched. A screenshot shows the regression's red row on the first
 screen. Chromium is required, not optional: ``make test`` installs it
@@ -23,9 +24,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_report import fake_results, fake_run
+from test_report import fake_data, fake_results, fake_run
 
 from schedkit.bench.report.render import write_report
+from schedkit.bench.results import TONES, Results
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "report" / "screenshot.py"
@@ -37,6 +39,7 @@ PROBE = """<script>(() => {
             width: Math.round(r.width), height: Math.round(r.height)}; };
   const q = (s) => document.querySelector(s), all = (s) => [...document.querySelectorAll(s)];
   const worse = q("#summary tr.worse td");
+  const ran = q("#arm-engines"), differs = q("#arm-engines tr.differs td");
   const out = {
     width: innerWidth,
     sections: ["summary", "plots", "metrics", "settings"].map((id) => box(q("#" + id)).top),
@@ -45,6 +48,10 @@ PROBE = """<script>(() => {
     firstVerdict: q("#summary tbody tr").className,
     worseBackground: worse ? getComputedStyle(worse).backgroundColor : null,
     alerts: all("#summary .flag.alert").length,
+    badges: all("#summary .badge").map((b) => b.innerText),
+    armEngines: ran && ran.checkVisibility() ? box(ran) : null,
+    armEngineRows: all("#arm-engines tbody tr").map((tr) => tr.innerText.split("\t")),
+    differsBackground: differs ? getComputedStyle(differs).backgroundColor : null,
     settingsOpen: q("#settings details").open,
     settingsShown: q("#settings table").checkVisibility(),
     settingsHeight: box(q("#settings details")).height,
@@ -72,6 +79,22 @@ def chromium_bin() -> str:
 def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     runs = [fake_run("fcfs", 1.0, n=2000, steps=3000), fake_run("sjf", 0.6, n=2000, steps=3000)]
     _, html_path = write_report(tmp_path_factory.mktemp("report"), fake_results(runs), runs)
+    return html_path
+
+
+@pytest.fixture(scope="module")
+def engine_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Arms that ran on different engines: sjf with max_num_seqs 64 and fewer blocks."""
+    runs = [fake_run("fcfs", 1.0, n=2000, steps=3000), fake_run("sjf", 0.6, n=2000, steps=3000)]
+    data = fake_data(runs)
+    data["engine"].update(max_num_seqs=256, num_blocks=13179)
+    data["arms"][1].update(
+        engine_settings={"max_num_seqs": 64, "gpu_memory_utilization": 0.85},
+        engine={**data["engine"], "max_num_seqs": 64, "num_blocks": 11908},
+    )
+    data["provenance"]["spec"] = {"settings": {"gpu_memory_utilization": 0.9}}
+    results = Results.model_validate(data)
+    _, html_path = write_report(tmp_path_factory.mktemp("engines"), results, runs)
     return html_path
 
 
@@ -107,6 +130,8 @@ def test_wide_window_summary_first_two_columns_settings_folded(
     assert p["sections"][0] < 300  # the summary opens the page
     assert p["firstVerdict"] == "worse" and p["worseBackground"] == "rgb(255, 235, 233)"
     assert p["alerts"] == 2  # overload (run) and starvation (comparison)
+    assert p["armEngines"] is None  # the arms ran on the same engine: nothing to set apart
+    assert set(p["badges"]) <= set(TONES) and "no meaningful difference" in p["badges"]
     figures = p["figures"]
     assert len(figures) == 10
     assert len({f["left"] for f in figures}) == 2  # two columns ...
@@ -116,6 +141,24 @@ def test_wide_window_summary_first_two_columns_settings_folded(
     assert p["settingsOpen"] is False and p["settingsShown"] is False
     assert p["settingsHeight"] < 80  # one line: the summary of what is folded
     assert p["resources"] == 0  # nothing fetched: no scripts, styles, fonts or images
+
+
+@pytest.mark.parametrize("width", [1400, 700])
+def test_what_the_arms_ran_differently_opens_the_page(
+    chromium_bin: str, engine_report: Path, width: int
+) -> None:
+    p = _probe(chromium_bin, engine_report, width)
+    ran = p["armEngines"]
+    assert ran is not None and ran["top"] < 200 and ran["width"] <= width
+    assert ran["top"] + ran["height"] <= p["sections"][0]  # above the summary
+    assert p["sections"][0] < 450  # which still opens the first screen
+    assert p["armEngineRows"] == [
+        ["max_num_seqs", "256", "64"],
+        ["gpu_memory_utilization", "0.9", "0.85"],
+        ["num_blocks", "13179", "11908"],
+    ]
+    assert p["differsBackground"] == "rgb(221, 244, 255)"  # highlighted
+    assert p["firstVerdict"] == "worse"
 
 
 def test_narrow_window_one_column(chromium_bin: str, report: Path) -> None:

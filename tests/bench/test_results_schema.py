@@ -92,7 +92,7 @@ def test_every_key_written_is_documented(run: tuple[Path, dict[str, Any]]) -> No
 def test_provenance_and_flags_of_the_run(run: tuple[Path, dict[str, Any]]) -> None:
     _, results = run
     prov = results["provenance"]
-    assert results["schema_version"] == 2
+    assert results["schema_version"] == 3
     assert prov["command"][:2] == ["__main__.py", "bench"] or prov["command"][1] == "bench"
     assert prov["spec"]["workload"]["max_requests"] == 60 and prov["schedkit_version"]
     assert "/" not in prov["command"][0]  # no directory of this machine

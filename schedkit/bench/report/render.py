@@ -1,8 +1,10 @@
 """Render a bench's results as ``report.md`` and a self-contained ``report.html``.
 
-Both read in the same order: the summary first (flags, then each comparison's verdicts,
-regressions before gains), then the plots (HTML only) and the metrics tables, and last
-the settings the run used, folded away in the HTML page. The page has no external
+Both read in the same order: what ran (the engine settings the arms differ in, side by
+side), the summary (flags, then each comparison's verdicts, regressions before gains),
+then the plots (HTML only) and the metrics tables, and last the settings the run used,
+folded away in the HTML page. A verdict reads the same everywhere: its name in the
+headline, the table and the badge is results.json's ``tone``. The page has no external
 scripts, styles or fonts: its plots are inline SVG (:mod:`schedkit.bench.report.plots`), so it
 opens anywhere and can be attached to an issue.
 """
@@ -15,15 +17,16 @@ from html import escape
 from pathlib import Path
 
 from schedkit.bench.report.plots import Figure, figures
-from schedkit.bench.report.tables import Rows, Setting, context, settings, tables
-from schedkit.bench.report.verdicts import (
-    TONES,
-    ComparisonSummary,
-    Flag,
-    comparison_summaries,
-    run_flags,
+from schedkit.bench.report.tables import (
+    Rows,
+    SettingsTable,
+    context,
+    differing_table,
+    settings,
+    tables,
 )
-from schedkit.bench.results import Results
+from schedkit.bench.report.verdicts import ComparisonSummary, Flag, comparison_summaries, run_flags
+from schedkit.bench.results import TONES, WORSE, Results
 from schedkit.records import RunResult
 
 __all__ = ["render_html", "render_markdown", "write_report"]
@@ -51,6 +54,12 @@ def _headline(summary: ComparisonSummary) -> str:
     return text[len(prefix) :] if text.startswith(prefix) else text
 
 
+def tone_class(tone: str) -> str:
+    """A verdict's name as a CSS class: ``no meaningful difference`` is
+    ``no-meaningful-difference``."""
+    return tone.replace(" ", "-")
+
+
 def _tally(summary: ComparisonSummary) -> str:
     """``1 worse · 2 better``: how many verdicts of each tone, in the summary's order."""
     counts = [(t, sum(v.tone == t for v in summary.verdicts)) for t in TONES]
@@ -76,9 +85,31 @@ def _md_flag(flag: Flag) -> str:
     return f"- {mark} {kind}{flag.message}"
 
 
+def _md_differing(results: Results) -> list[str]:
+    """What the arms ran differently, under the context line; nothing when alike."""
+    header, rows = differing_table(results)
+    if not rows:
+        return []
+    return ["**Engine settings that differ between arms:**", "", _md_table(header, rows), ""]
+
+
+def _md_settings(table: SettingsTable) -> list[str]:
+    """One settings section; with a column per arm, the differing rows in bold."""
+    bold = [
+        [f"**{row.key}**", *(f"**{', '.join(c)}**" for c in row.cells)]
+        if row.differs
+        else [row.key, *(", ".join(c) for c in row.cells)]
+        for row in table.rows
+    ]
+    note = ["_In bold: the settings the arms differ in._", ""] if table.differs else []
+    return [f"### {table.title}", "", *note, _md_table(["Setting", *table.columns], bold), ""]
+
+
 def render_markdown(results: Results) -> str:
-    """The whole report as Markdown (no plots): summary first, settings last."""
-    parts = ["# schedkit bench report", "", context(results), "", "## Summary", ""]
+    """The whole report as Markdown (no plots): what ran and the summary first, settings
+    last."""
+    parts = ["# schedkit bench report", "", context(results), ""]
+    parts += [*_md_differing(results), "## Summary", ""]
     flags = run_flags(results)
     parts += [*(_md_flag(f) for f in flags), ""] if flags else []
     summaries = comparison_summaries(results)
@@ -86,7 +117,7 @@ def render_markdown(results: Results) -> str:
         parts += ["One arm: nothing to compare.", ""]
     for s in summaries:
         header, rows = verdict_table(s)
-        rows = [[f"**{r[0]}**" if r[0] == "worse" else r[0], *r[1:]] for r in rows]
+        rows = [[f"**{r[0]}**" if r[0] == WORSE else r[0], *r[1:]] for r in rows]
         parts += [f"### {s.title}", "", f"**{_headline(s)}**", ""]
         parts += [*(_md_flag(f) for f in s.flags), ""] if s.flags else []
         parts += [_md_table(header, rows), "", f"_{s.method}._", ""] if rows else []
@@ -95,9 +126,8 @@ def render_markdown(results: Results) -> str:
         parts += [f"### {title}", "", _md_table(header, rows), ""]
     sections = settings(results)
     parts += ["## Settings", ""] if sections else []
-    for title, items in sections:
-        body = _md_table(["Setting", "Value"], [[k, ", ".join(v)] for k, v in items])
-        parts += [f"### {title}", "", body, ""]
+    for table in sections:
+        parts += _md_settings(table)
     return "\n".join(parts)
 
 
@@ -131,11 +161,16 @@ thead th{background:#f6f8fa} tbody tr:nth-child(even){background:#fafbfc}
 .flag.warn{background:#fff8c5;border-color:#bf8700;color:#633c01}
 .flag .kind{font-weight:700;text-transform:uppercase;font-size:.8rem;margin-right:.4rem}
 .badge{display:inline-block;padding:.05rem .5rem;border-radius:1rem;font-weight:700;font-size:.75rem;
- text-transform:uppercase;color:#fff;background:#6e7781}
+ color:#fff;background:#6e7781;white-space:nowrap}
 .badge.worse{background:#cf222e} .badge.better{background:#1a7f37}
-.badge.inconclusive{background:#9a6700} .badge.same{background:#6e7781}
+.badge.inconclusive{background:#9a6700} .badge.no-meaningful-difference{background:#6e7781}
 tr.worse td{background:#ffebe9} tr.better td{background:#dafbe1}
-tr.inconclusive td{background:#fff8c5} tr.same td{background:#fff}
+tr.inconclusive td{background:#fff8c5} tr.no-meaningful-difference td{background:#fff}
+.ran{margin:0 0 1rem} .ran table{width:auto} .ran caption{text-align:left;
+ font-weight:600;font-size:.9rem;margin-bottom:.25rem}
+tr.differs th,tr.differs td{background:#ddf4ff;font-weight:600}
+#settings tr.differs th::after{content:" differs";font-family:system-ui,sans-serif;font-size:.7rem;
+ color:#0969da;margin-left:.4rem}
 .method{color:#57606a;font-size:.8rem;margin:.4rem 0 0}
 figure{margin:0;border:1px solid #d8dee4;border-radius:6px;padding:.5rem;background:#fff}
 figcaption{font-size:.8rem;color:#57606a;margin:.2rem .3rem}
@@ -171,8 +206,8 @@ def _html_verdicts(s: ComparisonSummary) -> str:
     side = ["", "", *(' class="num"' for _ in header[2:])]
     head = "".join(f"<th{a}>{escape(h)}</th>" for a, h in zip(side, header, strict=True))
     body = "".join(
-        f'<tr class="{row[0]}" title="{escape(v.text)}">'
-        f'<td><span class="badge {row[0]}">{escape(row[0])}</span></td>'
+        f'<tr class="{tone_class(row[0])}" title="{escape(v.text)}">'
+        f'<td><span class="badge {tone_class(row[0])}">{escape(row[0])}</span></td>'
         + "".join(f"<td{a}>{escape(c)}</td>" for a, c in zip(side[1:], row[1:], strict=True))
         + "</tr>"
         for v, row in zip(s.verdicts, rows, strict=True)
@@ -220,20 +255,46 @@ def _html_figure(figure: Figure) -> str:
     )
 
 
-def _html_setting(items: list[Setting]) -> str:
+def _html_cell(parts: list[str]) -> str:
+    if len(parts) == 1:
+        return f"<td>{escape(parts[0])}</td>"
+    spans = "".join(f'<span class="kv">{escape(p)}</span>' for p in parts)
+    return f'<td class="kvs">{spans}</td>'
+
+
+def _html_setting(table: SettingsTable) -> str:
+    """One settings section; with a column per arm, a header row naming the arms and the
+    rows the arms differ in highlighted."""
+    head = ""
+    if table.columns != ["Value"]:
+        names = "".join(f"<th>{escape(c)}</th>" for c in table.columns)
+        head = f"<thead><tr><th>Setting</th>{names}</tr></thead>"
     rows = "".join(
-        f"<tr><th>{escape(key)}</th>"
-        + (
-            f"<td>{escape(parts[0])}</td>"
-            if len(parts) == 1
-            else '<td class="kvs">'
-            + "".join(f'<span class="kv">{escape(p)}</span>' for p in parts)
-            + "</td>"
-        )
+        ('<tr class="differs">' if row.differs else "<tr>")
+        + f"<th>{escape(row.key)}</th>"
+        + "".join(_html_cell(cell) for cell in row.cells)
         + "</tr>"
-        for key, parts in items
+        for row in table.rows
     )
-    return f"<table><tbody>{rows}</tbody></table>"
+    return f"<table>{head}<tbody>{rows}</tbody></table>"
+
+
+def _html_differing(results: Results) -> str:
+    """What the arms ran differently, under the context line; nothing when alike."""
+    header, rows = differing_table(results)
+    if not rows:
+        return ""
+    head = "".join(f"<th>{escape(h)}</th>" for h in header)
+    body = "".join(
+        f'<tr class="differs"><th>{escape(row[0])}</th>'
+        + "".join(f'<td class="num">{escape(c)}</td>' for c in row[1:])
+        + "</tr>"
+        for row in rows
+    )
+    return (
+        '<div class="ran scroll"><table id="arm-engines"><caption>Engine settings that differ'
+        f" between arms</caption><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
+    )
 
 
 def _html_tables(results: Results) -> str:
@@ -253,7 +314,8 @@ def _html_tables(results: Results) -> str:
 def render_html(results: Results, runs: Sequence[RunResult]) -> str:
     """The whole report as one self-contained HTML page with inline SVG plots."""
     parts = [
-        f'<header><h1>schedkit bench report</h1><p class="context">{escape(context(results))}</p></header>',
+        f'<header><h1>schedkit bench report</h1><p class="context">{escape(context(results))}</p>'
+        f"{_html_differing(results)}</header>",
         _html_summary(results),
     ]
     if runs:
@@ -262,10 +324,10 @@ def render_html(results: Results, runs: Sequence[RunResult]) -> str:
     parts.append(_html_tables(results))
     sections = settings(results)
     if sections:
-        names = ", ".join(title for title, _ in sections)
+        names = ", ".join(table.title for table in sections)
         cards = "".join(
-            f"<div><h3>{escape(title)}</h3>{_html_setting(items)}</div>"
-            for title, items in sections
+            f'<div class="scroll"><h3>{escape(table.title)}</h3>{_html_setting(table)}</div>'
+            for table in sections
         )
         parts.append(
             f'<section id="settings"><details><summary>Settings: {escape(names)}</summary>'

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from schedkit.bench.report.engines import arm_engines, differing, engine_context, engine_rows
 from schedkit.bench.report.plots import GroupKey, group_order, groups_of
 from schedkit.bench.results import ArmMetrics, GroupMetrics, Results, Summary
 
@@ -153,37 +155,77 @@ def inline(value: Any) -> str:
     return str(value)
 
 
-Setting = tuple[str, list[str]]  # (key, value parts: one, or key=value items of a dict)
+def value_parts(value: Any) -> list[str]:
+    """A setting's value as parts: one, or the ``key=value`` items of a dict."""
+    if isinstance(value, Mapping):
+        return [f"{k}={inline(v)}" for k, v in value.items()] or ["none"]
+    return [inline(value)]
 
 
-def _setting_rows(section: Mapping[str, Any]) -> list[Setting]:
-    return [
-        (
-            str(key),
-            [f"{k}={inline(v)}" for k, v in value.items()] or ["none"]
-            if isinstance(value, Mapping)
-            else [inline(value)],
-        )
-        for key, value in section.items()
-    ]
+@dataclass(frozen=True)
+class SettingRow:
+    """One setting: its value parts in each column, and whether the columns differ."""
+
+    key: str
+    cells: list[list[str]]
+    differs: bool = False
 
 
-def settings(results: Results) -> list[tuple[str, list[Setting]]]:
+@dataclass(frozen=True)
+class SettingsTable:
+    """A section of the settings: ``columns`` name the value columns (``Value``, or one
+    per arm for an Engine table whose arms ran on different engines)."""
+
+    title: str
+    columns: list[str]
+    rows: list[SettingRow]
+
+    @property
+    def differs(self) -> bool:
+        return any(row.differs for row in self.rows)
+
+
+def _section(title: str, section: Mapping[str, Any]) -> SettingsTable:
+    rows = [SettingRow(str(key), [value_parts(value)]) for key, value in section.items()]
+    return SettingsTable(title, ["Value"], rows)
+
+
+def engine_table(results: Results) -> SettingsTable:
+    """The Engine section: one column when every arm ran on the same engine, else one per
+    arm with the settings that differ first, marked."""
+    rows = engine_rows(results)
+    if not any(row.differs for row in rows):
+        engines = arm_engines(results)
+        return _section("Engine", engines[0][1] if engines else results.engine)
+    labels = [arm.policy for arm in results.arms]
+    cells = [SettingRow(r.key, [value_parts(v) for v in r.values], r.differs) for r in rows]
+    return SettingsTable("Engine", labels, cells)
+
+
+def differing_table(results: Results) -> tuple[list[str], Rows]:
+    """The engine settings that differ between arms, one column per arm: the first
+    screen's "what ran"; no rows when the arms ran on the same engine."""
+    rows = [[row.key, *(inline(v) for v in row.values)] for row in differing(results)]
+    return ["Engine setting", *(arm.policy for arm in results.arms)], rows
+
+
+def settings(results: Results) -> list[SettingsTable]:
     """The run's settings by section (workload, engine, SLO, policies, provenance), each
-    with the keys results.json holds, in its order."""
+    with the keys results.json holds, in its order (the Engine section per arm when the
+    arms ran on different engines)."""
     policies = {arm.policy: arm.config for arm in results.arms}
     provenance = {
         "schema_version": results.schema_version,
         **results.provenance.model_dump(exclude_unset=True),
     }
     out = [
-        ("Workload", _setting_rows(results.workload.model_dump(exclude_unset=True))),
-        ("Engine", _setting_rows(results.engine)),
-        ("SLO", _setting_rows(results.slo.model_dump(exclude_unset=True))),
-        ("Policies", _setting_rows(policies)),
-        ("Provenance", _setting_rows(provenance)),
+        _section("Workload", results.workload.model_dump(exclude_unset=True)),
+        engine_table(results),
+        _section("SLO", results.slo.model_dump(exclude_unset=True)),
+        _section("Policies", policies),
+        _section("Provenance", provenance),
     ]
-    return [(title, rows) for title, rows in out if rows]
+    return [table for table in out if table.rows]
 
 
 def context(results: Results) -> str:
@@ -194,15 +236,13 @@ def context(results: Results) -> str:
     parts = [f"{', '.join(names[1:]) or names[0]} against {names[0]} (baseline)"]
     if len(names) == 1:
         parts = [f"{names[0]} alone"]
-    w, e, slo = results.workload, results.engine, results.slo
+    w, slo = results.workload, results.slo
     text = f"{w.name}: {w.requests:,} requests over {w.span_s:,.0f} s"
     if w.rate_scale != 1:
         text += f" at {inline(w.rate_scale)}x rate"
     parts.append(text)
-    if e:
-        where = " on ".join(str(e[k]) for k in ("model", "gpu") if e.get(k))
-        tp = f", tp {e['tp']}" if isinstance(e.get("tp"), int) and e["tp"] > 1 else ""
-        parts.append(f"{e.get('engine', 'engine')}{': ' + where if where else ''}{tp}")
+    if results.engine or any(engine for _, engine in arm_engines(results)):
+        parts.append(engine_context(results))
     targets = [
         f"{label} ≤ {target:,.0f} ms"
         for target, label in ((slo.ttft_ms, "TTFT"), (slo.tpot_ms, "TPOT"))

@@ -11,11 +11,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from schedkit.bench.report.tables import NA, fmt
-from schedkit.bench.results import Comparison, MetricRow, Results
+from schedkit.bench.results import NO_DIFFERENCE, TONES, Comparison, MetricRow, Results, Tone
 from schedkit.bench.results import Flag as ResultFlag
 
-#: Verdict tones in the order the summary lists them: regressions first.
-TONES = ("worse", "better", "inconclusive", "same")
+__all__ = [
+    "ALERT_KINDS",
+    "TONES",
+    "ComparisonSummary",
+    "Flag",
+    "Verdict",
+    "comparison_summaries",
+    "run_flags",
+    "summarize",
+]
 #: Flag kinds shown red; every other flag and warning is amber.
 ALERT_KINDS = frozenset({"starvation", "policy_errors", "overload"})
 
@@ -36,7 +44,7 @@ class Flag:
 class Verdict:
     """One compared metric, formatted: baseline value ``a``, policy value ``b``."""
 
-    tone: str
+    tone: Tone
     label: str
     a: str
     b: str
@@ -122,12 +130,13 @@ def _method(comparison: Comparison) -> str:
     parts.append(f"{method.confidence * 100:g}% confidence intervals")
     text = ", ".join(parts)
     if comparison.min_effect > 0:
-        text += f"; changes within ±{comparison.min_effect * 100:g}% count as the same"
+        text += f"; changes within ±{comparison.min_effect * 100:g}% are {NO_DIFFERENCE}"
     return text
 
 
 def summarize(comparison: Comparison) -> ComparisonSummary:
-    """One comparison, its verdicts ordered worse, better, inconclusive, same (stable)."""
+    """One comparison, its verdicts in :data:`TONES` order (worse, better, inconclusive,
+    no meaningful difference; stable)."""
     verdicts = sorted(map(_verdict, comparison.metrics), key=lambda v: TONES.index(v.tone))
     return ComparisonSummary(
         baseline=comparison.baseline,

@@ -5,22 +5,25 @@ stream. Every compared metric gets a 95% interval from paired sectioning
 (:func:`schedkit.bench.stats.sectioning.sectioned_diff`: the run cut into up to 10 stretches of
 consecutive arrivals, a Student t interval over their differences; the A/A coverage
 check in ``benchmarks/stats/interval_coverage.md`` measures how often it holds the truth)
-and a tone:
+and one of four verdicts, named alike in every output (``schedkit.bench.results.TONES``):
 
 - ``better`` / ``worse``: the interval excludes no change and the change is at least the
   minimum effect (``min_effect``, relative; for rates, in points: 0.02 = 2 pp);
-- ``same``: no meaningful difference: the interval lies within the minimum effect, or
-  the change is real but below it;
+- ``no meaningful difference``: the interval lies within the minimum effect, or the
+  change is real but below it;
 - ``inconclusive``: the interval spans both no change and changes beyond the minimum,
   or there is no interval (too few requests for five sections holding enough of the
   tail: a p99 needs about 6,000 completed requests).
 
 A maximum has no interval (one request decides it), so ``ttft_max_ms`` is judged on its
-observed values alone and says so. The summary names regressions first:
-``"B vs A: worse on p99 TTFT; possibly worse on p99 queue; better on p50 TTFT"``.
-Flags say what no interval can: requests starved past the baseline's longest wait, a
-higher rejection share, policy faults (per arm; all in ``schedkit.bench.stats.flags``), an engine that
-never caught up with its arrivals, a trace cut before its busiest stretch.
+observed values alone and says so. The summary names regressions first, in the same
+words: ``"B vs A: worse on p99 TTFT; better on p50 TTFT; inconclusive (leaning worse) on
+p99 queue"``. A change under the minimum effect is never named a gain or a loss: it has
+no ``leaning``, so the summary calls it inconclusive, or no meaningful difference.
+Flags say what no interval can: requests starved past the baseline's longest wait by
+more than the minimum effect, a higher rejection share, policy faults (per arm; all in
+``schedkit.bench.stats.flags``), an engine that never caught up with its arrivals, a
+trace cut before its busiest stretch.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from schedkit.bench.results import BETTER, INCONCLUSIVE, NO_DIFFERENCE, WORSE, Tone
 from schedkit.bench.spec import DEFAULT_MIN_EFFECT
 from schedkit.bench.stats.estimators import FloatArray, Mean, Quantile, Ratio, Statistic, Total
 from schedkit.bench.stats.flags import comparison_flags
@@ -214,37 +218,38 @@ def _effect(metric: Compared, r: Diff) -> tuple[float, list[float] | None] | Non
     return _relative(diff, r["a"]), [_relative(c, r["a"]) for c in ci] if ci else None
 
 
-def tone(metric: Compared, r: Diff, min_effect: float) -> str:
+def tone(metric: Compared, r: Diff, min_effect: float) -> Tone:
     """``better`` or ``worse`` (the interval excludes no change and the change reaches
-    the minimum effect), ``same`` (the interval lies within the minimum effect, or the
-    change is real but smaller) or ``inconclusive`` (anything else, and every change
-    without an interval except a maximum's, judged on its observed values)."""
+    the minimum effect), ``no meaningful difference`` (the interval lies within the minimum
+    effect, or the change is real but smaller) or ``inconclusive`` (anything else, and
+    every change without an interval except a maximum's, judged on its observed values)."""
     judged = _effect(metric, r)
     if judged is None:
-        return "inconclusive"
+        return INCONCLUSIVE
     effect, ci = judged
     small = abs(effect) < min_effect
     gain = effect > 0 if metric.higher_is_better else effect < 0
-    direction = "better" if gain else "worse"
+    direction: Tone = BETTER if gain else WORSE
     if effect == 0.0 and (ci is None or ci == [0.0, 0.0]):
-        return "same"
+        return NO_DIFFERENCE
     if metric.statistic is None:  # a maximum: the observed values decide
-        return "same" if small else direction
+        return NO_DIFFERENCE if small else direction
     if ci is None:
-        return "same" if small else "inconclusive"
+        return NO_DIFFERENCE if small else INCONCLUSIVE
     if ci[0] > -min_effect and ci[1] < min_effect:
-        return "same"
+        return NO_DIFFERENCE
     if r["significant"]:
-        return "same" if small else direction
-    return "inconclusive"
+        return NO_DIFFERENCE if small else direction
+    return INCONCLUSIVE
 
 
-def leaning(metric: Compared, r: Diff) -> str | None:
-    """For an inconclusive row, which way its point estimate leans."""
+def leaning(metric: Compared, r: Diff, min_effect: float) -> str | None:
+    """For an inconclusive row, which way its point estimate leans; None when the
+    estimate is under the minimum effect (no gain or loss worth a word)."""
     judged = _effect(metric, r)
-    if judged is None or judged[0] == 0.0:
+    if judged is None or judged[0] == 0.0 or abs(judged[0]) < min_effect:
         return None
-    return "better" if (judged[0] > 0) == metric.higher_is_better else "worse"
+    return BETTER if (judged[0] > 0) == metric.higher_is_better else WORSE
 
 
 def _value(metric: Compared, value: float | None) -> str:
@@ -257,8 +262,8 @@ def _value(metric: Compared, value: float | None) -> str:
     return f"{value:,.1f}" if metric.unit == "tok/s" else f"{value:,.0f}"
 
 
-def verdict(metric: Compared, r: Diff, name: str, base: str, judged: str) -> str:
-    """One line: the values, the change with its interval, and the tone in words."""
+def verdict(metric: Compared, r: Diff, name: str, base: str, judged: Tone) -> str:
+    """One line: the values, the change with its interval, and the verdict's name."""
     a, b, diff = r["a"], r["b"], r["diff"]
     values = f"{_value(metric, b)} vs {_value(metric, a)}"
     if diff is None:
@@ -277,13 +282,7 @@ def verdict(metric: Compared, r: Diff, name: str, base: str, judged: str) -> str
         )
     if metric.statistic is None:
         span = "a maximum has no interval"
-    words = {
-        "better": "better",
-        "worse": "WORSE",
-        "same": "no meaningful difference",
-        "inconclusive": "no significant difference",
-    }[judged]
-    return f"{metric.label}: {name} {values}, {change} ({span}): {words}"
+    return f"{metric.label}: {name} {values}, {change} ({span}): {judged}"
 
 
 def _none(r: Diff) -> str:
@@ -293,28 +292,29 @@ def _none(r: Diff) -> str:
 
 
 def summary_line(name: str, base: str, rows: Sequence[Mapping[str, Any]]) -> str:
-    """``"B vs A: worse on X, Y; better on Z"``: regressions first, inconclusive changes
-    beyond the minimum effect as "possibly worse/better", never only "better" while
-    something got worse."""
-
-    def labels(tone: str, lean: str | None = None) -> list[str]:
-        return [
+    """``"B vs A: worse on X; better on Y; inconclusive (leaning worse) on Z; inconclusive
+    on W"``: each metric under its verdict's name, regressions first, never only "better"
+    while something got worse. An inconclusive change says which way it leans only when
+    it reaches the minimum effect (the row's ``leaning``); rows with no meaningful
+    difference are left out."""
+    groups: list[tuple[str, Tone, str | None]] = [
+        (WORSE, WORSE, None),
+        (BETTER, BETTER, None),
+        (f"{INCONCLUSIVE} (leaning {WORSE})", INCONCLUSIVE, WORSE),
+        (f"{INCONCLUSIVE} (leaning {BETTER})", INCONCLUSIVE, BETTER),
+        (INCONCLUSIVE, INCONCLUSIVE, None),
+    ]
+    parts = []
+    for words, judged, lean in groups:
+        found = [
             str(row["label"])
             for row in rows
-            if row["tone"] == tone and (lean is None or row.get("leaning") == lean)
+            if row["tone"] == judged and (judged != INCONCLUSIVE or row.get("leaning") == lean)
         ]
-
-    parts = []
-    for words, found in (
-        ("worse on", labels("worse")),
-        ("possibly worse on", labels("inconclusive", "worse")),
-        ("better on", labels("better")),
-        ("possibly better on", labels("inconclusive", "better")),
-    ):
         if found:
-            parts.append(f"{words} " + ", ".join(found))
+            parts.append(f"{words} on " + ", ".join(found))
     if not parts:
-        parts.append("no meaningful difference on any compared metric")
+        parts.append(f"{NO_DIFFERENCE} on any compared metric")
     return f"{name} vs {base}: " + "; ".join(parts)
 
 
@@ -365,7 +365,7 @@ def compare_pair(
         "min_effect": min_effect,
         "metrics": rows,
         "verdicts": [row["verdict"] for row in rows],
-        "flags": comparison_flags(base, other, sa, sb),
+        "flags": comparison_flags(base, other, sa, sb, min_effect=min_effect),
     }
 
 
@@ -401,9 +401,9 @@ def _row(
         "unit": m.unit,
         "higher_is_better": m.higher_is_better,
         **r,
-        "better": {"better": True, "worse": False}.get(judged_tone),
+        "better": {BETTER: True, WORSE: False}.get(judged_tone),
         "tone": judged_tone,
-        "leaning": leaning(m, r) if judged_tone == "inconclusive" else None,
+        "leaning": leaning(m, r, min_effect) if judged_tone == INCONCLUSIVE else None,
         "verdict": verdict(m, r, other.policy, base.policy, judged_tone),
     }
 

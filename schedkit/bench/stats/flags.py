@@ -1,7 +1,7 @@
 """Flags: what no interval can say about a comparison or an arm.
 
 Per comparison (:func:`comparison_flags`): requests starved past the baseline's longest
-wait, a higher rejection share. Per arm (:func:`run_flags`): policy faults, hook calls
+wait by more than the minimum effect, a higher rejection share. Per arm (:func:`run_flags`): policy faults, hook calls
 over the hook budget, an engine that never caught up with its arrivals. Each flag is a
 dict with ``kind``, a ``message`` for people, and data (``docs/results.md``).
 """
@@ -13,11 +13,19 @@ from typing import Any
 
 import numpy as np
 
+from schedkit.bench.spec import DEFAULT_MIN_EFFECT
 from schedkit.bench.stats.estimators import FloatArray
 from schedkit.bench.stats.metrics import latencies_ms
 from schedkit.records import RequestRecord, RunResult
 
-__all__ = ["comparison_flags", "overload", "policy_faults", "run_flags", "slow_hooks"]
+__all__ = [
+    "comparison_flags",
+    "overload",
+    "policy_faults",
+    "run_flags",
+    "slow_hooks",
+    "starvation",
+]
 
 
 def _flag(kind: str, message: str, **data: Any) -> dict[str, Any]:
@@ -25,25 +33,18 @@ def _flag(kind: str, message: str, **data: Any) -> dict[str, Any]:
 
 
 def comparison_flags(
-    base: RunResult, other: RunResult, sa: Mapping[str, FloatArray], sb: Mapping[str, FloatArray]
+    base: RunResult,
+    other: RunResult,
+    sa: Mapping[str, FloatArray],
+    sb: Mapping[str, FloatArray],
+    *,
+    min_effect: float = DEFAULT_MIN_EFFECT,
 ) -> list[dict[str, Any]]:
     """Starvation past the baseline's longest wait, and a higher rejection share."""
     flags = []
-    longest = float(sa["wait_s"].max()) if sa["wait_s"].size else 0.0
-    starved = sb["wait_s"] > longest
-    count = int(starved.sum())
-    if count:
-        worst = float(sb["wait_s"][starved].max())
-        flags.append(
-            _flag(
-                "starvation",
-                f"{count} requests under {other.policy} waited longer than the longest wait"
-                f" under {base.policy} ({longest:,.1f} s); the worst waited {worst:,.1f} s",
-                count=count,
-                baseline_max_wait_s=longest,
-                worst_wait_s=worst,
-            )
-        )
+    starved = starvation(base, other, sa["wait_s"], sb["wait_s"], min_effect)
+    if starved is not None:
+        flags.append(starved)
     ra, rb = float(sa["rejected"].sum()), float(sb["rejected"].sum())
     n = max(1, sb["rejected"].size)
     if rb > ra:
@@ -58,6 +59,36 @@ def comparison_flags(
             )
         )
     return flags
+
+
+def starvation(
+    base: RunResult, other: RunResult, wait_a: FloatArray, wait_b: FloatArray, min_effect: float
+) -> dict[str, Any] | None:
+    """A flag when requests under ``other`` waited longer than the baseline's longest wait
+    by more than the minimum effect (relative to that wait): a wait within it is the same
+    wait, told apart only by the engine's step times. It says by how much, in seconds and
+    relative to the baseline's longest."""
+    longest = float(wait_a.max()) if wait_a.size else 0.0
+    threshold = longest * (1.0 + min_effect)
+    starved = wait_b > threshold
+    count = int(starved.sum())
+    if not count:
+        return None
+    worst = float(wait_b[starved].max())
+    excess = worst - longest
+    rel = excess / longest if longest > 0 else None
+    by = f"{excess:,.1f} s" + (f" ({rel:+.1%})" if rel is not None else "")
+    more = f"more than {min_effect * 100:g}% longer" if min_effect > 0 else "longer"
+    return _flag(
+        "starvation",
+        f"{count} requests under {other.policy} waited {more} than the longest wait under"
+        f" {base.policy} ({longest:,.1f} s); the worst waited {worst:,.1f} s, {by} longer",
+        count=count,
+        baseline_max_wait_s=longest,
+        worst_wait_s=worst,
+        excess_s=excess,
+        excess_rel=rel,
+    )
 
 
 def _backlog(records: Sequence[RequestRecord], t: float) -> int:
