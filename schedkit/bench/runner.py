@@ -345,7 +345,8 @@ class Bench:
         sim_config = self._sim_config(s, blocks)
         info: dict[str, Any] = {
             "engine": spec.engine,
-            "model": s["model"] if spec.engine == "openai" else model.name,
+            "model": s["model"] if spec.engine == "openai" else model.label,
+            **({"model_profile": model.figures()} if model.source else {}),
             "gpu": gpu.name,
             "tp": s["tp"],
             "replicas": s["replicas"],

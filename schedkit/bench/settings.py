@@ -37,7 +37,10 @@ class EngineSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    model: str = Field(default="Llama-3-8B", description="Model profile.")
+    model: str = Field(
+        default="Llama-3-8B",
+        description="Model profile, or a local Hugging Face model folder or its config.json.",
+    )
     gpu: str = Field(default="H100-SXM", description="GPU profile.")
     tp: TensorParallel = Field(default=1, description="vLLM --tensor-parallel-size.")
     replicas: Replicas = Field(

@@ -52,7 +52,12 @@ def plan(
         typer.Option(help="A candidate set of engine settings, e.g. max_num_seqs=128; repeat."),
     ] = None,
     policy: Annotated[str, typer.Option(help="Policy (the router too, with replicas).")] = "fcfs",
-    model: Annotated[str, typer.Option(help="Model profile.")] = "Llama-3-8B",
+    model: Annotated[
+        str,
+        typer.Option(
+            help="Model profile, or a local Hugging Face model folder or its config.json."
+        ),
+    ] = "Llama-3-8B",
     slo_ttft_ms: Annotated[float | None, typer.Option(help="TTFT SLO in ms.")] = None,
     slo_tpot_ms: Annotated[float | None, typer.Option(help="TPOT SLO in ms.")] = None,
     target: Annotated[

@@ -44,8 +44,9 @@ class CostModel(Protocol):
 class RooflineCostModel:
     """Step time = overhead + max(compute time, memory time), split evenly over ``tp`` GPUs.
 
-    Each step reads the weights once plus the KV cache it attends over; it computes
-    2 FLOPs per parameter per token plus 4 per (query, key) pair per head dimension.
+    Each step reads the weights once (a MoE model's every expert, which a batch of a few
+    dozen tokens already touches) plus the KV cache it attends over; it computes 2 FLOPs
+    per active parameter per token plus 4 per (query, key) pair per head dimension.
     """
 
     def __init__(
@@ -73,7 +74,7 @@ class RooflineCostModel:
         self.step_overhead_s = step_overhead_s
         self._flops_per_s = tp * gpu.tflops * 1e12 * compute_efficiency
         self._bytes_per_s = tp * gpu.mem_bw_gbs * 1e9 * bandwidth_efficiency
-        self._flops_per_token = 2.0 * model.num_params
+        self._flops_per_token = 2.0 * model.active_params
         self._flops_per_pair = 4.0 * model.num_layers * model.num_heads * model.head_dim
         self._weight_bytes = float(model.weight_bytes)
         self._kv_bytes = float(model.kv_bytes_per_token)
@@ -139,7 +140,7 @@ class RooflineCostModel:
     def describe(self) -> dict[str, Any]:
         return {
             "kind": "roofline",
-            "model": self.model.name,
+            "model": self.model.label,
             "gpu": self.gpu.name,
             "tp": self.tp,
             "compute_efficiency": self.compute_efficiency,

@@ -1,7 +1,8 @@
 """Hardware and model profiles the simulator's cost model is built from.
 
 Built-in GPUs and Llama-style models, looked up by name (case-insensitive), plus
-user profiles loaded from a TOML/JSON file with ``[[gpu]]`` / ``[[model]]`` tables.
+user profiles loaded from a TOML/JSON file with ``[[gpu]]`` / ``[[model]]`` tables, plus
+a model read from a local Hugging Face model folder or ``config.json`` given as its path.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from schedkit import tensor_parallel
 from schedkit.errors import SchedkitError, quote
 from schedkit.inputs import parse_document, read_document
+from schedkit.sim.cost.hf_config import find_config_file, looks_like_path, model_from_config
+from schedkit.sim.cost.shape import ModelProfile as ModelProfile
 
 KV_CACHE_DTYPES = {  # vLLM's --kv-cache-dtype: bytes per element (0: the model's dtype)
     "auto": 0,
@@ -35,43 +38,6 @@ class GPUProfile:
     tflops: float
     mem_bw_gbs: float
     mem_gb: float
-
-
-@dataclass(frozen=True)
-class ModelProfile:
-    """A Llama-style decoder (GQA attention, gated MLP, untied embeddings)."""
-
-    name: str
-    num_layers: int
-    hidden_size: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    vocab_size: int
-    intermediate_size: int
-    dtype_bytes: int = 2
-    kv_dtype_bytes: int = 0  # the KV cache's element size (vLLM --kv-cache-dtype); 0: dtype's
-
-    @property
-    def num_params(self) -> int:
-        """Parameter count: embeddings + lm_head + per-layer attention, MLP and norms."""
-        h = self.hidden_size
-        q_out = self.num_heads * self.head_dim
-        kv_out = self.num_kv_heads * self.head_dim
-        attention = h * q_out + 2 * h * kv_out + q_out * h
-        mlp = 3 * h * self.intermediate_size
-        per_layer = attention + mlp + 2 * h  # two RMSNorm weight vectors
-        return 2 * self.vocab_size * h + self.num_layers * per_layer + h  # + final norm
-
-    @property
-    def weight_bytes(self) -> int:
-        return self.num_params * self.dtype_bytes
-
-    @property
-    def kv_bytes_per_token(self) -> int:
-        """K and V for every layer and KV head."""
-        element = self.kv_dtype_bytes or self.dtype_bytes
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * element
 
 
 # Memory each GPU keeps for activations and the CUDA context, outside the KV cache.
@@ -166,6 +132,11 @@ def _model_dir(name: str) -> str | None:
     return str(path.resolve()) if (path / "config.json").is_file() else None
 
 
+def _dirs(model: ModelProfile) -> tuple[str | None, str | None]:
+    """The model directory ``model`` is named after, and the one its config.json is in."""
+    return _model_dir(model.name), str(Path(model.source).parent) if model.source else None
+
+
 class _GPUEntry(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -240,12 +211,20 @@ class ProfileRegistry:
         return self._gpus[key]
 
     def get_model(self, name: str) -> ModelProfile:
-        if name.lower() not in self._models:
+        """The profile named ``name``, else the one read from the local model folder or
+        ``config.json`` that ``name`` is the path of."""
+        if name.lower() in self._models:
+            return self._models[name.lower()]
+        config_file = find_config_file(name)
+        if config_file is None:
+            named = sorted(m.name for m in self._models.values() if not m.source)
+            where = "no such file or folder; " if looks_like_path(name) else ""
             raise SchedkitError(
-                f"unknown model {quote(name)}; known models: {', '.join(self.model_names())}."
-                " Pick one of these or load a profile file with a [[model]] table."
+                f"unknown model {quote(name)}: {where}give a model profile ({', '.join(named)})"
+                " or --model PATH to a local Hugging Face model folder or its config.json"
+                " (nothing is downloaded); a --profile file's [[model]] table adds a profile"
             )
-        return self._models[name.lower()]
+        return model_from_config(name, config_file)
 
     def gpu_for_device(self, device: str) -> GPUProfile | None:
         """The GPU profile for a CUDA device name (``torch.cuda.get_device_name``), e.g.
@@ -282,8 +261,8 @@ class ProfileRegistry:
             return self._models[name.lower()]
         directory = _model_dir(name)
         if directory is not None:
-            same = [m for m in self._models.values() if _model_dir(m.name) == directory]
-            if len(same) == 1:
+            same = [m for m in self._models.values() if directory in _dirs(m)]
+            if len({m.source or m.name for m in same}) == 1:
                 return same[0]
         words = _words(name.rstrip("/").rsplit("/", 1)[-1])
         fits = []
@@ -378,33 +357,20 @@ def load_profile_file(path: str | Path) -> None:
 
 
 def register_model_dir(name: str) -> str | None:
-    """Register a local Hugging Face model directory (``--model DIR``) as a model profile.
+    """Register the model a local Hugging Face model folder or ``config.json`` holds
+    (``--model PATH``), read from its ``config.json``, under ``name``.
 
-    Real engines take a model path; the cost model and KV sizing then use its shape, read
-    from ``config.json``. Returns the profile name (``DIR``), or None when ``name`` is not
-    such a directory.
+    Real engines take a model path; the cost model and KV sizing then use its shape.
+    Returns ``name``, or None when no file or folder ``name`` exists or the folder has no
+    ``config.json``; raises :class:`SchedkitError` when the config gives no shape.
     """
-    config_file = Path(name).expanduser() / "config.json"
-    if not config_file.is_file():
-        return None
     try:
-        data = parse_document(config_file.read_text(encoding="utf-8"), "json")
-        cfg = data.get("text_config", data)
-        heads = int(cfg["num_attention_heads"])
-        hidden = int(cfg["hidden_size"])
-        profile = ModelProfile(
-            name=name,
-            num_layers=int(cfg["num_hidden_layers"]),
-            hidden_size=hidden,
-            num_heads=heads,
-            num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
-            head_dim=int(cfg.get("head_dim") or hidden // heads),
-            vocab_size=int(cfg["vocab_size"]),
-            intermediate_size=int(cfg["intermediate_size"]),
-        )
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise SchedkitError(f"cannot read a model shape from {config_file}: {exc}") from exc
-    DEFAULT_REGISTRY.register_model(profile)
+        config_file = find_config_file(name)
+    except SchedkitError:
+        return None  # a folder without config.json: get_model says so where one is needed
+    if config_file is None:
+        return None
+    DEFAULT_REGISTRY.register_model(model_from_config(name, config_file))
     return name
 
 
