@@ -3,11 +3,12 @@
 A candidate is a GPU type, a tensor-parallel degree and a set of engine settings. For
 each, the search finds the fewest replicas at which SLO attainment (the share of
 requests meeting every SLO; a rejected or unfinished request misses) reaches the
-target. It doubles the count from 1 until the target is met, then bisects between the
-last count that missed and the first that met it, so it assumes one more replica
-never lowers attainment. Every probe is kept, so a reader can check that assumption in
-the table. A deployment costs replicas x TP x the GPU's hourly price (``--price``), or
-its GPU count when no prices are given.
+target (``--attainment``). It doubles the count from 1 until the target is met, then
+bisects between the last count that missed and the first that met it, so it assumes one
+more replica never lowers attainment. Every probe is kept, so a reader can check that
+assumption in the table. A deployment costs replicas x TP x the GPU's hourly price
+(``--price``), or its GPU count when no prices are given. The candidates are listed in
+that order, each saying why it is not the chosen one (exactly one is).
 
 The rule of thumb it is checked against (docs/planning.md): per-GPU concurrency =
 (memory - weights - reserve) / (KV bytes per token x tokens per request). By Little's
@@ -19,6 +20,7 @@ from __future__ import annotations
 import math
 import multiprocessing as mp
 import os
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -33,7 +35,7 @@ from schedkit.bench.workers import fork_pool
 from schedkit.errors import SchedkitError
 from schedkit.sim.cost.profiles import ACTIVATION_RESERVE_BYTES_PER_GPU, get_gpu, get_model
 
-__all__ = ["PlanSpec", "rule_of_thumb", "run_plan"]
+__all__ = ["PlanSpec", "rank", "rule_of_thumb", "run_plan"]
 
 
 class PlanSpec(BaseModel):
@@ -47,8 +49,31 @@ class PlanSpec(BaseModel):
     tps: list[int] = Field(default_factory=lambda: [1], min_length=1)
     settings: list[EngineSettings] = Field(default_factory=lambda: [EngineSettings()])
     max_replicas: int = Field(default=64, ge=1, le=1024)
-    target: float = Field(default=0.9, gt=0, le=1)
+    attainment: float = Field(
+        default=0.9, gt=0, le=1, description="Share of requests that must meet every SLO."
+    )
+    request_rate: float | None = Field(
+        default=None,
+        gt=0,
+        allow_inf_nan=False,
+        description="Offered requests/s instead of the bench's --rate-scale (the trace"
+        " rescaled to it), as schedkit bench --request-rate.",
+    )
     prices: dict[str, float] = Field(default_factory=dict)  # GPU name -> $ per GPU-hour
+
+    @model_validator(mode="before")
+    @classmethod
+    def _target_is_attainment(cls, data: Any) -> Any:
+        """``target``, the old name of ``attainment``: still accepted, with a warning."""
+        if isinstance(data, dict) and "target" in data:
+            warnings.warn(
+                "PlanSpec(target=...) is PlanSpec(attainment=...), as the bench names the"
+                " SLO attainment share; the old name goes in a later release",
+                DeprecationWarning,
+                stacklevel=4,
+            )
+            data = {k: v for k, v in data.items() if k != "target"} | {"attainment": data["target"]}
+        return data
 
     @model_validator(mode="after")
     def _check(self) -> PlanSpec:
@@ -56,6 +81,8 @@ class PlanSpec(BaseModel):
             raise ValueError("a plan needs an SLO: give --slo-ttft-ms and/or --slo-tpot-ms")
         if self.bench.engine != "sim":
             raise ValueError("a plan runs on --engine sim")
+        if self.request_rate is not None and self.bench.workload.rate_scale != 1.0:
+            raise ValueError("give --rate-scale or --request-rate, not both")
         bad = sorted(p for p, v in self.prices.items() if not (v > 0 and math.isfinite(v)))
         if bad:
             raise ValueError(f"--price for {bad[0]} must be a positive number ($ per GPU-hour)")
@@ -66,6 +93,13 @@ class PlanSpec(BaseModel):
                 " candidate GPU, or none (then deployments are ranked by GPU count)"
             )
         return self
+
+    def rate_scale(self, bench: Bench) -> float:
+        """The factor on the trace's arrival rate: ``--rate-scale``, or the one that
+        offers ``--request-rate`` requests/s (as ``schedkit bench --request-rate``)."""
+        if self.request_rate is None:
+            return self.bench.workload.rate_scale
+        return self.request_rate / arrival_rate(bench.base.requests)
 
 
 def rule_of_thumb(bench: Bench, gpu_name: str, tp: int, utilization: float) -> dict[str, Any]:
@@ -101,8 +135,12 @@ def search(plan: PlanSpec, gpu: str, tp: int, variant: int) -> dict[str, Any]:
         return out
     _, cost, sim_config = bench.arm_engines[0]
     config = bench.configs[0]
-    requests = trusted_requests(bench.workload(spec.workload.rate_scale).requests, config.trust)
+    scale = plan.rate_scale(bench)
+    offered = bench.workload(scale).requests
+    out.update(rate_scale=scale, offered_rps=arrival_rate(offered))
+    requests = trusted_requests(offered, config.trust)
     probes: dict[int, dict[str, Any]] = {}
+    price = plan.prices.get(gpu)
 
     def probe(replicas: int) -> bool:
         if replicas not in probes:
@@ -113,24 +151,24 @@ def search(plan: PlanSpec, gpu: str, tp: int, variant: int) -> dict[str, Any]:
             probes[replicas] = {
                 "replicas": replicas,
                 "gpus": replicas * tp,
+                "cost_per_hour": replicas * tp * price if price is not None else None,
                 "slo_attainment": m["slo_attainment"] or 0.0,
                 "ttft_p90_ms": m["ttft_ms"]["p90"],
                 "tpot_p90_ms": m["tpot_ms"]["p90"],
                 "e2e_mean_ms": m["e2e_ms"]["mean"],
                 "throughput_tok_s": m["throughput_tok_s"],
             }
-        return bool(probes[replicas]["slo_attainment"] >= plan.target)
+        return bool(probes[replicas]["slo_attainment"] >= plan.attainment)
 
     high = _fewest_meeting(probe, plan.max_replicas)
     out["probes"] = [probes[k] for k in sorted(probes)]
     if high is None:
-        out["error"] = f"misses the target with {plan.max_replicas} replicas (--max-replicas)"
+        out["error"] = f"misses the target even with {plan.max_replicas} replicas (--max-replicas)"
         return out
     out["replicas"] = high
     out["gpus"] = high * tp
-    price = plan.prices.get(gpu)
-    out["cost_per_hour"] = high * tp * price if price is not None else None
-    out["rule_of_thumb"] = _thumb_replicas(bench, spec, gpu, tp, probes[high])
+    out["cost_per_hour"] = probes[high]["cost_per_hour"]
+    out["rule_of_thumb"] = _thumb_replicas(bench, spec, tp, probes[high], out["offered_rps"])
     return out
 
 
@@ -156,13 +194,13 @@ def _fewest_meeting(meets: Callable[[int], bool], max_replicas: int) -> int | No
 
 
 def _thumb_replicas(
-    bench: Bench, spec: BenchSpec, gpu: str, tp: int, best: dict[str, Any]
+    bench: Bench, spec: BenchSpec, tp: int, best: dict[str, Any], rate: float
 ) -> dict[str, Any]:
     """The rule of thumb for a candidate, with the replicas it asks for: by Little's law
-    from the mean E2E of ``best``, the probe that met the target with the fewest."""
-    thumb = rule_of_thumb(bench, gpu, tp, spec.settings.gpu_memory_utilization)
+    from the mean E2E of ``best``, the probe that met the target with the fewest, at the
+    offered ``rate`` (requests/s)."""
+    thumb = rule_of_thumb(bench, spec.settings.gpu, tp, spec.settings.gpu_memory_utilization)
     per_replica = thumb["concurrency_per_gpu"] * tp
-    rate = arrival_rate(bench.workload(spec.workload.rate_scale).requests)
     needed = rate * (best["e2e_mean_ms"] or 0.0) / 1000.0  # Little's law
     thumb["concurrency_needed"] = needed
     thumb["replicas"] = math.ceil(needed / per_replica) if per_replica > 0 else None
@@ -170,7 +208,8 @@ def _thumb_replicas(
 
 
 def run_plan(plan: PlanSpec) -> dict[str, Any]:
-    """Search every candidate (in parallel processes); the cheapest that meets the target."""
+    """Search every candidate (in parallel processes); the cheapest that meets the target,
+    and every candidate in cost order with why it is not the chosen one."""
     jobs = [(g, tp, v) for g in plan.gpus for tp in plan.tps for v in range(len(plan.settings))]
     workers = min(len(jobs), plan.bench.jobs or len(os.sched_getaffinity(0)))
     global _PLAN
@@ -183,16 +222,59 @@ def run_plan(plan: PlanSpec) -> dict[str, Any]:
                 candidates = list(pool.map(_candidate, jobs))
     finally:
         _PLAN = None
-    feasible = [c for c in candidates if "replicas" in c]
-
-    def price(c: dict[str, Any]) -> tuple[float, int, str, int]:
-        value = c["cost_per_hour"] if c["cost_per_hour"] is not None else float(c["gpus"])
-        return (value, c["gpus"], c["gpu"], c["tp"])
-
-    best = min(feasible, key=price) if feasible else None
+    ranked = rank(candidates)
+    offered = next((c for c in candidates if "offered_rps" in c), {})
     return {
-        "target": plan.target,
+        "workload": plan.bench.workload.name,
+        "model": plan.bench.settings.model,
+        "policy": plan.bench.policies[0] if plan.bench.policies else None,
+        "slo": {"ttft_ms": plan.bench.stats.slo_ttft_ms, "tpot_ms": plan.bench.stats.slo_tpot_ms},
+        "rate_scale": offered.get("rate_scale"),
+        "offered_rps": offered.get("offered_rps"),
+        "attainment": plan.attainment,
+        "max_replicas": plan.max_replicas,
         "ranked_by": "cost per hour" if plan.prices else "GPU count",
-        "best": best,
-        "candidates": candidates,
+        "best": ranked[0] if ranked and "replicas" in ranked[0] else None,
+        "candidates": ranked,
     }
+
+
+def _cost(c: dict[str, Any]) -> float:
+    """What a feasible candidate is ranked by: $ per hour, or its GPU count unpriced."""
+    return float(c["cost_per_hour"] if c["cost_per_hour"] is not None else c["gpus"])
+
+
+def _attainment(c: dict[str, Any]) -> float:
+    """SLO attainment of a feasible candidate at its size (the fewest replicas meeting it)."""
+    return float(next(p["slo_attainment"] for p in c["probes"] if p["replicas"] == c["replicas"]))
+
+
+def rank(candidates: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The candidates in cost order, each with its ``outcome``: the first that meets the
+    target is ``"chosen"``; every other says why not. Ties in cost go to fewer GPUs, then
+    to the higher SLO attainment, then to the order the candidates were given in; those
+    that meet no target come last, in that order."""
+    feasible = [c for c in candidates if "replicas" in c]
+    feasible.sort(key=lambda c: (_cost(c), c["gpus"], -_attainment(c)))  # stable: given order
+    out = [dict(c) for c in feasible]
+    for c in out:
+        c["outcome"] = "chosen" if c is out[0] else _why_not(c, out[0])
+    for c in candidates:
+        if "replicas" not in c:
+            out.append({**c, "outcome": f"not feasible: {c['error']}"})
+    return out
+
+
+def _why_not(c: dict[str, Any], chosen: dict[str, Any]) -> str:
+    """Why the feasible candidate ``c`` is not ``chosen``, in a few words."""
+    more = _cost(c) - _cost(chosen)
+    if more > 0:
+        if c["cost_per_hour"] is not None:
+            return f"${more:,.2f}/h more"
+        return f"{more:,.0f} GPU{'s' if more != 1 else ''} more"
+    if c["gpus"] > chosen["gpus"]:
+        return f"same cost, more GPUs ({c['gpus']} vs {chosen['gpus']})"
+    mine, theirs = _attainment(c), _attainment(chosen)
+    if theirs > mine:
+        return f"same cost and GPUs, lower SLO attainment ({mine:.1%} vs {theirs:.1%})"
+    return "same cost, GPUs and SLO attainment; the chosen was given first"

@@ -1,20 +1,27 @@
-"""``schedkit plan``: the cheapest deployment meeting the SLOs, and its search's table."""
+"""``schedkit plan``: the cheapest deployment meeting the SLOs; its reports are
+:mod:`schedkit.bench.plan_report`'s."""
 
 from __future__ import annotations
 
 import json
-from html import escape
+import math
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from rich.console import Console
+from rich.table import Table
 from rich.text import Text
 
+from schedkit.bench.settings import EngineSpec
+from schedkit.bench.spec import WorkloadSpec
 from schedkit.errors import SchedkitError, quote
 
-__all__ = ["plan", "render_plan_html", "render_plan_markdown"]
+if TYPE_CHECKING:
+    from schedkit.bench.plan import PlanSpec
+
+__all__ = ["plan"]
 
 
 def _list(flag: str, text: str, kind: type) -> list[Any]:
@@ -42,8 +49,66 @@ def _prices(items: list[str]) -> dict[str, float]:
     return out
 
 
+def _help(model: type[BaseModel], field: str, more: str = "") -> str:
+    """The help of a spec's field (said once, in the spec), with what plan adds."""
+    return (model.model_fields[field].description or "") + more
+
+
+def _one_rate(flag: str, text: str) -> float:
+    """One positive, finite rate: a plan sizes a deployment for one load."""
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        values = []
+    if len(values) > 1:
+        raise SchedkitError(
+            f"{flag} {quote(text)}: a plan sizes a deployment for one load, so give one rate;"
+            f" several rates make a load sweep (schedkit bench {flag} {text})"
+        )
+    if not values or not (values[0] > 0 and math.isfinite(values[0])):
+        raise SchedkitError(f"{flag} {quote(text)} is not a positive number; write e.g. {flag} 2")
+    return values[0]
+
+
+def _attainment(ctx: typer.Context, attainment: float, target: float | None) -> float:
+    """``--attainment``, or ``--target``, its old name on plan (said once: bench's
+    ``--target`` is a server's URL)."""
+    if target is None:
+        return attainment
+    if getattr(ctx.get_parameter_source("attainment"), "name", None) != "DEFAULT":
+        raise SchedkitError("give --attainment only; --target is its old name on plan")
+    Console(stderr=True).print(
+        Text.assemble(
+            ("warning:", "yellow"),
+            " plan --target is deprecated and will be removed; it is the share of requests"
+            f" meeting every SLO, which bench and plan call --attainment: --attainment {target:g}"
+            " (bench's --target is a server's URL)",
+        ),
+        highlight=False,
+        soft_wrap=True,
+    )
+    return target
+
+
+# the options plan shares with bench, by bench's names and meanings
+Attainment = Annotated[
+    float, typer.Option(help="Share of requests that must meet every SLO (as bench --attainment).")
+]
+OldTarget = Annotated[float | None, typer.Option(hidden=True, help="Deprecated: --attainment.")]
+RateScale = Annotated[
+    str, typer.Option(help=_help(WorkloadSpec, "rate_scale", " One rate, as bench's."))
+]
+RequestRate = Annotated[
+    str | None,
+    typer.Option(
+        help="Offered requests/s instead of --rate-scale (the trace rescaled to it), as bench's."
+    ),
+]
+
+
 def plan(
-    workload: Annotated[str, typer.Option(help="Trace name, spec or file.")],
+    ctx: typer.Context,
+    workload: Annotated[str, typer.Option(help=_help(WorkloadSpec, "name"))],
     out: Annotated[Path, typer.Option(help="Directory for plan.json, plan.md, plan.html.")],
     gpu: Annotated[str, typer.Option(help="Candidate GPUs, comma-separated.")] = "H100-SXM",
     tp: Annotated[str, typer.Option(help="Candidate tensor-parallel degrees, e.g. 1,2.")] = "1",
@@ -52,162 +117,91 @@ def plan(
         typer.Option(help="A candidate set of engine settings, e.g. max_num_seqs=128; repeat."),
     ] = None,
     policy: Annotated[str, typer.Option(help="Policy (the router too, with replicas).")] = "fcfs",
-    model: Annotated[
-        str,
-        typer.Option(
-            help="Model profile, or a local Hugging Face model folder or its config.json."
-        ),
-    ] = "Llama-3-8B",
+    model: Annotated[str, typer.Option(help=_help(EngineSpec, "model"))] = "Llama-3-8B",
     slo_ttft_ms: Annotated[float | None, typer.Option(help="TTFT SLO in ms.")] = None,
     slo_tpot_ms: Annotated[float | None, typer.Option(help="TPOT SLO in ms.")] = None,
-    target: Annotated[
-        float, typer.Option(help="Share of requests that must meet every SLO.")
-    ] = 0.9,
+    attainment: Attainment = 0.9,
+    target: OldTarget = None,
     max_replicas: Annotated[int, typer.Option(help="Largest replica count tried.")] = 64,
     price: Annotated[
         list[str] | None, typer.Option(help="GPU=$ per GPU-hour, e.g. H100-SXM=3.5; repeat.")
     ] = None,
-    rate_scale: Annotated[float, typer.Option(help="Multiply the arrival rate.")] = 1.0,
-    max_requests: Annotated[int | None, typer.Option(help="Plan on the first N requests.")] = None,
+    rate_scale: RateScale = "1",
+    request_rate: RequestRate = None,
+    max_requests: Annotated[
+        int | None, typer.Option(help=_help(WorkloadSpec, "max_requests"))
+    ] = None,
     jobs: Annotated[int | None, typer.Option(help="Candidates searched at once.")] = None,
 ) -> None:
     """Capacity plan: for each GPU x TP x engine-settings candidate, the fewest replicas
-    meeting the SLOs for --target of requests, and the cheapest of them."""
-    from schedkit.bench.arms import parse_arm
-    from schedkit.bench.plan import PlanSpec, run_plan
-    from schedkit.bench.spec import BenchSpec
+    meeting the SLOs for --attainment of requests, and the cheapest of them."""
+    if request_rate is not None and rate_scale != "1":
+        raise SchedkitError("give --rate-scale or --request-rate, not both")
+    spec = _plan_spec(
+        dict(
+            workload=workload, policies=[policy], model=model, slo_ttft_ms=slo_ttft_ms,
+            slo_tpot_ms=slo_tpot_ms, rate_scale=_one_rate("--rate-scale", rate_scale),
+            max_requests=max_requests, jobs=jobs,
+        ),
+        dict(
+            gpus=_list("--gpu", gpu, str), tps=_list("--tp", tp, int), setting=setting,
+            max_replicas=max_replicas, attainment=_attainment(ctx, attainment, target),
+            prices=_prices(price or []),
+            request_rate=None if request_rate is None else _one_rate("--request-rate", request_rate),
+        ),
+    )  # fmt: skip
+    from schedkit.bench.plan import run_plan
 
-    variants = [parse_arm(s).engine for s in setting or []]
-    if any(v.gpu or v.tp or v.replicas for v in variants):
-        raise SchedkitError("--setting sets engine settings; give GPUs and TP with --gpu, --tp")
-    try:
-        spec = PlanSpec(
-            bench=BenchSpec(
-                workload=workload, policies=[policy], model=model, slo_ttft_ms=slo_ttft_ms,
-                slo_tpot_ms=slo_tpot_ms, rate_scale=rate_scale, max_requests=max_requests,
-                jobs=jobs,
-            ),
-            gpus=_list("--gpu", gpu, str), tps=_list("--tp", tp, int),
-            **({"settings": variants} if variants else {}),
-            max_replicas=max_replicas, target=target, prices=_prices(price or []),
-        )  # fmt: skip
-    except ValidationError as exc:
-        problems = "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())
-        raise SchedkitError(f"bad plan arguments: {problems}") from None
     with Console(stderr=True).status("searching the candidates"):
         result = run_plan(spec)
-    result["workload"] = workload
-    result["model"] = model
-    result["slo"] = {"ttft_ms": slo_ttft_ms, "tpot_ms": slo_tpot_ms}
     _write(out, result)
     if result["best"] is None:
         raise typer.Exit(4)
 
 
+def _plan_spec(bench: dict[str, Any], plan: dict[str, Any]) -> PlanSpec:
+    """The PlanSpec of the command's values; a clear error naming what is wrong."""
+    from schedkit.bench.arms import parse_arm
+    from schedkit.bench.plan import PlanSpec
+    from schedkit.bench.spec import BenchSpec
+
+    variants = [parse_arm(s).engine for s in plan.pop("setting") or []]
+    if any(v.gpu or v.tp or v.replicas for v in variants):
+        raise SchedkitError("--setting sets engine settings; give GPUs and TP with --gpu, --tp")
+    if variants:
+        plan["settings"] = variants
+    try:
+        return PlanSpec.model_validate({"bench": BenchSpec(**bench), **plan})
+    except ValidationError as exc:
+        problems = "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())
+        raise SchedkitError(f"bad plan arguments: {problems}") from None
+
+
 def _write(out: Path, result: dict[str, Any]) -> None:
-    """plan.json, plan.md and plan.html in ``out``, and the headline on the terminal."""
+    """plan.json, plan.md and plan.html in ``out``; the answer and the candidates, in cost
+    order, on the terminal."""
+    from schedkit.bench.plan_report import (
+        candidate_rows,
+        header,
+        headline,
+        render_plan_html,
+        render_plan_markdown,
+    )
+
     out.mkdir(parents=True, exist_ok=True)
     (out / "plan.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
     (out / "plan.md").write_text(render_plan_markdown(result), encoding="utf-8")
     (out / "plan.html").write_text(render_plan_html(result), encoding="utf-8")
     console = Console()
-    console.print(Text(_headline(result)), soft_wrap=True)
+    names = header(result, "outcome")
+    keep = [i for i, name in enumerate(names) if not name.startswith("p90")]  # plan.md has them
+    table = Table(title=Text("candidates, cheapest first"))
+    for i in keep:
+        table.add_column(Text(names[i]), justify="right" if 0 < i < len(names) - 1 else "left")
+    for n, row in enumerate(candidate_rows(result)):
+        chosen = n == 0 and result["best"] is not None
+        table.add_row(*(Text(row[i]) for i in keep), style="bold green" if chosen else None)
+    console.print(table)
+    console.print(Text(headline(result)), soft_wrap=True)
     written = ", ".join(str(out / n) for n in ("plan.json", "plan.md", "plan.html"))
     console.print(Text(f"wrote {written}"), soft_wrap=True)
-
-
-def _name(c: dict[str, Any]) -> str:
-    extra = ",".join(f"{k}={v}" for k, v in c["settings"].items())
-    return f"{c['gpu']} tp={c['tp']}" + (f" [{extra}]" if extra else "")
-
-
-def _headline(result: dict[str, Any]) -> str:
-    best = result["best"]
-    if best is None:
-        return f"no candidate meets the SLOs for {result['target']:.0%} of requests"
-    cost = f", ${best['cost_per_hour']:,.2f}/h" if best["cost_per_hour"] is not None else ""
-    return (
-        f"cheapest ({result['ranked_by']}): {_name(best)} x {best['replicas']} replicas ="
-        f" {best['gpus']} GPUs{cost}, meeting the SLOs for {result['target']:.0%} of requests"
-    )
-
-
-def _slo(result: dict[str, Any]) -> str:
-    slo = result["slo"]
-    parts = [
-        f"{k} {slo[f'{k.lower()}_ms']:g} ms" for k in ("TTFT", "TPOT") if slo[f"{k.lower()}_ms"]
-    ]
-    return "SLOs: " + ", ".join(parts)
-
-
-def _rows(result: dict[str, Any]) -> list[list[str]]:
-    rows = []
-    for c in result["candidates"]:
-        for p in c["probes"]:
-            mark = "chosen" if c.get("replicas") == p["replicas"] else ""
-            rows.append([
-                _name(c), str(p["replicas"]), str(p["gpus"]), f"{p['slo_attainment']:.1%}",
-                "-" if p["ttft_p90_ms"] is None else f"{p['ttft_p90_ms']:,.0f}",
-                "-" if p["tpot_p90_ms"] is None else f"{p['tpot_p90_ms']:,.1f}", mark,
-            ])  # fmt: skip
-        if "error" in c:
-            rows.append([_name(c), "-", "-", "-", "-", "-", c["error"]])
-    return rows
-
-
-HEADER = ["candidate", "replicas", "GPUs", "SLO attainment", "p90 TTFT ms", "p90 TPOT ms", ""]
-
-
-def _thumb(result: dict[str, Any]) -> list[str]:
-    lines = []
-    for c in result["candidates"]:
-        t = c.get("rule_of_thumb")
-        if t:
-            lines.append(
-                f"- {_name(c)}: {t['concurrency_per_gpu']:,.0f} concurrent requests per GPU"
-                f" ({t['tokens_per_request']:,.0f} tokens each); Little's law needs"
-                f" {t['concurrency_needed']:,.1f} at the chosen size, so"
-                f" {t['replicas']} replica(s) by the rule vs {c['replicas']} by the search"
-            )
-    return lines
-
-
-def render_plan_markdown(result: dict[str, Any]) -> str:
-    table = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
-    table += ["| " + " | ".join(row) + " |" for row in _rows(result)]
-    return "\n".join([
-        "# schedkit plan", "", _headline(result) + ".", "",
-        f"{result['workload']} on {result['model']}; {_slo(result)}; ranked by"
-        f" {result['ranked_by']}. Every probe of the search:", "", *table, "",
-        "Rule of thumb (per-GPU concurrency = (memory - weights - reserve) / (KV bytes per"
-        " token x tokens per request); docs/planning.md):", "", *_thumb(result), "",
-    ])  # fmt: skip
-
-
-def render_plan_html(result: dict[str, Any]) -> str:
-    from schedkit.bench.report.render import _CSS
-    from schedkit.bench.report.svg import line_chart
-
-    series = [
-        (_name(c), [(p["gpus"], p["slo_attainment"]) for p in c["probes"]])
-        for c in result["candidates"]
-        if c["probes"]
-    ]
-    chart = line_chart(
-        series, title="SLO attainment vs GPUs", x_label="GPUs (replicas x TP)",
-        y_label="SLO attainment", y_min=0.0, y_max=1.0,
-    )  # fmt: skip
-    head = "".join(f"<th>{escape(h)}</th>" for h in HEADER)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in row) + "</tr>"
-        for row in _rows(result)
-    )
-    thumb = "".join(f"<li>{escape(line[2:])}</li>" for line in _thumb(result))
-    return (
-        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>schedkit plan'
-        f"</title><style>{_CSS}</style></head><body><h1>schedkit plan</h1>"
-        f'<p class="headline">{escape(_headline(result))}</p><figure>{chart}<figcaption>'
-        f"Every probe; the target is {result['target']:.0%}.</figcaption></figure>"
-        f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-        f"<h2>Rule of thumb</h2><ul>{thumb}</ul></body></html>\n"
-    )

@@ -2,7 +2,8 @@
 
 Every chart is one ``<svg class="plot">`` with a ``viewBox``, so a page can size it with CSS;
 its look comes from the page's classes (``title``, ``tick``, ``axis``, ``grid``, ``frame``,
-``line``, ``dot``, ``bar``, ``ref``, ``legend``).
+``line``, ``dot``, ``bar``, ``ref``, ``legend``; :data:`MARK_CSS` for ``level``, ``mark``,
+``mark-label``, ``ref-label`` and ``whisker``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,12 @@ Point = tuple[float, float]
 Series = Sequence[tuple[str, Sequence[Point]]]
 MAX_POINTS = 600  # per line in a plot
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2")
+# how a page draws levels, marks and whiskers (the plan's and the sweep's pages add it)
+MARK_CSS = (
+    ".plot .level{stroke:#cf222e} .plot .mark{fill:none;stroke:#1f2328;stroke-width:2}"
+    " .plot .mark-label{font-size:12px;font-weight:700} .plot .whisker{stroke-width:1.4}"
+    " .plot .ref-label,.plot .mark-label{paint-order:stroke;stroke:#fff;stroke-width:3px}"
+)
 # the plot area inside the 680 x 320 view box; the legend sits right of it
 W, H, LEFT, RIGHT, TOP, BOTTOM = 680, 320, 64, 500, 30, 262
 
@@ -116,13 +123,31 @@ class _Axes:
     def visible(self, x: float, y: float) -> bool:
         return (not self.log_x or x > 0) and (not self.log_y or y > 0)
 
-    def reference(self, x: float, label: str) -> None:
-        """A dashed vertical line at ``x`` (a target, say), labelled at its top."""
+    def reference(self, x: float, label: str, row: int = 0) -> None:
+        """A dashed vertical line at ``x`` (a target, say), labelled near the bottom; the
+        label of the ``row``-th line sits one line higher, so that close lines stay legible."""
         if (self.log_x and x <= 0) or x > self.x_hi:
             return
         at = self.sx(x)
         self.parts.append(_el("line", x1=at, y1=TOP, x2=at, y2=BOTTOM, class_="ref"))
-        self.parts.append(_el("text", label, x=at + 4, y=BOTTOM - 6, class_="tick"))
+        y = BOTTOM - 6 - 14 * row
+        self.parts.append(_el("text", label, x=at + 4, y=y, class_="tick ref-label"))
+
+    def level(self, y: float, label: str) -> None:
+        """A dashed horizontal line at ``y`` (an SLO, a target), labelled at its right end."""
+        if self.log_y and y <= 0:
+            return
+        at = self.sy(y)
+        self.parts.append(_el("line", x1=LEFT, y1=at, x2=RIGHT, y2=at, class_="ref level"))
+        self.parts.append(_el("text", label, x=RIGHT - 4, y=at - 4, class_="tick end ref-label"))
+
+    def mark(self, x: float, y: float, label: str) -> None:
+        """A ring around the point ``(x, y)`` (the answer), labelled beside it."""
+        if not self.visible(x, y):
+            return
+        cx, cy = self.sx(x), self.sy(y)
+        self.parts.append(_el("circle", cx=cx, cy=cy, r=7, class_="mark"))
+        self.parts.append(_el("text", label, x=cx + 10, y=cy + 16, class_="mark-label"))
 
     def legend(self, names: Sequence[str], mark: Callable[[str, float], str]) -> None:
         for i, name in enumerate(names):
@@ -208,33 +233,38 @@ def line_chart(
     empty: str = "no samples",
     dots: Sequence[Sequence[Point]] = (),
     whiskers: Sequence[Sequence[tuple[float, float, float]]] = (),
+    levels: Sequence[tuple[float, str]] = (),
+    marks: Sequence[tuple[float, float, str]] = (),
 ) -> str:
     """An SVG line chart: one line per ``(name, points)``, with axes, ticks and a legend.
 
     ``log_x``/``log_y`` are honoured when every value on that axis is positive and they span
-    at least a decade. ``references`` are dashed vertical lines ``(x, label)``; ``empty`` is
-    the text shown when no series has a point. ``dots[i]`` and ``whiskers[i]`` (vertical
-    bars ``(x, low, high)``, an interval) are drawn in series ``i``'s colour.
+    at least a decade. ``references`` are dashed vertical lines ``(x, label)`` and
+    ``levels`` dashed horizontal ones ``(y, label)`` (the y axis reaches them); ``marks``
+    ring points ``(x, y, label)``; ``empty`` is the text shown when no series has a point.
+    ``dots[i]`` and ``whiskers[i]`` (vertical bars ``(x, low, high)``, an interval) are
+    drawn in series ``i``'s colour.
     """
     xs = [x for _, pts in series for x, _ in pts] + [x for d in dots for x, _ in d]
     ys = [y for _, pts in series for _, y in pts] + [y for d in dots for _, y in d]
     ys += [v for w in whiskers for _, lo, hi in w for v in (lo, hi)]
+    ys += [y for y, _ in levels if not log_y or y > 0] if xs else []
     if not xs:
         return _empty(title, empty)
     ax = _axes(
         title, xs, ys, x_label=x_label, y_label=y_label, log_x=log_x, log_y=log_y,
         y_min=y_min, y_max=y_max,
     )  # fmt: skip
-    for x, label in references:
-        ax.reference(x, label)
+    for row, (x, label) in enumerate(references):
+        ax.reference(x, label, row)
     for i, (_, pts) in enumerate(series):
         coords = " ".join(f"{ax.sx(x):.1f},{ax.sy(y):.1f}" for x, y in pts if ax.visible(x, y))
         color = PALETTE[i % len(PALETTE)]
         ax.parts.append(_el("polyline", points=coords, stroke=color, class_="line"))
     for i, pts in enumerate(dots):
         color = PALETTE[i % len(PALETTE)]
-        marks = [_el("circle", cx=ax.sx(x), cy=ax.sy(y), r=2.2) for x, y in pts if ax.visible(x, y)]
-        ax.parts += [f'<g class="dots" fill="{color}">', *marks, "</g>"]
+        rings = [_el("circle", cx=ax.sx(x), cy=ax.sy(y), r=2.2) for x, y in pts if ax.visible(x, y)]
+        ax.parts += [f'<g class="dots" fill="{color}">', *rings, "</g>"]
     for i, bars in enumerate(whiskers):
         color = PALETTE[i % len(PALETTE)]
         for x, lo, hi in bars:
@@ -243,6 +273,10 @@ def line_chart(
                     _el("line", x1=ax.sx(x), y1=ax.sy(lo), x2=ax.sx(x), y2=ax.sy(hi),
                         stroke=color, class_="whisker")
                 )  # fmt: skip
+    for y, label in levels:  # over the lines: a target reads as one
+        ax.level(y, label)
+    for x, y, label in marks:
+        ax.mark(x, y, label)
     ax.legend([name for name, _ in series], _line_mark)
     return ax.done()
 

@@ -1,0 +1,264 @@
+"""The plan's reports: plan.md and plan.html, and the headline the command prints.
+
+Both open with the answer (the one chosen deployment), then every candidate in cost
+order, each saying why it is not the chosen one, then every probe of the search and the
+rule of thumb. plan.html draws SLO attainment against cost (or GPUs, unpriced) with the
+attainment target as a line and the chosen deployment ringed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from html import escape
+from typing import Any
+
+from schedkit.bench.report.render import _CSS
+from schedkit.bench.report.svg import MARK_CSS, line_chart
+
+__all__ = [
+    "candidate_rows",
+    "header",
+    "headline",
+    "probe_rows",
+    "render_plan_html",
+    "render_plan_markdown",
+]
+
+Result = Mapping[str, Any]
+NA = "n/a"
+NA_NOTE = (
+    f"{NA}: not measured (a candidate that meets no target, or a percentile of no"
+    " finished request)."
+)
+
+
+def candidate_name(c: Mapping[str, Any]) -> str:
+    """``H100-SXM tp=1``, with the candidate's own engine settings in brackets."""
+    extra = ", ".join(f"{k}={v}" for k, v in c["settings"].items())
+    return f"{c['gpu']} tp={c['tp']}" + (f" [{extra}]" if extra else "")
+
+
+def _priced(result: Result) -> bool:
+    return bool(result["ranked_by"] == "cost per hour")
+
+
+def _at_size(c: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The probe at the candidate's size (the fewest replicas meeting the target)."""
+    return next((p for p in c["probes"] if p["replicas"] == c.get("replicas")), None)
+
+
+def _num(value: float | None, digits: int) -> str:
+    return NA if value is None else f"{value:,.{digits}f}"
+
+
+def _deployment(c: Mapping[str, Any]) -> str:
+    replicas = f"{c['replicas']} replica{'s' if c['replicas'] != 1 else ''}"
+    gpus = f"{c['gpus']} GPU{'s' if c['gpus'] != 1 else ''}"
+    cost = f", ${c['cost_per_hour']:,.2f}/h" if c["cost_per_hour"] is not None else ""
+    return f"{candidate_name(c)} x {replicas} = {gpus}{cost}"
+
+
+def headline(result: Result) -> str:
+    """The answer in one sentence: the chosen deployment, or that none meets the target."""
+    best, target = result["best"], result["attainment"]
+    if best is None:
+        return (
+            f"No candidate meets the SLOs for {target:.0%} of requests within"
+            f" {result['max_replicas']} replicas (--max-replicas): see each candidate's outcome."
+        )
+    met = sum(1 for c in result["candidates"] if "replicas" in c)
+    probe = _at_size(best)
+    reached = f"{probe['slo_attainment']:.1%}" if probe else NA
+    return (
+        f"Chosen: {_deployment(best)}. It meets every SLO for {reached} of requests (target"
+        f" {target:.0%}), the cheapest by {result['ranked_by']} of the {met} candidate"
+        f"{'s' if met != 1 else ''} that reach the target."
+    )
+
+
+def context(result: Result) -> str:
+    """What was planned for: the load, the model, the policy, the SLOs and the ranking."""
+    slo = result["slo"]
+    slos = ", ".join(
+        f"{k} {slo[f'{k.lower()}_ms']:g} ms" for k in ("TTFT", "TPOT") if slo[f"{k.lower()}_ms"]
+    )
+    rate = result.get("offered_rps")
+    load = (
+        f" at {rate:,.2f} req/s (rate scale {result['rate_scale']:.3g})" if rate is not None else ""
+    )
+    ranked = result["ranked_by"] + ("" if _priced(result) else " (no --price given)")
+    policy = f", policy {result['policy']}" if result.get("policy") else ""
+    return (
+        f"{result['workload']}{load}; {result['model']}{policy}. SLOs: {slos}; target:"
+        f" {result['attainment']:.0%} of requests meet every SLO (--attainment). Ranked by"
+        f" {ranked}."
+    )
+
+
+def header(result: Result, last: str) -> list[str]:
+    cost = ["$/h"] if _priced(result) else []
+    return ["candidate", "replicas", "GPUs", *cost, "SLO attainment", "p90 TTFT (ms)",
+            "p90 TPOT (ms)", last]  # fmt: skip
+
+
+def _cells(result: Result, p: Mapping[str, Any] | None) -> list[str]:
+    """A probe's figures, as the header's columns after the candidate's name."""
+    if p is None:
+        return [NA] * (6 if _priced(result) else 5)
+    cost = [_num(p["cost_per_hour"], 2)] if _priced(result) else []
+    return [str(p["replicas"]), str(p["gpus"]), *cost, f"{p['slo_attainment']:.1%}",
+            _num(p["ttft_p90_ms"], 0), _num(p["tpot_p90_ms"], 1)]  # fmt: skip
+
+
+def candidate_rows(result: Result) -> list[list[str]]:
+    """One row per candidate, in cost order, at its size, with its outcome."""
+    return [
+        [candidate_name(c), *_cells(result, _at_size(c)), c["outcome"]]
+        for c in result["candidates"]
+    ]
+
+
+def probe_rows(result: Result) -> list[list[str]]:
+    """Every probe of the search: candidates in cost order, then by replicas."""
+    target = result["attainment"]
+    return [
+        [candidate_name(c), *_cells(result, p),
+         "meets" if p["slo_attainment"] >= target else "misses"]
+        for c in result["candidates"]
+        for p in c["probes"]
+    ]  # fmt: skip
+
+
+RANKING = (
+    "Each candidate is sized at the fewest replicas meeting the target; its outcome says"
+    " why it is not the chosen one (costs compared with the chosen's). Ties in cost go to"
+    " fewer GPUs, then to the higher SLO attainment."
+)
+THUMB = (
+    "Per-GPU concurrency = (memory - weights - reserve) / (KV bytes per token x tokens per"
+    " request), and replicas by Little's law (docs/planning.md); per candidate:"
+)
+
+
+def _thumb(result: Result) -> list[str]:
+    lines = []
+    for c in result["candidates"]:
+        t = c.get("rule_of_thumb")
+        if t:
+            lines.append(
+                f"{candidate_name(c)}: {t['concurrency_per_gpu']:,.0f} concurrent requests per"
+                f" GPU ({t['tokens_per_request']:,.0f} tokens each); Little's law needs"
+                f" {t['concurrency_needed']:,.1f} at its size, so {t['replicas']} replica(s)"
+                f" by the rule vs {c['replicas']} by the search"
+            )
+    return lines
+
+
+def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]], bold: int | None) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 2) + "---|"]
+    for i, row in enumerate(rows):
+        cells = [f"**{c}**" if i == bold else c for c in row]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def render_plan_markdown(result: Result) -> str:
+    chosen = 0 if result["best"] is not None else None
+    candidates = candidate_rows(result)
+    probes = probe_rows(result)
+    na = any(NA in row for row in candidates + probes)
+    return "\n".join([
+        "# schedkit plan", "", headline(result), "", context(result), "",
+        "## Candidates, cheapest first", "",
+        *_md_table(header(result, "outcome"), candidates, chosen), "", RANKING,
+        *([NA_NOTE] if na else []), "",
+        "## Every probe of the search", "",
+        *_md_table(header(result, "vs target"), probes, None), "",
+        "## Rule of thumb", "", THUMB, "", *(f"- {line}" for line in _thumb(result)), "",
+    ])  # fmt: skip
+
+
+def _html_table(
+    header: Sequence[str], rows: Sequence[Sequence[str]], chosen: int | None, table_id: str
+) -> str:
+    number = [0 < i < len(header) - 1 for i in range(len(header))]
+    head = "".join(
+        f"<th{' class=num' if n else ''}>{escape(h)}</th>"
+        for h, n in zip(header, number, strict=True)
+    )
+    body = "".join(
+        f"<tr{' class=chosen' if i == chosen else ''}>"
+        + "".join(
+            f"<td{' class=num' if n else ''}>{escape(c)}</td>"
+            for c, n in zip(row, number, strict=True)
+        )
+        + "</tr>"
+        for i, row in enumerate(rows)
+    )
+    return f'<table id="{table_id}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def plan_chart(result: Result) -> str:
+    """SLO attainment against cost ($/h, or GPUs unpriced) for every probe, one line per
+    candidate; the target as a dashed line, the chosen deployment ringed."""
+    priced = _priced(result)
+
+    def x(p: Mapping[str, Any]) -> float:
+        return float(p["cost_per_hour"] if priced else p["gpus"])
+
+    series = [
+        (candidate_name(c), [(x(p), p["slo_attainment"]) for p in c["probes"]])
+        for c in result["candidates"]
+        if c["probes"]
+    ]
+    dots = [points for _, points in series]  # a candidate probed once shows as a dot
+    best = result["best"]
+    probe = _at_size(best) if best is not None else None
+    return line_chart(
+        series,
+        title=f"SLO attainment vs {'cost' if priced else 'GPUs'}, every probe",
+        x_label="$ per hour (replicas x TP x price)" if priced else "GPUs (replicas x TP)",
+        y_label="SLO attainment", y_min=0.0, y_max=1.0,
+        levels=[(result["attainment"], f"target {result['attainment']:.0%}")],
+        marks=[(x(probe), probe["slo_attainment"], "chosen")] if probe else [], dots=dots,
+    )  # fmt: skip
+
+
+PAGE_CSS = (
+    MARK_CSS + "tr.chosen td{background:#dafbe1;font-weight:600} #chart figure{max-width:760px}"
+    " code{white-space:nowrap;font-size:.9em} #candidates,#probe-table{width:auto}"
+    " @media (max-width:900px){table{font-size:.78rem} th,td{padding:.2rem .3rem}"
+    " .summary{padding:.75rem .6rem} .num{white-space:normal}}"
+)
+
+
+def prose(text: str) -> str:
+    """``text`` as HTML, each command-line flag in it kept on one line."""
+    return re.sub(r"(--[a-z][a-z-]*)", r"<code>\1</code>", escape(text))
+
+
+def render_plan_html(result: Result) -> str:
+    candidates = candidate_rows(result)
+    probes = probe_rows(result)
+    na = any(NA in row for row in candidates + probes)
+    chosen = 0 if result["best"] is not None else None
+    thumb = "".join(f"<li>{prose(line)}</li>" for line in _thumb(result))
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>schedkit plan'
+        f"</title><style>{_CSS}{PAGE_CSS}</style></head>\n<body>\n<header><h1>schedkit plan"
+        f'</h1><p class="context">{prose(context(result))}</p></header>\n'
+        f'<section id="answer" class="summary"><h2>The answer</h2>'
+        f'<p class="headline">{prose(headline(result))}</p>'
+        f"<h3>Candidates, cheapest first</h3>"
+        f"{_html_table(header(result, 'outcome'), candidates, chosen, 'candidates')}"
+        f'<p class="method">{prose(RANKING + (" " + NA_NOTE if na else ""))}</p></section>\n'
+        f'<section id="chart"><h2>SLO attainment of every probe</h2><figure>'
+        f"{plan_chart(result)}<figcaption>One line per candidate through the replica counts"
+        f" the search tried; the dashed line is the target ({result['attainment']:.0%}),"
+        " the ring the chosen deployment.</figcaption></figure></section>\n"
+        f'<section id="probes"><h2>Every probe of the search</h2>'
+        f"{_html_table(header(result, 'vs target'), probes, None, 'probe-table')}</section>\n"
+        f'<section id="thumb"><h2>Rule of thumb</h2><p>{prose(THUMB)}</p><ul>{thumb}</ul>'
+        "</section>\n</body></html>\n"
+    )
