@@ -16,6 +16,7 @@ from test_bench_cli import install_fake_plugin, schedkit
 
 from schedkit.bench.arms import parse_arm
 from schedkit.bench.runner import BenchSpec
+from schedkit.bench.sweep.report import NO_SLO, goodput_figure, knee_figure
 from schedkit.bench.sweep.run import INTERRUPTED_EXIT, POINTS_FILE, STOPPED_EXIT, run_sweep
 from schedkit.bench.sweep.spec import Sweep, SweepSpec, crossing, goodput, knee
 from schedkit.errors import SchedkitError
@@ -75,6 +76,77 @@ def test_a_sweep_keeps_every_probe_point_and_finds_each_arms_knee(tmp_path: Path
     assert html.count("<svg") == 5 and "seqs2" in html and "fcfs" in html
     md = (tmp_path / "sweep.md").read_text()
     assert "## seqs2" in md and "Knee:" in md and "Goodput:" in md
+
+
+def test_one_knee_figure_with_its_interval(tmp_path: Path) -> None:
+    results = run_sweep(spec(arrivals="poisson"), tmp_path)
+    md = (tmp_path / "sweep.md").read_text()
+    assert "(replicates:" not in md  # "Knee: 18.77 req/s (replicates: 18.56 (18.00 .. 19.11))"
+    seqs2 = results["arms"][1]
+    low, high = seqs2["knee"]["ci"]
+    figure = f"{seqs2['knee']['mean']:.2f} req/s (95% interval {low:.2f} .. {high:.2f})"
+    row = next(line for line in md.splitlines() if line.startswith("| seqs2 |"))
+    knee_cell = row.split(" | ")[1]
+    assert knee_cell == figure and knee_cell.count("req/s") == 1
+    assert f"| seqs2 | {figure} |" in md  # the answer, at the top, before every table
+    assert md.index(figure) < md.index("## fcfs")
+
+
+def test_one_replicate_has_no_in_some_replicates_wording(tmp_path: Path) -> None:
+    results = run_sweep(spec(replicates=1), tmp_path)
+    texts = [goodput_figure(a)[1] for a in results["arms"]] + [
+        knee_figure(a)[1] for a in results["arms"]
+    ]
+    md, html = (tmp_path / "sweep.md").read_text(), (tmp_path / "sweep.html").read_text()
+    for text in [*texts, md, html]:
+        assert "some replicates" not in text and "interval 9" not in text
+    assert "Intervals: none with one replicate" in md
+    # fcfs keeps SLO attainment up to the highest rate; seqs2 is under it at the lowest
+    assert texts[0].startswith("above ") and "the highest rate probed" in texts[0]
+    assert texts[1].startswith("below ") and "the lowest rate probed" in texts[1]
+
+
+def test_a_knee_or_goodput_some_replicates_miss_is_a_bound() -> None:
+    arm: dict[str, Any] = {
+        "offered_rps": [10.0, 20.0, 30.0],
+        "knee_by_replicate": [12.0, None, 21.0],
+        "goodput_by_replicate": [
+            {"value": 15.0, "censored": None, "bound": None},
+            {"value": None, "censored": "above", "bound": 30.0},
+            {"value": None, "censored": "above", "bound": 30.0},
+        ],
+    }
+    x, text = knee_figure(arm)
+    assert x == pytest.approx(21.0)  # (12 + 30 + 21) / 3: the mean is at least that
+    assert text == (
+        "at least 21.00 req/s (1 of 3 replicates reach none up to 30.00 req/s, the highest"
+        " rate probed; no interval)"
+    )
+    x, text = goodput_figure(arm)
+    assert x == pytest.approx(25.0) and text.startswith("at least 25.00 req/s (2 of 3 ")
+
+
+def test_goodput_without_an_slo_says_why_not(tmp_path: Path) -> None:
+    results = run_sweep(spec(replicates=1, bench={"slo_ttft_ms": None}), tmp_path)
+    assert [goodput_figure(a) for a in results["arms"]] == [(None, NO_SLO)] * 2
+    md, html = (tmp_path / "sweep.md").read_text(), (tmp_path / "sweep.html").read_text()
+    assert f"Goodput: {NO_SLO}." in md and "SLO attainment" not in md
+    assert "--slo-ttft-ms" in html and html.count("<svg") == 4  # no attainment chart
+
+
+def test_sweep_html_has_the_table_the_knee_marker_and_the_slo_line(tmp_path: Path) -> None:
+    results = run_sweep(spec(arrivals="poisson"), tmp_path)
+    html = (tmp_path / "sweep.html").read_text()
+    assert '<table id="knees">' in html and html.index('id="knees"') < html.index("<svg")
+    for i, arm in enumerate(results["arms"]):  # every rate's table, as in sweep.md
+        assert f'<table id="rates-{i}">' in html
+        assert html.count("<tr>", html.index(f'id="rates-{i}"')) >= len(arm["offered_rps"])
+    ttft = html[html.index('<figure id="ttft_p90_ms">') : html.index('<figure id="tpot_p90_ms">')]
+    knee = results["arms"][1]["knee"]["mean"]
+    assert f">knee seqs2 {knee:.1f}</text>" in ttft and 'class="ref"' in ttft
+    assert ">TTFT SLO 1,000 ms</text>" in ttft and 'class="ref level"' in ttft
+    attainment = html[html.index('<figure id="slo_attainment">') :]
+    assert ">target 90%</text>" in attainment
 
 
 def test_seeded_arrivals_get_the_checked_interval_and_attainment_its_range(tmp_path: Path) -> None:
@@ -182,6 +254,7 @@ def test_the_command_sweeps_and_an_interrupted_sweep_resumes(tmp_path: Path) -> 
     again = schedkit(*args)
     assert again.returncode == 0, again.stderr
     assert "knee" in again.stdout
+    assert f"goodput: {NO_SLO}" not in again.stdout and NO_SLO in again.stdout  # not a "-"
     results = json.loads((out / "sweep.json").read_text())
     assert len(results["points"]) == 24
 

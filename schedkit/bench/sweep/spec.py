@@ -9,11 +9,13 @@ same stream at each (rate, replicate). Per rate, each metric's mean over replica
 gets a Student t interval (at least ``MIN_INTERVAL_REPLICATES``; coverage checked in
 ``benchmarks/stats/sweep_coverage.md``).
 
-The knee (``knee``): the lowest offered rate at which an arm's mean p90 TTFT exceeds
-``knee_factor`` times its value at the lowest rate probed, interpolated linearly
-between the two probes around the crossing; queueing shows up in TTFT, so the knee is
-where waiting starts to dominate. Goodput: the rate at which SLO attainment first falls
-below ``attainment`` (interpolated likewise), per replicate, then averaged.
+The knee (``knee``): the lowest offered rate at which p90 TTFT exceeds ``knee_factor``
+times its value at the lowest rate probed, interpolated linearly between the two probes
+around the crossing; queueing shows up in TTFT, so the knee is where waiting starts to
+dominate. It is found per replicate (``knee_by_replicate``), and the reports show the
+replicates' mean with its interval (``knee``); ``knee_rps`` is the knee of the mean
+curve. Goodput: the rate at which SLO attainment first falls below ``attainment``
+(interpolated likewise), per replicate, then averaged.
 """
 
 from __future__ import annotations
@@ -363,10 +365,12 @@ def _arm_summary(
 def _rules(spec: SweepSpec) -> dict[str, str]:
     """How the knee, the goodput and the intervals are found, in words."""
     return {
-        "knee": f"lowest offered rate at which mean p90 TTFT exceeds {spec.knee_factor:g}x"
-        " its value at the lowest rate probed (linear between probes)",
-        "goodput": f"offered rate at which SLO attainment first falls below"
-        f" {spec.attainment:.0%} (linear between probes), per replicate",
+        "knee": f"per replicate, the lowest offered rate at which p90 TTFT exceeds"
+        f" {spec.knee_factor:g}x its value at the lowest rate probed (linear between"
+        " probes); the figure is the replicates' mean",
+        "goodput": f"per replicate, the offered rate at which SLO attainment first falls"
+        f" below {spec.attainment:.0%} (linear between probes); the figure is the"
+        " replicates' mean",
         "interval": f"{CONFIDENCE:.0%} Student t over replicates (at least"
         f" {MIN_INTERVAL_REPLICATES}, seeded arrivals; coverage:"
         " benchmarks/stats/sweep_coverage.md)",
