@@ -27,6 +27,7 @@ __all__ = [
     "Arm",
     "ArmMetrics",
     "Comparison",
+    "Episode",
     "Flag",
     "GroupMetrics",
     "MetricRow",
@@ -153,9 +154,30 @@ class Flag(_Model):
     model_config = ConfigDict(extra="allow")
 
     kind: Literal[
-        "policy_errors", "slow_hooks", "overload", "truncated", "starvation", "rejections"
+        "policy_errors",
+        "slow_hooks",
+        "overload",
+        "truncated",
+        "starvation",
+        "rejections",
+        "episode",
     ]
     message: str
+
+
+class Episode(_Model):
+    """The stretch of the run that carries a metric's difference, so that it has no
+    interval (``schedkit.bench.stats.episodes``)."""
+
+    sections: list[int]  # [first, last], 1-based
+    of: int  # sections the run was cut into
+    share: float  # the stretch's share of the sections' absolute differences
+    ratio: float | None  # its mean |difference| over the other sections'; None: they have none
+    arm: str  # the arm whose value moved most there
+    peak: float  # that arm's value in its most moved section (a total: at the run's scale)
+    elsewhere: float  # its median over the other sections
+    from_s: float | None  # arrival of the stretch's first request, simulated seconds
+    to_s: float | None  # arrival of its last request
 
 
 class MetricRow(_Model):
@@ -177,6 +199,10 @@ class MetricRow(_Model):
     tone: Tone
     leaning: Literal["better", "worse"] | None
     verdict: str
+    # why ``ci`` is null, as every output prints it; null with an interval, and in files
+    # written before it was added (then "no interval")
+    no_interval: str | None = None
+    episode: Episode | None = None  # where one stretch carries the difference
 
     @field_validator("tone", mode="before")
     @classmethod

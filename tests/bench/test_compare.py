@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 from typing import Any
 
@@ -16,6 +17,7 @@ from schedkit.bench.stats.compare import (
     summary_line,
 )
 from schedkit.bench.stats.flags import overload, policy_faults
+from schedkit.bench.stats.sectioning import section_edges
 from schedkit.errors import SchedkitError
 from schedkit.records import RequestRecord, RunResult
 
@@ -229,3 +231,52 @@ def test_starvation_needs_a_wait_past_the_baselines_longest_by_the_minimum_effec
         [base, _run("near", near)], slo_ttft_ms=None, slo_tpot_ms=None, min_effect=0.0
     )
     assert [f["count"] for f in strict["flags"] if f["kind"] == "starvation"] == [12]
+
+
+def test_a_difference_resting_on_one_episode_gets_its_span_not_an_interval() -> None:
+    ttfts = _ttfts(7000)
+    # Alike but for requests 3000-3999 (arriving 300-400 s), 20 s behind under fcfs.
+    base = _run("fcfs", [t + 20.0 if 3000 <= i < 4000 else t for i, t in enumerate(ttfts)])
+    other = _run("sjf", ttfts)
+    (out,) = compare_arms([base, other], slo_ttft_ms=None, slo_tpot_ms=None, rate_scale=4.0)
+    rows = _rows(out)
+    p90 = rows["ttft_p90_ms"]
+    assert p90["ci"] is None and p90["rel_ci"] is None and p90["sections"] == 0
+    assert p90["tone"] == "inconclusive" and p90["leaning"] == "better"
+    episode = p90["episode"]
+    assert episode["arm"] == "fcfs" and episode["share"] > 0.99
+    # The sections holding requests 3000-3999 (arrivals 0.1 s apart), no more.
+    edges = section_edges(7000, episode["of"])
+    first, last = episode["sections"]
+    assert edges[first - 1] <= 3000 < edges[first] and edges[last - 1] <= 3999 < edges[last]
+    start, end = edges[first - 1] * 0.1, (edges[last] - 1) * 0.1
+    assert episode["from_s"] == pytest.approx(start) and episode["to_s"] == pytest.approx(end)
+    reason = p90["no_interval"]
+    assert reason.startswith("no interval: one episode carries 100% of the difference")
+    assert f"requests arriving {start:.0f}-{end:.0f} s, where fcfs's p90 TTFT was 20." in reason
+    assert p90["verdict"].endswith(f"({reason}): inconclusive")
+    assert "-100.0%" not in p90["verdict"]  # no clipped interval
+    assert rows["ttft_max_ms"]["no_interval"] == "a maximum has no interval"
+    assert rows["throughput_tok_s"]["no_interval"] is None  # alike: an interval
+    (flag,) = [f for f in out["flags"] if f["kind"] == "episode"]
+    assert {"p50 TTFT", "p90 TTFT", "p90 E2E"} <= set(flag["metrics"])
+    window = [float(math.floor(start * 4)), float(math.floor(end * 4) + 1)]  # --rate-scale 4
+    assert flag["suggested_window"] == window
+    assert "--replicates 5" in flag["message"]
+    assert f"--window {window[0]:g}:{window[1]:g}" in flag["message"]
+    assert "inconclusive (leaning better) on p50 TTFT, p90 TTFT" in out["summary"]
+
+
+def test_a_count_from_a_zero_baseline_prints_its_interval_in_counts() -> None:
+    ttfts = _ttfts(7000)
+    base = _run("fcfs", ttfts)
+    other = _run("preempting", ttfts)
+    for i, record in enumerate(other.records):
+        record.preemptions = int(i % 7 == 0)  # 1,000 preemptions, all through the run
+    (out,) = compare_arms([base, other], slo_ttft_ms=None, slo_tpot_ms=None)
+    row = _rows(out)["preemptions"]
+    assert row["a"] == 0.0 and row["rel"] is None and row["ci"] is not None
+    assert "no interval" not in row["verdict"]  # it said "too few requests" with 9 sections
+    lo, hi = row["ci"]
+    assert f"+1,000.0 (95% CI +{lo:,.1f} .. +{hi:,.1f}): worse" in row["verdict"]
+    assert row["sections"] >= 5 and row["no_interval"] is None

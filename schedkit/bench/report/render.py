@@ -18,6 +18,7 @@ from pathlib import Path
 
 from schedkit.bench.report.plots import Figure, figures
 from schedkit.bench.report.tables import (
+    NA,
     Rows,
     SettingsTable,
     context,
@@ -200,15 +201,24 @@ def _html_table(header: list[str], rows: Rows) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+def _figure(cell: str) -> bool:
+    """Whether a verdict cell is a figure (a value, change or interval), set to the right."""
+    return cell == NA or cell[:1] in "+-0123456789"
+
+
 def _html_verdicts(s: ComparisonSummary) -> str:
-    """The verdict table: one row per metric, coloured by tone, a badge in front."""
+    """The verdict table: one row per metric, coloured by tone, a badge in front; a
+    reason for no interval reads as text, from the left."""
     header, rows = verdict_table(s)
     side = ["", "", *(' class="num"' for _ in header[2:])]
     head = "".join(f"<th{a}>{escape(h)}</th>" for a, h in zip(side, header, strict=True))
     body = "".join(
         f'<tr class="{tone_class(row[0])}" title="{escape(v.text)}">'
         f'<td><span class="badge {tone_class(row[0])}">{escape(row[0])}</span></td>'
-        + "".join(f"<td{a}>{escape(c)}</td>" for a, c in zip(side[1:], row[1:], strict=True))
+        + "".join(
+            f"<td{a if _figure(c) else ''}>{escape(c)}</td>"
+            for a, c in zip(side[1:], row[1:], strict=True)
+        )
         + "</tr>"
         for v, row in zip(s.verdicts, rows, strict=True)
     )

@@ -92,9 +92,11 @@ def _value(value: float | None, unit: str) -> str:
     return f"{value:,.1f}" if abs(value) >= 100 else f"{value:.3g}"
 
 
-def _interval(values: Sequence[float] | None, scale: float, unit: str) -> str:
+def _interval(values: Sequence[float] | None, scale: float, unit: str, why: str | None) -> str:
+    """The interval, or the row's reason for none (results.json's ``no_interval``, which
+    the verdict line says too; files written before it say only "no interval")."""
     if values is None or len(values) != 2:
-        return "no interval"  # a maximum, say: point values only
+        return why or "no interval"
     lo, hi = (v * scale for v in values)
     return f"{_signed(lo)}{unit} .. {_signed(hi)}{unit}"
 
@@ -107,13 +109,14 @@ def _signed(value: float) -> str:
 
 def _change(row: MetricRow) -> tuple[str, str]:
     """``(change, interval)``: percentage points for rates, else relative, else absolute."""
+    why = row.no_interval
     if row.unit == "rate" and row.diff is not None:
-        return f"{_signed(row.diff * 100)} pp", _interval(row.ci, 100.0, " pp")
+        return f"{_signed(row.diff * 100)} pp", _interval(row.ci, 100.0, " pp", why)
     if row.rel is not None:
-        return f"{_signed(row.rel * 100)}%", _interval(row.rel_ci, 100.0, "%")
+        return f"{_signed(row.rel * 100)}%", _interval(row.rel_ci, 100.0, "%", why)
     if row.diff is not None:
-        return _signed(row.diff), _interval(row.ci, 1.0, "")
-    return NA, NA
+        return _signed(row.diff), _interval(row.ci, 1.0, "", why)
+    return NA, why or NA
 
 
 def _verdict(row: MetricRow) -> Verdict:

@@ -12,18 +12,22 @@ and one of four verdicts, named alike in every output (``schedkit.bench.results.
 - ``no meaningful difference``: the interval lies within the minimum effect, or the
   change is real but below it;
 - ``inconclusive``: the interval spans both no change and changes beyond the minimum,
-  or there is no interval (too few requests for five sections holding enough of the
-  tail: a p99 needs about 6,000 completed requests).
+  or there is no interval: too few requests for five sections holding enough of the
+  tail (a p99 needs about 6,000 completed requests), or one episode carries the
+  difference (:mod:`schedkit.bench.stats.episodes`: then the row says the episode's
+  span and arm, and a flag what would measure it).
 
 A maximum has no interval (one request decides it), so ``ttft_max_ms`` is judged on its
-observed values alone and says so. The summary names regressions first, in the same
+observed values alone and says so. Each row's ``no_interval`` gives the reason it has
+no interval in the words every output prints (:func:`no_interval`). The summary names regressions first, in the same
 words: ``"B vs A: worse on p99 TTFT; better on p50 TTFT; inconclusive (leaning worse) on
 p99 queue"``. A change under the minimum effect is never named a gain or a loss: it has
 no ``leaning``, so the summary calls it inconclusive, or no meaningful difference.
 Flags say what no interval can: requests starved past the baseline's longest wait by
-more than the minimum effect, a higher rejection share, policy faults (per arm; all in
-``schedkit.bench.stats.flags``), an engine that never caught up with its arrivals, a
-trace cut before its busiest stretch.
+more than the minimum effect, a higher rejection share, an episode that carries some of
+the differences, policy faults (per arm; all in ``schedkit.bench.stats.flags`` but the
+episode's), an engine that never caught up with its arrivals, a trace cut before its
+busiest stretch.
 """
 
 from __future__ import annotations
@@ -35,18 +39,30 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from schedkit.bench.results import BETTER, INCONCLUSIVE, NO_DIFFERENCE, WORSE, Tone
 from schedkit.bench.spec import DEFAULT_MIN_EFFECT
+from schedkit.bench.stats.episodes import (
+    MAXIMUM,
+    NO_SAMPLES,
+    TOO_FEW,
+    Episode,
+    episode_flag,
+    episode_reason,
+)
 from schedkit.bench.stats.estimators import FloatArray, Mean, Quantile, Ratio, Statistic, Total
 from schedkit.bench.stats.flags import comparison_flags
-from schedkit.bench.stats.metrics import is_completed, latencies_ms, meets_slo, slo_applies
-from schedkit.bench.stats.sectioning import MAX_SECTIONS, Diff, sectioned
+from schedkit.bench.stats.paired import Index, paired, samples
+from schedkit.bench.stats.sectioning import (
+    MAX_SECTIONS,
+    Diff,
+    point_diff,
+    section_edges,
+    sectioned_diff,
+)
 from schedkit.errors import SchedkitError
-from schedkit.records import RequestRecord, RunResult
+from schedkit.records import RunResult
 
-Index = npt.NDArray[np.intp]
 CONFIDENCE = 0.95
 
 
@@ -110,90 +126,6 @@ def check_min_effect(value: float) -> float:
 
 
 # ---------------------------------------------------------------------------
-# per-request samples
-# ---------------------------------------------------------------------------
-
-
-def wait_s(record: RequestRecord, end_s: float) -> float:
-    """How long the request waited before it was first scheduled: until it was
-    scheduled, else until it left (rejected or aborted while waiting), else until
-    ``end_s`` (still waiting when the run ended)."""
-    if record.scheduled_s is not None:
-        left = record.scheduled_s
-    elif record.finish_s is not None:
-        left = record.finish_s
-    else:
-        left = record.arrival_s if record.rejected else max(end_s, record.arrival_s)
-    return max(0.0, left - record.arrival_s)
-
-
-def samples(
-    run: RunResult, *, slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None
-) -> dict[str, FloatArray]:
-    """Per-request samples of one arm, aligned with ``run.records`` (NaN: none).
-
-    Latencies in ms (completed requests only), ``met_slo`` (1/0, NaN when no target
-    applies), ``rejected`` (1/0), ``throughput`` (a completed request's output tokens
-    over the run's duration: they sum to the throughput), ``preemptions``,
-    ``recomputed`` (NaN when the engine counts recomputed tokens only per run),
-    ``prefix`` (cached and prompt tokens of requests that were scheduled), and
-    ``wait_s`` (:func:`wait_s`, every request).
-    """
-    records = run.records
-    n = len(records)
-    lat = {key: np.full(n, np.nan) for key in ("ttft_ms", "tpot_ms", "e2e_ms", "queue_ms")}
-    for i, r in enumerate(records):
-        for key, value in latencies_ms(r).items():
-            if value is not None:
-                lat[key][i] = value
-    applies = slo_applies(records, slo_ttft_ms, slo_tpot_ms)
-    met = np.array(
-        [float(meets_slo(r, slo_ttft_ms, slo_tpot_ms)) if applies else np.nan for r in records]
-    )
-    duration = run.duration_s
-    tokens = np.array([float(r.output_tokens) if is_completed(r) else 0.0 for r in records])
-    recomputed = np.array([float(r.recomputed_tokens) for r in records])
-    if recomputed.sum() != run.recomputed_tokens:  # counted per run only: no interval
-        recomputed = np.full(n, np.nan)
-    prefix = np.array(
-        [
-            (float(r.cached_tokens), float(r.prompt_tokens))
-            if r.scheduled_s is not None
-            else (0.0, 0.0)
-            for r in records
-        ]
-    ).reshape(n, 2)
-    return {
-        **lat,
-        "met_slo": met,
-        "rejected": np.array([float(r.rejected) for r in records]),
-        "throughput": tokens / duration if duration > 0 else np.zeros(n),
-        "preemptions": np.array([float(r.preemptions) for r in records]),
-        "recomputed": recomputed,
-        "prefix": prefix,
-        "wait_s": np.array([wait_s(r, duration) for r in records]),
-    }
-
-
-def _paired(base: RunResult, other: RunResult) -> tuple[Index, Index]:
-    """Positions of each request in both arms, in the baseline's arrival order (the order
-    the block bootstrap's blocks follow). Requests pair by id, or by position when ids
-    repeat."""
-    n = len(base.records)
-    if len(other.records) != n:
-        raise SchedkitError(
-            f"arms {base.policy!r} and {other.policy!r} replayed different requests"
-            f" ({n} vs {len(other.records)}); compare arms of one bench run"
-        )
-    ids = {r.request_id: i for i, r in enumerate(other.records)}
-    positions = np.arange(n, dtype=np.intp)
-    if len(ids) == n and all(r.request_id in ids for r in base.records):
-        positions = np.array([ids[r.request_id] for r in base.records], dtype=np.intp)
-    order = np.argsort([r.arrival_s for r in base.records], kind="stable").astype(np.intp)
-    return order, positions[order]
-
-
-# ---------------------------------------------------------------------------
 # verdicts
 # ---------------------------------------------------------------------------
 
@@ -234,6 +166,8 @@ def tone(metric: Compared, r: Diff, min_effect: float) -> Tone:
         return NO_DIFFERENCE
     if metric.statistic is None:  # a maximum: the observed values decide
         return NO_DIFFERENCE if small else direction
+    if r["episode"] is not None:  # one stretch decides: neither a finding nor no change
+        return INCONCLUSIVE
     if ci is None:
         return NO_DIFFERENCE if small else INCONCLUSIVE
     if ci[0] > -min_effect and ci[1] < min_effect:
@@ -262,33 +196,53 @@ def _value(metric: Compared, value: float | None) -> str:
     return f"{value:,.1f}" if metric.unit == "tok/s" else f"{value:,.0f}"
 
 
-def verdict(metric: Compared, r: Diff, name: str, base: str, judged: Tone) -> str:
-    """One line: the values, the change with its interval, and the verdict's name."""
+def verdict(
+    metric: Compared, r: Diff, name: str, base: str, judged: Tone, reason: str | None
+) -> str:
+    """One line: the values, the change with its interval (or the reason it has none,
+    :func:`no_interval`), and the verdict's name."""
     a, b, diff = r["a"], r["b"], r["diff"]
     values = f"{_value(metric, b)} vs {_value(metric, a)}"
+    ci, rel, rel_ci = r["ci"], r["rel"], r["rel_ci"]
+    why = reason if reason is not None else "no interval"
     if diff is None:
-        return f"{metric.label}: not enough samples to compare {name} with {base} ({values})"
-    if metric.unit == "rate":
-        change = f"{diff * 100:+.1f} pp"
-        ci = r["ci"]
-        span = f"95% CI {ci[0] * 100:+.1f} .. {ci[1] * 100:+.1f} pp" if ci else _none(r)
-    else:
-        rel, rel_ci = r["rel"], r["rel_ci"]
-        change = f"{rel * 100:+.1f}%" if rel is not None else f"{diff:+,.1f}"
+        change, span = "", why
+    elif metric.unit == "rate":
+        change = f", {_signed(diff * 100)} pp"
+        span = f"95% CI {_signed(ci[0] * 100)} .. {_signed(ci[1] * 100)} pp" if ci else why
+    elif rel is not None:
+        change = f", {_signed(rel * 100)}%"
         span = (
-            f"95% CI {rel_ci[0] * 100:+.1f}% .. {rel_ci[1] * 100:+.1f}%"
-            if rel_ci is not None
-            else _none(r)
+            f"95% CI {_signed(rel_ci[0] * 100)}% .. {_signed(rel_ci[1] * 100)}%" if rel_ci else why
         )
+    else:  # from a zero baseline: the change and its interval in the metric's unit
+        change = f", {_signed(diff)}"
+        span = f"95% CI {_signed(ci[0])} .. {_signed(ci[1])}" if ci else why
+    return f"{metric.label}: {name} {values}{change} ({span}): {judged}"
+
+
+def _signed(value: float) -> str:
+    """``+1,234.5``/``-1.2``, as the reports write a change; one that rounds to zero is
+    ``+0.0``."""
+    text = f"{value:+,.1f}"
+    return "+0.0" if text == "-0.0" else text
+
+
+def no_interval(metric: Compared, r: Diff) -> str | None:
+    """Why the row has no interval, in the words every output prints (results.json's
+    ``no_interval``, the verdict line, the reports' interval column); None when it has
+    one. The words are :mod:`schedkit.bench.stats.episodes`'."""
     if metric.statistic is None:
-        span = "a maximum has no interval"
-    return f"{metric.label}: {name} {values}, {change} ({span}): {judged}"
-
-
-def _none(r: Diff) -> str:
-    if r["a"] == r["b"]:
-        return "identical"
-    return "no interval: too few requests for five sections"
+        return MAXIMUM
+    if r["ci"] is not None:
+        return None
+    if r["diff"] is None:
+        return NO_SAMPLES
+    episode = r["episode"]
+    if episode is not None:
+        peak, elsewhere = _value(metric, episode["peak"]), _value(metric, episode["elsewhere"])
+        return episode_reason(episode, metric.label, peak, elsewhere)
+    return TOO_FEW
 
 
 def summary_line(name: str, base: str, rows: Sequence[Mapping[str, Any]]) -> str:
@@ -331,12 +285,16 @@ def compare_pair(
     slo_tpot_ms: float | None,
     min_effect: float = DEFAULT_MIN_EFFECT,
     metrics: Sequence[str] | None = None,
+    rate_scale: float | None = None,
+    window_s: Sequence[float] | None = None,
 ) -> dict[str, Any]:
-    """``other`` against the baseline ``base``: rows, summary, flags and the method."""
+    """``other`` against the baseline ``base``: rows, summary, flags and the method.
+    ``rate_scale`` and ``window_s`` (the bench's) turn an episode's simulated seconds into
+    the ``--window`` that replays it."""
     keys = check_metrics(metrics)
     sa = samples(base, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms)
     sb = samples(other, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms)
-    ia, ib = _paired(base, other)
+    ia, ib = paired(base, other)
     pa = {k: v[ia] for k, v in sa.items()}
     pb = {k: v[ib] for k, v in sb.items()}
     judged = [m for m in METRICS if m.key in keys]
@@ -344,14 +302,15 @@ def compare_pair(
         judged = [m for m in judged if m.sample != "met_slo"]
     if TENANT_METRIC.key in keys:
         judged += _tenant_metrics(base, ia, pa, pb)
-    with_interval = {
-        m.key: (pa[m.sample], pb[m.sample], m.statistic) for m in judged if m.statistic is not None
-    }
-    boot = sectioned(with_interval, confidence=CONFIDENCE)
+    arrivals = np.array([base.records[i].arrival_s for i in ia], dtype=np.float64)
     rows = []
     for m in judged:
-        r = boot.get(m.key) or _point_only(m, pa[m.sample], pb[m.sample])
+        r = interval(m, pa[m.sample], pb[m.sample], min_effect)
+        if r["episode"] is not None:
+            _locate(r["episode"], arrivals, (base.policy, other.policy))
         rows.append(_row(m, r, other, base, min_effect))
+    flags = comparison_flags(base, other, sa, sb, min_effect=min_effect)
+    episodes = episode_flag(rows, rate_scale, window_s)
     return {
         "baseline": base.policy,
         "policy": other.policy,
@@ -365,8 +324,33 @@ def compare_pair(
         "min_effect": min_effect,
         "metrics": rows,
         "verdicts": [row["verdict"] for row in rows],
-        "flags": comparison_flags(base, other, sa, sb, min_effect=min_effect),
+        "flags": flags + ([episodes] if episodes else []),
     }
+
+
+def interval(metric: Compared, a: FloatArray, b: FloatArray, min_effect: float) -> Diff:
+    """The metric's change between paired samples with the interval its verdict prints:
+    paired sectioning, tested for an episode; a maximum's observed values alone. The
+    coverage study (``benchmarks/stats/interval_coverage.py``) checks what this gives."""
+    if metric.statistic is None:
+        return _point_only(a, b)
+    return sectioned_diff(
+        a,
+        b,
+        metric.statistic,
+        confidence=CONFIDENCE,
+        min_effect=min_effect,
+        in_points=metric.unit == "rate",
+    )
+
+
+def _locate(episode: Episode, arrival_s: FloatArray, names: tuple[str, str]) -> None:
+    """Fill in the episode's arrivals (simulated seconds) and its arm's name."""
+    edges = section_edges(arrival_s.size, episode["of"])
+    first, last = episode["sections"]
+    episode["from_s"] = float(arrival_s[edges[first - 1]])
+    episode["to_s"] = float(arrival_s[edges[last] - 1])
+    episode["arm"] = names[0] if episode["arm"] == "a" else names[1]
 
 
 def _tenant_metrics(
@@ -393,8 +377,9 @@ def _tenant_metrics(
 def _row(
     m: Compared, r: Diff, other: RunResult, base: RunResult, min_effect: float
 ) -> dict[str, Any]:
-    """One compared metric's row: its values and interval, tone and verdict."""
+    """One compared metric's row: its values and interval (or why none), tone and verdict."""
     judged_tone = tone(m, r, min_effect)
+    reason = no_interval(m, r)
     return {
         "metric": m.key,
         "label": m.label,
@@ -404,23 +389,14 @@ def _row(
         "better": {BETTER: True, WORSE: False}.get(judged_tone),
         "tone": judged_tone,
         "leaning": leaning(m, r, min_effect) if judged_tone == INCONCLUSIVE else None,
-        "verdict": verdict(m, r, other.policy, base.policy, judged_tone),
+        "no_interval": reason,
+        "verdict": verdict(m, r, other.policy, base.policy, judged_tone, reason),
     }
 
 
-def _point_only(metric: Compared, a: FloatArray, b: FloatArray) -> Diff:
-    va, vb = _max(a), _max(b)
-    diff = vb - va if va is not None and vb is not None else None
-    return {
-        "a": va,
-        "b": vb,
-        "diff": diff,
-        "rel": diff / va if diff is not None and va else None,
-        "ci": None,
-        "rel_ci": None,
-        "significant": False,
-        "sections": 0,
-    }
+def _point_only(a: FloatArray, b: FloatArray) -> Diff:
+    """A maximum's change: its observed values alone."""
+    return point_diff(_max(a), _max(b))
 
 
 def compare_arms(
@@ -433,6 +409,8 @@ def compare_arms(
     progress: Callable[[int], None] | None = None,
     seed: int | None = None,
     n_boot: int | None = None,
+    rate_scale: float | None = None,
+    window_s: Sequence[float] | None = None,
 ) -> list[dict[str, Any]]:
     """Every arm after the first against the first (see :func:`compare_pair`).
 
@@ -456,6 +434,8 @@ def compare_arms(
                 slo_tpot_ms=slo_tpot_ms,
                 min_effect=min_effect,
                 metrics=metrics,
+                rate_scale=rate_scale,
+                window_s=window_s,
             )
         )
         if progress:

@@ -12,7 +12,9 @@ from collections.abc import Mapping, Sequence
 from typing import TypedDict
 
 import numpy as np
+import numpy.typing as npt
 
+from schedkit.bench.stats.episodes import Episode, find_episode
 from schedkit.bench.stats.estimators import FloatArray, Samples, Series, Statistic, as_samples
 
 
@@ -91,6 +93,7 @@ class Diff(TypedDict):
     rel_ci: list[float] | None  # the interval of rel
     significant: bool  # ci excludes 0
     sections: int  # sections the interval rests on; 0: no interval
+    episode: Episode | None  # the stretch that carries the difference (then no interval)
 
 
 def sections_for(a: FloatArray, b: FloatArray, statistic: Statistic) -> int:
@@ -128,6 +131,12 @@ def t_quantile(confidence: float, df: int) -> float:
     return float(stdtrit(df, 0.5 + confidence / 2.0))
 
 
+def section_edges(n: int, k: int) -> npt.NDArray[np.intp]:
+    """The ``k + 1`` bounds of ``k`` sections of ``n`` paired requests: section ``i`` holds
+    requests ``edges[i]`` up to (not including) ``edges[i + 1]``, in arrival order."""
+    return np.linspace(0, n, k + 1).astype(np.intp)
+
+
 def sectioned_diff(
     a: Samples,
     b: Samples,
@@ -135,6 +144,8 @@ def sectioned_diff(
     *,
     confidence: float = 0.95,
     sections: int | None = None,
+    min_effect: float | None = None,
+    in_points: bool = False,
 ) -> Diff:
     """``statistic(b) - statistic(a)`` with a sectioning interval (batch means).
 
@@ -145,9 +156,13 @@ def sectioned_diff(
     difference plus or minus ``t(K - 1) * sd / sqrt(K)`` over the sections' differences
     (Asmussen and Glynn, *Stochastic Simulation*, 2007, III.5: sectioning), cut at
     ``-a`` (the statistics are never negative); ``rel_ci`` is that interval over ``a``.
-    Sections long
-    against the dependence between neighbouring requests behave as independent
-    replications, which resampling single requests does not.
+    Sections long against the dependence between neighbouring requests behave as
+    independent replications, which resampling single requests does not.
+
+    With ``min_effect`` (relative to ``a``; in points with ``in_points``), the sections
+    are also tested for an episode (:func:`schedkit.bench.stats.episodes.find_episode`):
+    where one stretch carries the difference, there is no interval and ``episode`` says
+    which stretch. Without it, no such test (the plain sectioning interval).
     """
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence={confidence!r} must lie strictly between 0 and 1")
@@ -157,36 +172,66 @@ def sectioned_diff(
             f"paired samples differ in length {xa.shape} vs {xb.shape}; align by request"
         )
     sa, sb = statistic(xa), statistic(xb)
-    diff = sb - sa if sa is not None and sb is not None else None
-    out: Diff = {
-        "a": sa,
-        "b": sb,
-        "diff": diff,
-        "rel": diff / sa if diff is not None and sa else None,
-        "ci": None,
-        "rel_ci": None,
-        "significant": False,
-        "sections": 0,
-    }
+    out = point_diff(sa, sb)
+    diff = out["diff"]
     k = sections_for(xa, xb, statistic) if sections is None else sections
     if sa is None or diff is None or k < 2:
         return out
-    scale = float(k) if statistic.extensive else 1.0
-    edges = np.linspace(0, xa.shape[0], k + 1).astype(np.intp)
-    parts = [(statistic(xa[i:j]), statistic(xb[i:j])) for i, j in itertools.pairwise(edges)]
-    diffs = np.array([(pb - pa) * scale for pa, pb in parts if pa is not None and pb is not None])
+    pa, pb = section_values(xa, xb, statistic, k)
+    diffs = (pb - pa)[~np.isnan(pb - pa)]
     if diffs.size < 2:
         return out
-    t = t_quantile(confidence, diffs.size - 1)
-    half = t * float(diffs.std(ddof=1)) / math.sqrt(diffs.size)
-    # Every statistic here is >= 0, so b - a >= -a: the interval is cut there (cutting
-    # it to where the value can lie keeps its coverage).
-    ci = [max(diff - half, -sa), diff + half]
+    if min_effect is not None and diffs.size >= MIN_SECTIONS:
+        floor = min_effect if in_points else min_effect * abs(sa)
+        out["episode"] = find_episode(pa, pb, floor)
+        if out["episode"] is not None:
+            return out
+    ci = _t_interval(diffs, diff, sa, confidence)
     out["ci"], out["significant"] = ci, bool(ci[0] > 0.0 or ci[1] < 0.0)
     out["sections"] = int(diffs.size)
     if sa:  # the same interval relative to the baseline, so both say the same
         out["rel_ci"] = [ci[0] / abs(sa), ci[1] / abs(sa)]
     return out
+
+
+def _t_interval(diffs: FloatArray, diff: float, a: float, confidence: float) -> list[float]:
+    """``diff`` plus or minus ``t(K - 1) * sd / sqrt(K)`` over the ``K`` sections'
+    differences, cut at ``-a``: every statistic here is >= 0, so ``b - a >= -a`` (cutting
+    the interval to where the value can lie keeps its coverage)."""
+    t = t_quantile(confidence, diffs.size - 1)
+    half = t * float(diffs.std(ddof=1)) / math.sqrt(diffs.size)
+    return [max(diff - half, -a), diff + half]
+
+
+def point_diff(a: float | None, b: float | None) -> Diff:
+    """``b - a`` and its relative change, without an interval."""
+    diff = b - a if a is not None and b is not None else None
+    return {
+        "a": a,
+        "b": b,
+        "diff": diff,
+        "rel": diff / a if diff is not None and a else None,
+        "ci": None,
+        "rel_ci": None,
+        "significant": False,
+        "sections": 0,
+        "episode": None,
+    }
+
+
+def section_values(
+    a: FloatArray, b: FloatArray, statistic: Statistic, k: int
+) -> tuple[FloatArray, FloatArray]:
+    """Each of ``k`` sections' statistic in both arms (NaN: none), an extensive one scaled
+    up by ``k`` to the whole run's."""
+    scale = float(k) if statistic.extensive else 1.0
+    values = np.full((2, k), np.nan)
+    for s, (i, j) in enumerate(itertools.pairwise(section_edges(a.shape[0], k))):
+        for arm, x in enumerate((a, b)):
+            value = statistic(x[i:j])
+            if value is not None:
+                values[arm, s] = value * scale
+    return values[0], values[1]
 
 
 def sectioned(series: Mapping[str, Series], *, confidence: float = 0.95) -> dict[str, Diff]:
