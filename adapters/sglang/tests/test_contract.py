@@ -28,7 +28,12 @@ What differs from the simulator, and why (none of it is compared):
   SGLang retracts nothing. The victim a policy names is honoured (``select_victims`` is
   partial in the matrix: SGLang retracts for the whole decode batch, ``needing`` is the
   request it would keep longest); the difference comes from who is running, which SGLang's
-  admission decides.
+  admission decides. So each victim call SGLang shows the hook as the simulator shows it
+  (the same needing request and running requests, recorded through the facade's
+  ``watch``) must preempt as the simulator did (``victims_where_shown_alike``, the rule
+  ``schedkit contract`` applies to SGLang); the others are not compared. victims: both
+  retract v3, then v2 (the computed tokens differ: the simulator decodes the running
+  requests in the step that prefills a newcomer).
 - The clock: SGLang runs on the wall clock; the driver gives the policies the
   simulator's (``step_s`` per batch SGLang ran, arrivals at the scenario's times), so
   time-based decisions (slo's predicted TTFT and deadlines, sjf's aging) see the waits
