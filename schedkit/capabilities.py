@@ -59,7 +59,14 @@ MATRIX: dict[str, dict[str, Capability]] = {
         "vllm": Capability(
             "full", "requests holding KV blocks of a KV connector keep vLLM's order, first"
         ),
-        "sglang": Capability("full", "called before each prefill batch is formed"),
+        "sglang": Capability(
+            "full",
+            "called before each prefill batch is formed. Prefill and decode are separate"
+            " batches and a prefill batch takes the whole chunk (the simulator's mixed step"
+            " shares it with decodes); in the overlap loop (the GPU default) a finished"
+            " request's slot is reused a batch later: waits and step reports come at"
+            " another pace, so an order by waits or by tokens served (vtc) may differ",
+        ),
         "lmdeploy": Capability(
             "partial",
             "called before each prefill turn, on the queue by arrival; LMDeploy's turns"

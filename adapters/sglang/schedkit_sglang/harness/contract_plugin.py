@@ -182,6 +182,7 @@ def _recorded(rec: ContractRecorder) -> dict[str, Any]:
         "arrivals": rec.arrivals,
         "clocks": rec.clocks,
         "victim_calls": rec.victim_calls,
+        "drifted": rec.drifted,
     }
 
 
