@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
@@ -17,6 +18,7 @@ from schedkit.testing.contract_run import (
     ContractEngine,
     Relaxed,
     assert_contract,
+    fresh,
     judge,
     order_unless_learning_from_reports,
     order_unless_time_bound,
@@ -141,18 +143,36 @@ def test_assert_contract_fails_listing_every_difference() -> None:
         assert_contract({"policy": ["fcfs"]}, [SIM, engine], SCENARIOS[:2])
 
 
+class WaitRatio(Policy):
+    """Orders by wait per prompt token (HRRN's order): unchanged when time runs at
+    another pace, changed when its clock reads late."""
+
+    @hookimpl
+    def order_waiting(self, waiting: Sequence[RequestView], engine: EngineView) -> list[Any]:
+        return sorted(waiting, key=lambda r: -(engine.clock - r.arrival_time) / r.num_prompt_tokens)
+
+
 def test_a_policy_reading_waits_is_told_from_one_that_does_not() -> None:
-    from schedkit.testing.contract_run import _PACES, _decisions, _paced, _sim
+    from schedkit.testing.contract_run import is_time_bound
 
-    waits = next(s for s in SCENARIOS if s.name == "arrival-waits")
+    def bound(name: str, scenario: str, options: dict[str, object] | None = None) -> bool:
+        config = load_config({"policy": [name], "options": {name: options or {}}})
+        chosen = next(s for s in SCENARIOS if s.name == scenario)
+        return is_time_bound(chosen, config, run_sim(chosen, fresh(config)))
 
-    def bound(policy: str, options: dict[str, object] | None = None) -> bool:
-        config = load_config({"policy": [policy], "options": {policy: options or {}}})
-        decided = _decisions(_sim(waits, config))
-        return any(_decisions(_sim(_paced(waits, f), config)) != decided for f in _PACES)
+    for scenario in ("arrival-waits", "slo-mix", "staggered"):
+        assert not bound("fcfs", scenario) and not bound("shortest-prompt", scenario)
+        assert not bound("lcf", scenario) and not bound("vtc", scenario)
+    assert bound("shortest-prompt", "arrival-waits", {"max_wait_s": 0.05})  # overdue first
+    assert bound("slo", "slo-mix")  # predicted TTFT against targets
 
-    assert not bound("fcfs") and not bound("shortest-prompt") and not bound("lcf")
-    assert bound("shortest-prompt", {"max_wait_s": 0.05})  # the overdue go first
+
+def test_an_order_by_a_ratio_of_waits_is_told_by_a_late_clock() -> None:
+    slo_mix = next(s for s in SCENARIOS if s.name == "slo-mix")
+    decided = run_sim(slo_mix, [("ratio", WaitRatio())])
+    late = run_sim(slo_mix, [("ratio", WaitRatio())], late_s=1.0)
+    assert late.admitted != decided.admitted
+    assert run_sim(slo_mix, [("ratio", WaitRatio())], late_s=0.0).admitted == decided.admitted
 
 
 def test_the_order_of_a_time_bound_policy_may_differ_on_an_engine_paced_otherwise() -> None:

@@ -579,8 +579,12 @@ def compare_outcomes(a: Outcome, b: Outcome, scenario: Scenario) -> None:
 # -------------------------------------------------------------------------
 
 
-def run_sim(scenario: Scenario, policies: Sequence[tuple[str, Policy]]) -> Outcome:
-    """``scenario`` through the simulated engine, one step at a time."""
+def run_sim(
+    scenario: Scenario, policies: Sequence[tuple[str, Policy]], *, late_s: float = 0.0
+) -> Outcome:
+    """``scenario`` through the simulated engine, one step at a time. ``late_s``: the
+    engine view's clock reads that much later than the engine's (every wait looks that
+    much longer), as where an engine asks its policies later than the simulator does."""
     from schedkit.sim.engine import SimEngine
 
     outcome = Outcome("sim")
@@ -599,6 +603,8 @@ def run_sim(scenario: Scenario, policies: Sequence[tuple[str, Policy]]) -> Outco
     engine = Observed(
         scenario.requests, FixedStep(scenario.step_s), scenario.config, facade, stretch=False
     )
+    if late_s:
+        object.__setattr__(engine.view, "__class__", _late_view(late_s))
     result = engine.run()
     for record in result.records:
         outcome.finished[record.request_id] = record.finish_reason
@@ -615,3 +621,17 @@ def shipped_policies() -> list[str]:
     from schedkit.plugins import PolicyRegistry
 
     return sorted(entry.name for entry in PolicyRegistry.discover().entries())
+
+
+def _late_view(late_s: float) -> type:
+    """The simulator's engine view with its clock ``late_s`` ahead (``run_sim``)."""
+    from schedkit.sim.view import SimEngineView
+
+    class LateView(SimEngineView):
+        __slots__ = ()
+
+        @property
+        def clock(self) -> float:
+            return self._engine.clock + late_s
+
+    return LateView

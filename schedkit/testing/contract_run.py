@@ -69,7 +69,8 @@ class Case:
     other: Outcome
     implemented: frozenset[str]
     # the policies decide otherwise on the simulator when time runs at another pace
-    # (every arrival and step 20 times as long, or as short): they read waits or deadlines
+    # (every arrival and step 20 times as long, or as short) or their clock reads late
+    # (100 steps): they read waits or deadlines
     time_bound: bool = False
 
 
@@ -348,8 +349,7 @@ def _run_scenario(
     """``scenario`` on the simulator, then on every other engine, compared with it."""
     rows = []
     sim = _sim(scenario, cfg)
-    decided = _decisions(sim)
-    time_bound = any(_decisions(_sim(_paced(scenario, f), cfg)) != decided for f in _PACES)
+    time_bound = is_time_bound(scenario, cfg, sim)
     rows.append(judge(Case(scenario, sim, sim, implemented, time_bound), SIM))
     for engine in engines:
         if engine.name == SIM.name:
@@ -364,6 +364,18 @@ def _run_scenario(
 
 
 _PACES = (0.05, 20.0)
+_LATE_STEPS = 100  # a clock read this many steps late: a ratio of waits decides otherwise
+
+
+def is_time_bound(scenario: Scenario, cfg: SchedkitConfig, sim: Outcome) -> bool:
+    """Whether ``cfg``'s policies decide otherwise on the simulator (``sim``: their
+    outcome there) when time runs at another pace, or when their clock reads late: they
+    read waits, deadlines or step times."""
+    decided = _decisions(sim)
+    if any(_decisions(_sim(_paced(scenario, f), cfg)) != decided for f in _PACES):
+        return True
+    late = run_sim(scenario, fresh(cfg), late_s=_LATE_STEPS * scenario.step_s)
+    return _decisions(late) != decided
 
 
 def _paced(scenario: Scenario, factor: float) -> Scenario:
