@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml $(PLUGINS)
 .PHONY: demo test lint
 demo: $(STAMP)
 	$(BIN)/schedkit bench --workload azure-conv --policy fcfs --policy shortest-prompt \
-		--rate-scale 4 --slo-ttft-ms 2000 --slo-tpot-ms 100 --out out/demo
+		--rate-scale 4 --slo-ttft-ms 2000 --slo-tpot-ms 100 --out out/demo --overwrite
 
 lint: $(STAMP)
 	$(BIN)/ruff check schedkit plugins tests benchmarks deploy

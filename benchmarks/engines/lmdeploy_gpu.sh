@@ -74,5 +74,5 @@ grep -q "schedkit" "$OUT/server-priority+lfu.log" \
 "$VENV/bin/schedkit" bench --engine openai \
     --target http://127.0.0.1:23401 --target http://127.0.0.1:23402 \
     --policy fcfs --policy priority+lfu --model "$served" \
-    --workload two-tenant-flood --max-requests 400 --slo-ttft-ms 2000 --out "$OUT/live"
+    --workload two-tenant-flood --max-requests 400 --slo-ttft-ms 2000 --out "$OUT/live" --overwrite
 echo "lmdeploy_gpu.sh: done; results in $OUT/live (report.html), server logs in $OUT"

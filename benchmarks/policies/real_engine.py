@@ -51,7 +51,7 @@ SLO_ENGINE_ARGS = ["--max-num-batched-tokens", "256"]
 
 
 def bench(args: list[str], out: Path) -> dict[str, Any]:
-    cmd = [SCHEDKIT, "bench", *args, "--out", str(out)]
+    cmd = [SCHEDKIT, "bench", *args, "--out", str(out), "--overwrite"]  # a rerun replaces
     print("$", " ".join(cmd), flush=True)
     proc = subprocess.run(
         cmd, env={**os.environ, **ENV}, capture_output=True, text=True, timeout=600, cwd=ROOT

@@ -3,8 +3,10 @@
 Everything is rendered into a hidden temporary directory inside ``--out`` first and
 moved into place only when all of it was written, so a run that fails (a bad policy, an
 engine crash, a full disk) leaves the previous results untouched and never half of new
-ones. ``check_out_dir`` makes sure ``--out`` can take them before any arm runs. The layout
-of every file is documented in ``docs/results.md``.
+ones. ``check_out_dir`` makes sure ``--out`` can take them before any arm runs, and
+``check_replacing`` that it holds no other run's results (a bench's ``results.json``, a
+sweep's ``sweep.json`` or ``points.jsonl``, a plan's ``plan.json``) unless ``--overwrite``
+was given. The layout of every file is documented in ``docs/results.md``.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import csv
 import json
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import sys
@@ -79,6 +82,12 @@ def _git_revision() -> str | None:
     return top[1] + ("+dirty" if dirty else "")
 
 
+def _program() -> str:
+    """The command's name as typed: ``schedkit``, also for ``python -m schedkit``."""
+    name = Path(sys.argv[0]).name
+    return "schedkit" if name == "__main__.py" else name
+
+
 def provenance(spec: Mapping[str, Any]) -> dict[str, Any]:
     """Where a result came from: versions, revision, command line and the bench spec."""
     try:
@@ -88,7 +97,7 @@ def provenance(spec: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "schedkit_version": version,
         "git_revision": _git_revision(),
-        "command": [Path(sys.argv[0]).name, *sys.argv[1:]] if sys.argv else [],
+        "command": [_program(), *sys.argv[1:]] if sys.argv else [],
         "python": platform.python_version(),
         "numpy": np.__version__,
         "platform": platform.platform(terse=True),
@@ -187,6 +196,88 @@ def check_out_dir(out_dir: Path) -> None:
         ) from None
 
 
+#: The files each command writes in its ``--out``; the first names its results (what
+#: ``check_replacing`` looks for), the others are read from them. A bench also writes
+#: ``vllm-bench-*.json``, one per arm.
+RUN_FILES: dict[str, tuple[str, ...]] = {
+    "bench": ("results.json", "report.md", "report.html", "requests.parquet", "requests.csv"),
+    "sweep": ("sweep.json", "points.jsonl", "sweep.md", "sweep.html"),
+    "plan": ("plan.json", "plan.md", "plan.html"),
+}
+#: A file that means another run's results are in a folder, and whose they are.
+RESULT_FILES = {"results.json": "a bench", "sweep.json": "a sweep", "points.jsonl": "a sweep",
+                "plan.json": "a plan"}  # fmt: skip
+
+
+def earlier_results(out_dir: Path, ignore: frozenset[str] = frozenset()) -> str | None:
+    """What another run left in ``out_dir``, for a message: the file, whose, when it was
+    written and (when recorded) its command; None when there is none (``ignore``: files
+    that may stay, such as a sweep's own points)."""
+    found = [n for n in RESULT_FILES if n not in ignore and (out_dir / n).is_file()]
+    if not found:
+        return None
+    name = found[0]
+    others = ", ".join(found[1:])
+    text = f"{RESULT_FILES[name]}'s results ({name}, {written(out_dir / name)})"
+    return text + (f", and {others}" if others else "")
+
+
+def written(path: Path) -> str:
+    """``written 2026-12-06 10:31 UTC by `schedkit bench ...```: when ``path`` was
+    written (its provenance, else the file's time) and the command its provenance
+    records, if any."""
+    when, command = _written(path)
+    if len(command) > 200:
+        command = command[:200] + "..."
+    return f"written {when}" + (f" by `{command}`" if command else "")
+
+
+def _written(path: Path) -> tuple[str, str]:
+    created, command = None, ""
+    if path.suffix == ".json" and path.stat().st_size < 50_000_000:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            prov = data.get("provenance") if isinstance(data, dict) else None
+            if isinstance(prov, dict):
+                created = datetime.fromisoformat(str(prov["created_utc"]))
+                command = shlex.join(str(part) for part in prov.get("command") or [])
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    if created is None:
+        created = datetime.fromtimestamp(path.stat().st_mtime, UTC)
+    return created.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC"), command
+
+
+def check_replacing(
+    out_dir: Path, overwrite: bool, *, ignore: frozenset[str] = frozenset()
+) -> None:
+    """Refuse to write over another run's results in ``out_dir`` (exit status 2, nothing
+    written), naming them and the fix; ``overwrite`` lets the run replace them."""
+    if overwrite:
+        return
+    try:
+        found = earlier_results(out_dir, ignore) if out_dir.is_dir() else None
+    except OSError:
+        return  # unreadable: check_out_dir says so
+    if found is not None:
+        raise SchedkitError(
+            f"--out {quote(str(out_dir))} holds {found}; pass --overwrite to replace"
+            " them, or another --out for this run"
+        )
+
+
+def remove_other_runs(out_dir: Path, kind: str) -> None:
+    """With ``--overwrite``: remove what runs of other commands left in ``out_dir``, so
+    the folder holds one run's results (``kind``'s own files are replaced as written)."""
+    for other, names in RUN_FILES.items():
+        if other != kind:
+            for name in names:
+                (out_dir / name).unlink(missing_ok=True)
+    if kind != "bench":
+        for path in out_dir.glob("vllm-bench-*.json"):
+            path.unlink(missing_ok=True)
+
+
 def write_outputs(
     out_dir: Path,
     results: Results,
@@ -194,9 +285,11 @@ def write_outputs(
     *,
     slo_ttft_ms: float | None,
     slo_tpot_ms: float | None,
+    replace: bool = False,
 ) -> list[Path]:
     """Write results.json, the per-request table and the reports into ``out_dir``, all or
-    nothing; return the paths written."""
+    nothing; return the paths written. ``replace`` (``--overwrite``): also remove what
+    other commands' runs left there."""
     from schedkit.bench.report.render import write_report
     from schedkit.bench.report.vllm_format import write_vllm_bench
 
@@ -223,6 +316,8 @@ def write_outputs(
         for name in stale:
             if not (staging / name).exists():
                 (out_dir / name).unlink(missing_ok=True)
+        if replace:
+            remove_other_runs(out_dir, "bench")
         for path in sorted(staging.iterdir()):
             os.replace(path, out_dir / path.name)
             written.append(out_dir / path.name)

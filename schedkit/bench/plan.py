@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from schedkit.bench.arms import EngineSettings
 from schedkit.bench.engines.sim import simulate, trusted_requests
+from schedkit.bench.progress import tracking
 from schedkit.bench.runner import Bench, arrival_rate
 from schedkit.bench.spec import BenchSpec
 from schedkit.bench.stats.metrics import compute_metrics
@@ -215,11 +216,12 @@ def run_plan(plan: PlanSpec) -> dict[str, Any]:
     global _PLAN
     _PLAN = plan
     try:
-        if workers < 2 or "fork" not in mp.get_all_start_methods():
-            candidates = [_candidate(j) for j in jobs]
-        else:
-            with fork_pool(workers) as pool:
-                candidates = list(pool.map(_candidate, jobs))
+        with tracking("plan", len(jobs), "candidates", runs="probes", fine=False) as done:
+            if workers < 2 or "fork" not in mp.get_all_start_methods():
+                candidates = [done(_candidate(j)) for j in jobs]
+            else:
+                with fork_pool(workers) as pool:
+                    candidates = [done(c) for c in pool.map(_candidate, jobs)]
     finally:
         _PLAN = None
     ranked = rank(candidates)

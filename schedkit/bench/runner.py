@@ -8,7 +8,7 @@ import logging
 import multiprocessing as mp
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import as_completed
 from importlib import metadata
 from pathlib import Path
@@ -18,7 +18,8 @@ from schedkit.adapter.recording import RECORDING_ENGINES
 from schedkit.bench.arms import ENGINE_KEYS, ResolvedArm, resolve_arms
 from schedkit.bench.engine_settings import check_engine_settings
 from schedkit.bench.engines.sim import run_on_sim, simulate, trusted_requests
-from schedkit.bench.output import check_out_dir, provenance, write_outputs
+from schedkit.bench.output import check_out_dir, check_replacing, provenance, write_outputs
+from schedkit.bench.progress import Tracker, tracking
 from schedkit.bench.results import SCHEMA_VERSION, Results
 from schedkit.bench.settings import EngineSpec
 from schedkit.bench.spec import ArmRunner, BenchSpec
@@ -220,9 +221,6 @@ def load_engine(name: str) -> ArmRunner:
 
 
 GOODPUT_TARGET = 0.9  # DistServe: the rate at which 90% of requests meet both SLOs
-
-
-Progress = Callable[[str, int, int], None]  # (arm label, requests done, total)
 
 
 class Bench:
@@ -504,44 +502,69 @@ def _forked_arm(index: int) -> tuple[RunResult, dict[str, Any]]:
     return _arm(_FORKED, index)
 
 
-def run_arms(
-    bench: Bench, progress: Progress | None = None
-) -> tuple[list[RunResult], list[dict[str, Any]]]:
+def run_arms(bench: Bench) -> tuple[list[RunResult], list[dict[str, Any]]]:
     """Every arm's result and metrics, in arm order. On the simulator, arms run in
     parallel processes (``--jobs``, default one per CPU core), forked from this one so
     that they share the parsed workload (``schedkit.bench.workers``: a policy's exit-time
     code runs there as in this process); the results are the same as run one by one.
-    Real engines run one arm at a time (each holds the accelerator)."""
+    Real engines run one arm at a time (each holds the accelerator). Progress is shown
+    per arm done and, within an arm, per simulated second or request
+    (``schedkit.bench.progress``); Ctrl-C raises :class:`Interrupted` naming the arms
+    done."""
     n = len(bench.configs)
     jobs = min(n, bench.spec.jobs or len(os.sched_getaffinity(0)))
-    if bench.spec.engine != "sim" or jobs < 2 or "fork" not in mp.get_all_start_methods():
-        out = []
-        for i in range(n):
-            if progress:
-                progress(bench.labels[i], i, n)
-            out.append(_arm(bench, i))
-    else:
-        global _FORKED
-        _FORKED = bench
-        try:
-            with fork_pool(jobs) as pool:
-                futures = [pool.submit(_forked_arm, i) for i in range(n)]
-                if progress:
-                    progress(f"{n} arms on {jobs} processes", 0, n)
-                    for done, _ in enumerate(as_completed(futures), start=1):
-                        progress(f"{n} arms on {jobs} processes", done, n)
-                out = [f.result() for f in futures]
-        finally:
-            _FORKED = None
-    if progress:
-        progress("done", n, n)
+    forked = bench.spec.engine == "sim" and jobs >= 2 and "fork" in mp.get_all_start_methods()
+    requests = len(bench.base.requests)
+    intro = (
+        f"bench: {n} arm{'s' if n != 1 else ''} ({', '.join(bench.labels)}), {requests:,}"
+        f" requests each, {f'{jobs} at once' if forked else 'one at a time'}"
+    )
+    unit = "arms" if n != 1 else "arm"
+    with tracking(
+        "bench", n, unit, fine=not bench.spec.stats.goodput, intro=intro, kept=_kept(bench)
+    ) as track:
+        if not forked:
+            out = []
+            for i in range(n):
+                out.append(_arm(bench, i))
+                track.item_done(bench.labels[i])
+        else:
+            out = _forked_arms(bench, jobs, track)
     return [run for run, _ in out], [metrics for _, metrics in out]
 
 
-def run_bench(spec: BenchSpec, out_dir: Path, progress: Progress | None = None) -> Results:
+def _forked_arms(bench: Bench, jobs: int, track: Tracker) -> list[tuple[RunResult, dict[str, Any]]]:
+    global _FORKED
+    _FORKED = bench
+    try:
+        with fork_pool(jobs) as pool:
+            futures = {pool.submit(_forked_arm, i): i for i in range(len(bench.configs))}
+            for future in as_completed(futures):
+                future.result()  # a failed arm fails the bench now
+                track.item_done(bench.labels[futures[future]])
+            return [f.result() for f in futures]
+    finally:
+        _FORKED = None
+
+
+def _kept(bench: Bench) -> str:
+    """What an interrupted bench kept: no results (they are written at the end)."""
+    if bench.out_dir is None:
+        return "nothing written"
+    untouched = (
+        "; the earlier results there are untouched"
+        if (bench.out_dir / "results.json").exists()
+        else ""
+    )
+    return f"no results written to {bench.out_dir}{untouched}"
+
+
+def run_bench(spec: BenchSpec, out_dir: Path, *, overwrite: bool = False) -> Results:
     """Run every arm on the identical request stream; write results.json, requests.parquet
-    (requests.csv without pyarrow) and the reports, all or nothing."""
+    (requests.csv without pyarrow) and the reports, all or nothing. An ``out_dir`` holding
+    another run's results is refused unless ``overwrite`` (:func:`check_replacing`)."""
     check_out_dir(out_dir)  # now, not after every arm ran
+    check_replacing(out_dir, overwrite)
     bench = Bench(spec)
     bench.out_dir = out_dir  # where arms write files of their own (--serve-command's logs)
     no_slo = spec.stats.slo_ttft_ms is None and spec.stats.slo_tpot_ms is None
@@ -551,7 +574,7 @@ def run_bench(spec: BenchSpec, out_dir: Path, progress: Progress | None = None) 
         and not any(r.slo_ttft_ms or r.slo_tpot_ms for r in bench.base.requests)
     ):
         raise SchedkitError("--goodput needs SLOs: pass --slo-ttft-ms and/or --slo-tpot-ms")
-    runs, arm_metrics = run_arms(bench, progress)
+    runs, arm_metrics = run_arms(bench)
     if spec.engine != "sim" and all(a.overrides for a in bench.arms):
         # No arm ran with the bench's own settings: its entry is timed as the arms were.
         first = bench.arm_engines[0][0]
@@ -561,8 +584,9 @@ def run_bench(spec: BenchSpec, out_dir: Path, progress: Progress | None = None) 
     results = _results(bench, runs, arm_metrics)
     slos = spec.stats
     write_outputs(
-        out_dir, results, runs, slo_ttft_ms=slos.slo_ttft_ms, slo_tpot_ms=slos.slo_tpot_ms
-    )
+        out_dir, results, runs, slo_ttft_ms=slos.slo_ttft_ms, slo_tpot_ms=slos.slo_tpot_ms,
+        replace=overwrite,
+    )  # fmt: skip
     return results
 
 

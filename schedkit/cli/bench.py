@@ -12,7 +12,6 @@ import typer.main
 from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
@@ -71,10 +70,18 @@ def _run_options(
     strict: Annotated[
         bool, typer.Option(help="Exit with status 3 when a policy faulted in any arm.")
     ] = False,
+    overwrite: Annotated[
+        bool,
+        typer.Option(
+            help="Replace the results of an earlier run in --out (a bench's, sweep's or"
+            " plan's); without it such a folder is refused."
+        ),
+    ] = False,
 ) -> None:
     """The options of a bench run that are not settings of the bench itself (the
-    BenchSpec's are derived from it): where to write, the rates (several make a load
-    sweep, with its own settings) and the exit rule."""
+    BenchSpec's are derived from it): where to write (and whether over another run's
+    results), the rates (several make a load sweep, with its own settings) and the exit
+    rule."""
 
 
 def _spec_options() -> SpecOptions:
@@ -117,7 +124,8 @@ def bench(**given: Any) -> None:
     Exit status: 0 when every arm finished every request; 2 on bad input (nothing runs
     and nothing is written); 3 with --strict when a policy faulted in any arm; else 4 when
     an arm left requests unfinished (its latencies miss them) or, with --engine openai,
-    some failed. Results are written for 3 and 4.
+    some failed. Results are written for 3 and 4. Ctrl-C exits 130, writing nothing (a
+    sweep keeps its finished probe points). Progress goes to stderr.
     """
     run = {name: given.pop(name) for name in inspect.signature(_run_options).parameters}
     scales = _rates("--rate-scale", run["rate_scale"])
@@ -138,10 +146,12 @@ def bench(**given: Any) -> None:
         options = {k: run[k] for k in ("replicates", "arrivals", "burstiness", "knee_factor")}
         _sweep(
             spec, out, scales=scales if len(scales) > 1 or not rates else [], rates=rates,
-            attainment=run["attainment"], ray=run["ray"], **options,
+            attainment=run["attainment"], ray=run["ray"], overwrite=run["overwrite"], **options,
         )  # fmt: skip
         return
-    results = _run_bench(spec, out)
+    from schedkit.bench.runner import run_bench
+
+    results = run_bench(spec, out, overwrite=run["overwrite"])  # progress: on stderr
     _print_summary(results, out)
     _exit_status(results, Console(stderr=True), run["strict"])
 
@@ -170,21 +180,6 @@ def _field_name(loc: tuple[int | str, ...]) -> int | str:
     if len(names) > 1 and names[0] in GROUPS:
         return names[1]
     return names[0] if names else "spec"
-
-
-def _run_bench(spec: BenchSpec, out: Path) -> Results:
-    from schedkit.bench.runner import run_bench
-
-    with Progress(
-        TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} arms"),
-        TimeElapsedColumn(), console=Console(stderr=True), transient=True,
-    ) as bar:  # fmt: skip
-        task = bar.add_task("bench", total=len(spec.policies) + len(spec.arms))
-
-        def progress(label: str, done: int, total: int) -> None:
-            bar.update(task, completed=done, description=f"running {escape(label)}")
-
-        return run_bench(spec, out, progress)
 
 
 def _bench_signature() -> inspect.Signature:
@@ -242,10 +237,14 @@ def _rates(flag: str, text: str | None) -> list[float]:
 
 
 def _sweep(
-    spec: Any, out: Path, *, scales: list[float], rates: list[float], **options: Any
+    spec: Any,
+    out: Path,
+    *,
+    scales: list[float],
+    rates: list[float],
+    overwrite: bool,
+    **options: Any,
 ) -> None:
-    from rich.progress import TimeRemainingColumn
-
     from schedkit.bench.sweep.run import run_sweep
     from schedkit.bench.sweep.spec import SweepSpec
 
@@ -258,19 +257,7 @@ def _sweep(
             for e in exc.errors()
         )
         raise SchedkitError(f"bad sweep arguments: {problems}") from None
-    console = Console(stderr=True)
-    with Progress(
-        TextColumn("sweep"), BarColumn(), TextColumn("{task.completed}/{task.total} probe points,"),
-        TextColumn("{task.fields[arms]} arms done,"),
-        TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console,
-        transient=True,
-    ) as bar:  # fmt: skip
-        task = bar.add_task("sweep", total=None, arms="0/?")
-
-        def progress(done: int, total: int, arms_done: int, arms: int) -> None:
-            bar.update(task, completed=done, total=total, arms=f"{arms_done}/{arms}")
-
-        results = run_sweep(sweep, out, progress)
+    results = run_sweep(sweep, out, overwrite=overwrite)  # progress: on stderr
     table = Table(title=Text(f"sweep: {results['workload']['name']}"))
     for column in ("arm", "knee", "goodput"):
         table.add_column(column)

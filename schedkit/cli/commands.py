@@ -199,9 +199,11 @@ def serve(
 
 
 def main() -> None:
+    from schedkit.bench.progress import show_progress
     from schedkit.cli import bench as bench_cli  # registers bench, calibrate and plan
 
     bench_cli.register(app)
+    show_progress()  # long commands say how far they are, on stderr
     try:
         if sys.argv[1:2] == ["bench"]:
             bench_cli.check_repeated(app, sys.argv[2:])

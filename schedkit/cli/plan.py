@@ -132,6 +132,7 @@ def plan(
         int | None, typer.Option(help=_help(WorkloadSpec, "max_requests"))
     ] = None,
     jobs: Annotated[int | None, typer.Option(help="Candidates searched at once.")] = None,
+    overwrite: Annotated[bool, typer.Option(help="Replace earlier results in --out.")] = False,
 ) -> None:
     """Capacity plan: for each GPU x TP x engine-settings candidate, the fewest replicas
     meeting the SLOs for --attainment of requests, and the cheapest of them."""
@@ -150,10 +151,11 @@ def plan(
             request_rate=None if request_rate is None else _one_rate("--request-rate", request_rate),
         ),
     )  # fmt: skip
+    from schedkit.bench.output import check_replacing
     from schedkit.bench.plan import run_plan
 
-    with Console(stderr=True).status("searching the candidates"):
-        result = run_plan(spec)
+    check_replacing(out, overwrite)  # another run's results there: refused, before the search
+    result = run_plan(spec)  # its progress on stderr (schedkit.bench.progress)
     _write(out, result)
     if result["best"] is None:
         raise typer.Exit(4)

@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from schedkit.facade import PolicyFacade, by_hook
 from schedkit.records import RunResult, TimelinePoint
 
 
 class Recorder:
-    """Inter-token gaps, time-weighted KV usage and a sampled timeline, kept cheaply."""
+    """Inter-token gaps, time-weighted KV usage and a sampled timeline, kept cheaply.
+
+    ``on_sample``, when set, is called with the clock and the requests in flight (waiting
+    and running) at each timeline sample, once per ``interval_s`` of simulated time, never
+    per step: how a command shows a run's progress (``schedkit.bench.progress``).
+    """
+
+    on_sample: Callable[[float, int], None] | None = None
 
     def __init__(self, result: RunResult, interval_s: float) -> None:
         self.result = result
@@ -29,6 +37,8 @@ class Recorder:
         if clock >= self._next_sample:
             self.result.timeline.append(TimelinePoint(clock, waiting, running, kv_usage))
             self._next_sample = clock + self.interval_s
+            if self.on_sample is not None:
+                self.on_sample(clock, waiting + running)
 
     def finish(self, clock: float, steps: int, facade: PolicyFacade, started: float) -> RunResult:
         res = self.result

@@ -153,7 +153,7 @@ def test_a_failed_run_leaves_the_previous_results_whole(
 
     monkeypatch.setattr("schedkit.bench.report.render.write_report", broken)
     with pytest.raises(SchedkitError, match=r"cannot write the results to --out .*disk full"):
-        run_bench(spec.replace(seed=1), tmp_path)
+        run_bench(spec.replace(seed=1), tmp_path, overwrite=True)
     assert (tmp_path / "results.json").read_text() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "report.html",

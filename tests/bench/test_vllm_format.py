@@ -57,7 +57,7 @@ def test_vllm_bench_files_match_schedkits_own_results(tmp_path: Path) -> None:
 def test_a_rerun_with_other_arms_leaves_no_stale_file(tmp_path: Path) -> None:
     common: dict[str, Any] = {"workload": "poisson:rate=5,n=30", "kv_blocks": 2000}
     run_bench(BenchSpec(policies=["fcfs", "priority"], **common), tmp_path)
-    run_bench(BenchSpec(policies=["fcfs"], **common), tmp_path)
+    run_bench(BenchSpec(policies=["fcfs"], **common), tmp_path, overwrite=True)
     assert sorted(p.name for p in tmp_path.glob("vllm-bench-*.json")) == ["vllm-bench-0-fcfs.json"]
 
 

@@ -43,6 +43,7 @@ import numpy as np
 
 from schedkit.bench.engines.real_arm import RealArm
 from schedkit.bench.engines.requests import ModelInfo, model_info, request_metadata
+from schedkit.bench.progress import LiveProgress, live_replay
 from schedkit.records import RequestRecord, RunResult
 
 if TYPE_CHECKING:
@@ -149,6 +150,7 @@ class LiveArm(RealArm):
         self.header = bench.configs[index].trust.tenant_header
         self.errors: Counter[str] = Counter()
         self.lags: list[float] = []
+        self.progress: LiveProgress | None = None  # while run() replays, if shown
         # per arm, in results.json's engine.targets (engine.real is the last arm's)
         self.arm_info: dict[str, Any] = {
             "url": target.url, "server": target.kind, "model": target.model,
@@ -162,7 +164,12 @@ class LiveArm(RealArm):
 
     def run(self) -> RunResult:
         self.started = time.perf_counter()
-        asyncio.run(self._replay())
+        self.progress = live_replay(len(self.records))
+        try:
+            asyncio.run(self._replay())
+        finally:
+            if self.progress is not None:
+                self.progress.close()
         errors = dict(self.errors)
         self.result.errors = errors
         if self.lags:
@@ -194,6 +201,8 @@ class LiveArm(RealArm):
                 if self.deadline_s is not None and trace.arrival_s >= self.deadline_s:
                     for rec in self.records[i:]:
                         self.fail(rec, f"not sent: --max-seconds {self.deadline_s:g} reached")
+                    if self.progress is not None:
+                        self.progress.ended(len(self.records) - i)
                     break
                 if delay > 0:
                     await asyncio.sleep(delay)
@@ -212,6 +221,8 @@ class LiveArm(RealArm):
     async def _send(self, session: Any, index: int, limit: asyncio.Semaphore | None) -> None:
         rec = self.records[index]
         self.lags.append(max(0.0, self.clock() - rec.arrival_s))
+        if self.progress is not None:
+            self.progress.sent()
         try:
             if self.target.problem:
                 self.fail(rec, self.target.problem)
@@ -220,6 +231,8 @@ class LiveArm(RealArm):
         finally:
             if limit is not None:
                 limit.release()
+            if self.progress is not None:
+                self.progress.ended()
 
     def body(self, index: int) -> dict[str, Any]:
         """The request body for request ``index``, with its metadata where the server's

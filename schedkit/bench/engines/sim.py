@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from schedkit.bench.progress import per_replica, simulating
 from schedkit.bench.spec import PreparedBench
 from schedkit.config import SchedkitConfig
 from schedkit.facade import PolicyFacade
@@ -36,16 +37,25 @@ def simulate(
     facade: PolicyFacade | None = None,
 ) -> RunResult:
     """One replay on the simulator: one engine, or ``replicas`` behind the policies'
-    router (``route_request``; round-robin by default), each with its own policies."""
-    if replicas == 1:
-        with no_cyclic_gc():
-            engine = SimEngine(
-                requests, cost, sim_config, facade or PolicyFacade.from_config(config)
-            )
-            return engine.run()
-    facades = [PolicyFacade.from_config(config) for _ in range(replicas)]
-    router = PolicyFacade.from_config(config)
-    return Cluster(requests, cost, sim_config, facades, router).run()
+    router (``route_request``; round-robin by default), each with its own policies. Its
+    progress is shown once per simulated second while a command shows progress."""
+    with simulating(requests) as on_sample:
+        if replicas == 1:
+            with no_cyclic_gc():
+                engine = SimEngine(
+                    requests, cost, sim_config, facade or PolicyFacade.from_config(config)
+                )
+                engine.recorder.on_sample = on_sample
+                return engine.run()
+        facades = [PolicyFacade.from_config(config) for _ in range(replicas)]
+        router = PolicyFacade.from_config(config)
+        cluster = Cluster(requests, cost, sim_config, facades, router)
+        if on_sample is not None:
+            for engine, hook in zip(
+                cluster.replicas, per_replica(on_sample, replicas), strict=True
+            ):
+                engine.recorder.on_sample = hook
+        return cluster.run()
 
 
 def trusted_requests(

@@ -15,7 +15,14 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from pathlib import Path
 from typing import Any
 
-from schedkit.bench.output import check_out_dir, provenance
+from schedkit.bench.output import (
+    check_out_dir,
+    check_replacing,
+    provenance,
+    remove_other_runs,
+    written,
+)
+from schedkit.bench.progress import tracking
 from schedkit.bench.sweep.spec import Point, Sweep, SweepSpec, aggregate
 from schedkit.bench.workers import fork_pool
 from schedkit.errors import SchedkitError, quote
@@ -38,7 +45,9 @@ class SweepInterrupted(SchedkitError):
         self.exit_code = INTERRUPTED_EXIT if interrupted else STOPPED_EXIT
 
 
-def _load_done(path: Path, fingerprint: str) -> dict[str, dict[str, Any]]:
+def _load_done(path: Path, fingerprint: str) -> dict[str, dict[str, Any]] | None:
+    """The probe points kept in ``path`` by this sweep; None when they are another
+    sweep's."""
     if not path.exists():
         return {}
     lines = path.read_text(encoding="utf-8").splitlines()
@@ -47,10 +56,7 @@ def _load_done(path: Path, fingerprint: str) -> dict[str, dict[str, Any]]:
     except ValueError:
         header = {}
     if header.get("sweep") != fingerprint:
-        raise SchedkitError(
-            f"{quote(str(path))} holds the probe points of another sweep (other arms,"
-            " rates, replicates or settings); pass another --out, or delete it to start over"
-        )
+        return None
     done = {}
     for line in lines[1:]:
         try:
@@ -59,6 +65,27 @@ def _load_done(path: Path, fingerprint: str) -> dict[str, dict[str, Any]]:
             continue
         done[point["key"]] = point
     return done
+
+
+def _claim(out_dir: Path, fingerprint: str, overwrite: bool) -> dict[str, dict[str, Any]]:
+    """The probe points this sweep already kept in ``out_dir`` (run again, it skips them).
+    Another run's results there are refused, or with ``overwrite`` removed."""
+    path = out_dir / POINTS_FILE
+    done = _load_done(path, fingerprint)
+    if done is None and not overwrite:
+        kept = max(0, len(path.read_text(encoding="utf-8").splitlines()) - 1)
+        raise SchedkitError(
+            f"--out {quote(str(out_dir))} holds the probe points of another sweep ({kept:,}"
+            f" kept in {POINTS_FILE}, {written(path)}: other arms, rates, replicates or"
+            " settings); pass --overwrite to start this sweep over there, or another --out"
+        )
+    ignore = frozenset({POINTS_FILE, "sweep.json"} if done else {POINTS_FILE})
+    check_replacing(out_dir, overwrite, ignore=ignore)
+    if overwrite and out_dir.is_dir():
+        if done is None:
+            path.unlink()
+        remove_other_runs(out_dir, "sweep")
+    return done or {}
 
 
 _FORKED: Sweep | None = None  # the sweep a forked worker inherited
@@ -70,17 +97,20 @@ def _run_forked(keys: list[str]) -> list[dict[str, Any]]:
     return [_FORKED.run(points[k]) for k in keys]
 
 
-def run_sweep(spec: SweepSpec, out_dir: Path, progress: Progress | None = None) -> dict[str, Any]:
+def run_sweep(
+    spec: SweepSpec, out_dir: Path, progress: Progress | None = None, *, overwrite: bool = False
+) -> dict[str, Any]:
     """Run every probe point not already in ``out_dir``; write sweep.json and the
-    reports. Raises :class:`SweepInterrupted` (after saving) when stopped early."""
+    reports. Raises :class:`SweepInterrupted` (after saving) when stopped early. Another
+    run's results in ``out_dir`` are refused, unless ``overwrite``; this sweep's own
+    points are kept and skipped."""
     check_out_dir(out_dir)
     sweep = Sweep(spec)
+    done = _claim(out_dir, spec.fingerprint(), overwrite)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / POINTS_FILE
-    fingerprint = spec.fingerprint()
-    done = _load_done(path, fingerprint)
     if not path.exists():
-        path.write_text(json.dumps({"sweep": fingerprint}) + "\n", encoding="utf-8")
+        path.write_text(json.dumps({"sweep": spec.fingerprint()}) + "\n", encoding="utf-8")
     todo = [p for p in sweep.points if p.key not in done]
     total = len(sweep.points)
     per_arm = total // len(sweep.bench.arms)
@@ -94,12 +124,19 @@ def run_sweep(spec: SweepSpec, out_dir: Path, progress: Progress | None = None) 
             progress(len(done), total, arms_done, len(left))
 
     report()
+    intro = _intro(spec, len(left), total, len(done))
     try:
-        with path.open("a", encoding="utf-8") as sink:
+        with (
+            path.open("a", encoding="utf-8") as sink,
+            tracking(
+                "sweep", total, "probe points", intro=intro, kept=None, started_at=len(done)
+            ) as track,
+        ):
 
             def keep(record: dict[str, Any]) -> None:
                 if record["key"] not in done:
                     left[int(record["key"].split("/", 1)[0])] -= 1
+                    track.item_done()
                 done[record["key"]] = record
                 sink.write(json.dumps(record) + "\n")
                 sink.flush()
@@ -117,6 +154,15 @@ def run_sweep(spec: SweepSpec, out_dir: Path, progress: Progress | None = None) 
     (out_dir / "sweep.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
     write_sweep_report(out_dir, results)
     return results
+
+
+def _intro(spec: SweepSpec, arms: int, total: int, kept: int) -> str:
+    """The line a sweep's progress starts with: its probe points and their shape."""
+    shape = " x ".join(
+        f"{n} {word}{'s' if n != 1 else ''}"
+        for n, word in ((arms, "arm"), (len(spec.rates), "rate"), (spec.replicates, "replicate"))
+    )
+    return f"sweep: {total:,} probe points ({shape}){f', {kept:,} kept' if kept else ''}"
 
 
 def _results(sweep: Sweep, points: list[dict[str, Any]]) -> dict[str, Any]:
