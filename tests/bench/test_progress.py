@@ -24,7 +24,7 @@ from test_bench_cli import schedkit
 from schedkit.bench import progress
 from schedkit.bench.engines import live
 from schedkit.bench.engines.sim import simulate
-from schedkit.bench.progress import Board, Snapshot, Tracker, status, tracking
+from schedkit.bench.progress import Board, Snapshot, Tracker, reports, status, tracking
 from schedkit.bench.runner import Bench, BenchSpec, run_bench
 from schedkit.bench.sweep.run import INTERRUPTED_EXIT
 from schedkit.testing.openai_stub import serve_stub
@@ -127,15 +127,15 @@ def test_the_simulator_reports_once_per_simulated_second_not_per_step(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     bench = Bench(BenchSpec(workload=SMALL, policies=["fcfs"]))
-    reports: list[tuple[float, float]] = []
+    seen: list[tuple[float, float]] = []
     board = Board()
-    monkeypatch.setattr(progress, "_board", board)
+    monkeypatch.setattr(reports, "_board", board)
     monkeypatch.setattr(
-        Board, "running", lambda self, slot, done, total, sent=-1: reports.append((done, total))
+        Board, "running", lambda self, slot, done, total, sent=-1: seen.append((done, total))
     )
     requests = bench.base.requests
     run = simulate(requests, bench.cost, bench.sim_config, bench.configs[0], 1)
-    *running, ended = reports
+    *running, ended = seen
     assert ended == (0, 0) and board.read().runs == 1  # the run ended: none running
     assert run.steps > 10 * len(running)  # a coarse grain
     assert len(running) <= math.ceil(run.duration_s) + 2  # the start, each simulated second
