@@ -107,7 +107,7 @@ def test_the_flag_names_the_metrics_the_span_and_the_remedy() -> None:
     assert flag["suggested_window"] == [1169.0, 2632.0]  # 292.4 x 4 .. 657.8 x 4, whole s
     assert "requests arriving 292-658 s (simulated)" in flag["message"]
     assert "--replicates 5" in flag["message"]
-    assert "--window 1169:2632 (the trace's seconds, before --rate-scale 4)" in flag["message"]
+    assert "--window 1169:2632 (the trace's seconds; this run replays it at 4x)" in flag["message"]
     # After a --window, the trace's seconds start at the window's start.
     shifted = episode_flag(rows, rate_scale=1.0, window_s=[1000.0, 3000.0])
     assert shifted is not None and shifted["suggested_window"] == [1292.0, 1658.0]
