@@ -35,6 +35,7 @@ from typing import Any, Protocol
 from pydantic import Field
 
 from schedkit import hookimpl
+from schedkit.adapter.metadata_view import FROZEN_FIELDS
 from schedkit.decisions import Admission, BatchBudget, StepReport
 from schedkit.facade import PolicyFacade
 from schedkit.policy import Policy, PolicyOptions
@@ -304,21 +305,9 @@ class ContractRecorder(Policy):
             self.victim_calls.append((needing.request_id, shown))
 
 
-_KEPT_FIELDS = (
-    "request_id",
-    "tenant",
-    "priority",
-    "arrival_time",
-    "num_prompt_tokens",
-    "num_cached_tokens",
-    "num_computed_tokens",
-    "num_output_tokens",
-    "max_tokens",
-    "slo_ttft_ms",
-    "slo_tpot_ms",
-    "num_preemptions",
-    "block_hashes",
-)
+# every RequestView field: those fixed for a request's life, and those an engine may
+# change once it finished (which the adapter kit freezes)
+_KEPT_FIELDS = ("request_id", "tenant", "slo_ttft_ms", "slo_tpot_ms", *FROZEN_FIELDS)
 
 
 def _last_state(view: RequestView) -> tuple[Any, ...]:
