@@ -41,7 +41,12 @@ from schedkit.answers import (
 )
 from schedkit.config import SchedkitConfig, load_config
 from schedkit.decisions import ADMIT, Admission, BatchBudget, StepReport
-from schedkit.errors import PluginLoadError, PolicyConfigError, PolicyDecisionError
+from schedkit.errors import (
+    PluginLoadError,
+    PolicyConfigError,
+    PolicyDecisionError,
+    options_error,
+)
 from schedkit.keyed import WaitingOrder
 from schedkit.plugins import PolicyRegistry
 from schedkit.policy import Policy
@@ -162,11 +167,7 @@ class PolicyFacade:
             try:
                 options = policy_cls.Options.model_validate(cfg.options.get(name, {}))
             except ValidationError as exc:
-                fields = "; ".join(
-                    f"{'.'.join(map(str, e['loc'])) or '(options)'}: {e['msg']}"
-                    for e in exc.errors()
-                )
-                raise PolicyConfigError(f"bad options for policy {name!r}: {fields}") from exc
+                raise options_error(name, policy_cls.Options, exc) from exc
             policies.append((name, policy_cls(options)))
         budget = cfg.hook_budget_ms if hook_budget_ms is None else hook_budget_ms
         hard = cfg.hook_budget_hard if hook_budget_hard is None else hook_budget_hard

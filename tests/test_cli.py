@@ -60,7 +60,7 @@ def test_help_keeps_option_names_whole_and_brackets_as_written() -> None:
 
 
 def test_policies_table_never_cuts_a_name() -> None:
-    proc = schedkit("policies")
+    proc = schedkit("policies", "--wide")
     assert proc.returncode == 0, proc.stderr
     listed = json.loads(schedkit("policies", "--json").stdout)
     for row in listed:

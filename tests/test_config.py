@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -174,10 +175,10 @@ def test_policy_without_options_gets_defaults(registry: PolicyRegistry) -> None:
 @pytest.mark.parametrize(
     ("options", "problem"),
     [
-        ({"max_waiting": 0}, r"max_waiting: Input should be greater than or equal to 1"),
-        ({"max_waiting": 5000}, r"max_waiting: Input should be less than or equal to 1000"),
-        ({"max_waiting": "many"}, r"max_waiting: Input should be a valid integer"),
-        ({"max_wait": 3}, r"max_wait: Extra inputs are not permitted"),
+        ({"max_waiting": 0}, "option max_waiting: 0 is not accepted; it takes an integer >= 1"),
+        ({"max_waiting": 5000}, "option max_waiting: 5000 is not accepted; it takes an integer"),
+        ({"max_waiting": "many"}, "option max_waiting: 'many' is not accepted; it takes an int"),
+        ({"max_wait": 3}, "has no option 'max_wait'; its options: max_waiting, label"),
     ],
     ids=["below", "above", "type", "unknown-field"],
 )
@@ -185,7 +186,7 @@ def test_bad_options_name_the_policy_and_field(
     registry: PolicyRegistry, options: dict[str, object], problem: str
 ) -> None:
     config = {"policy": ["fcfs", "bounded"], "options": {"bounded": options}}
-    with pytest.raises(PolicyConfigError, match=rf"bad options for policy 'bounded': {problem}"):
+    with pytest.raises(PolicyConfigError, match=re.escape(f"policy 'bounded' {problem}")):
         PolicyFacade.from_config(config, registry=registry)
 
 

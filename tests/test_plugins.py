@@ -195,7 +195,7 @@ def test_unknown_policy_lists_installed_names(foo: Path) -> None:
     with pytest.raises(UnknownPolicyError) as excinfo:
         PolicyFacade.from_config("fo")
     message = str(excinfo.value)
-    assert message.startswith("unknown policy 'fo'; installed policies: ")
+    assert message.startswith("unknown policy 'fo' (did you mean 'foo'?); installed policies: ")
     for name in ("fcfs", "foo", "priority"):
         assert name in message
     assert excinfo.value.installed == PolicyRegistry.discover().names()

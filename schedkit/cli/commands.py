@@ -76,21 +76,54 @@ def describe_policies(registry: PolicyRegistry) -> list[dict[str, Any]]:
     return rows
 
 
+#: The width ``schedkit policies`` fits (its ``--wide`` table takes the terminal's).
+POLICIES_WIDTH = 80
+_NAME_COLUMN = 24  # a longer name is printed whole, its summary cut shorter
+
+
 @app.command()
 def policies(
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    wide: Annotated[
+        bool, typer.Option("--wide", help="A table of hooks, options and distributions.")
+    ] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print JSON: all of it, summaries included.")
+    ] = False,
 ) -> None:
-    """List installed policies with their distribution, hooks and options."""
+    """List installed policies, one line each. --wide: hooks, options and distributions;
+    --json: all of it."""
     rows = describe_policies(PolicyRegistry.discover())
     for row in rows:
         if "error" in row:
             print_error(row["error"])
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
-        return
+    elif wide:
+        _policies_table(rows)
+    else:
+        for line in policy_lines(rows):
+            typer.echo(line)
+        typer.echo("schedkit policies --wide: hooks, options and distributions; --json: all.")
+
+
+def policy_lines(rows: list[dict[str, Any]], width: int = POLICIES_WIDTH) -> list[str]:
+    """One line per policy within ``width`` columns: its name, never cut, then its summary,
+    cut with "…" where it would run past."""
+    column = min(max((len(row["name"]) for row in rows), default=0), _NAME_COLUMN)
+    lines = []
+    for row in rows:
+        name = row["name"]
+        summary = row.get("summary") or ("(import failed)" if "error" in row else "-")
+        text = Text(summary.replace("``", ""))
+        text.truncate(max(width - max(len(name), column) - 2, 1), overflow="ellipsis")
+        lines.append(f"{name:<{column}}  {text.plain}")
+    return lines
+
+
+def _policies_table(rows: list[dict[str, Any]]) -> None:
     # names are never cut; options and distributions wrap
-    table = Table(Column("policy", no_wrap=True), Column("hooks", no_wrap=True), "options",
-                  "distribution")  # fmt: skip
+    table = Table(Column("policy", no_wrap=True), Column("hooks", no_wrap=True),
+                  Column("options", overflow="fold"), Column("distribution", overflow="fold"))  # fmt: skip
     for row in rows:
         options = ", ".join(row.get("options_schema", {}).get("properties", {})) or "-"
         hooks = "\n".join(row.get("hooks", [])) or ("(import failed)" if "error" in row else "-")
@@ -206,6 +239,7 @@ def main() -> None:
     show_progress()  # long commands say how far they are, on stderr
     try:
         if sys.argv[1:2] == ["bench"]:
+            sys.argv[2:] = bench_cli.vllm_spellings(sys.argv[2:])  # --goodput ttft:500 tpot:50
             bench_cli.check_repeated(app, sys.argv[2:])
             for note in bench_cli.deprecated_flags(sys.argv[2:]):
                 err.print(

@@ -11,7 +11,7 @@ from typing import Any, NoReturn
 from pydantic import ValidationError
 
 from schedkit.decisions import Admission, StepReport
-from schedkit.errors import PluginLoadError, PolicyConfigError, PolicyDecisionError
+from schedkit.errors import PluginLoadError, PolicyDecisionError, options_error
 from schedkit.facade import PolicyFacade
 from schedkit.plugins import PolicyRegistry
 from schedkit.policy import Policy, PolicyOptions
@@ -65,7 +65,7 @@ class _Subject:
         try:
             validated = model.model_validate(dict(options or {}))
         except ValidationError as exc:
-            raise PolicyConfigError(f"bad options for policy {name!r}: {exc}") from exc
+            raise options_error(name, model, exc) from exc
         try:
             model.model_validate({**(options or {}), "schedkit_conformance_unknown": 1})
         except ValidationError:

@@ -39,7 +39,7 @@ from importlib.abc import Traversable
 from pathlib import Path
 from typing import Literal
 
-from schedkit.errors import SchedkitError, quote
+from schedkit.errors import SchedkitError, did_you_mean, quote
 from schedkit.inputs import MAX_DOCUMENT_BYTES, decode_text
 from schedkit.workload import synthetic
 from schedkit.workload.formats import azure, burstgpt, jsonl, prompt_text
@@ -221,6 +221,15 @@ def load_workload(
             tokenizer,
         )  # fmt: skip
     raise SchedkitError(
-        f"unknown workload {quote(text)}. Known workloads: {', '.join(KNOWN_WORKLOADS)}. Also"
-        f" accepted: {_SYNTAX_HELP}"
+        f"unknown workload {quote(text)}{_close_match(text)}. Known workloads:"
+        f" {', '.join(KNOWN_WORKLOADS)}. Also accepted: {_SYNTAX_HELP}"
     )
+
+
+def _close_match(text: str) -> str:
+    """`` (did you mean ...?)`` for a misspelt bundled name, or for the kind of a synthetic
+    stream (``poison:rate=5``: ``'poisson'``)."""
+    kind, colon, _ = text.partition(":")
+    if colon:
+        return did_you_mean(kind, ("poisson", "gamma"))
+    return did_you_mean(text, KNOWN_WORKLOADS)
