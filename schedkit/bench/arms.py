@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from schedkit.bench.settings import ENGINE_KEYS, EngineSettings, KvCacheDtype
 from schedkit.config import SchedkitConfig, load_config, read_config_file
 from schedkit.errors import SchedkitError, quote
+from schedkit.validation import accepts
 
 __all__ = [
     "ENGINE_KEYS",
@@ -80,7 +81,7 @@ def _problem(error: Mapping[str, Any]) -> str:
     key = ".".join(map(str, error["loc"]))
     if error["type"] == "extra_forbidden":
         return f"unknown key {quote(key)}; valid keys: {', '.join(ENGINE_KEYS)}"
-    return f"{key} {quote(error.get('input'))}: {error['msg']}"
+    return f"{key} {quote(error.get('input'))}: {accepts(error)}"
 
 
 class ResolvedArm(BaseModel):

@@ -80,6 +80,16 @@ class Summary(_Model):
     p50: float | None
     p90: float | None
     p99: float | None
+    # --metric-percentiles beyond these, for --percentile-metrics: {"p99.9": ...}
+    percentiles: dict[str, float | None] | None = None
+
+    def at(self, q: float) -> float | None:
+        """The ``q``-th percentile, None where the run did not compute it."""
+        key = f"p{int(q)}" if float(q).is_integer() else f"p{q:g}"
+        if key in ("p50", "p90", "p99"):
+            value: float | None = getattr(self, key)
+            return value
+        return (self.percentiles or {}).get(key)
 
 
 class GroupMetrics(_Model):
@@ -115,7 +125,12 @@ class ArmMetrics(_Model):
     queue_ms: Summary
     queue_ms_max: float | None
     output_tokens: int
-    throughput_tok_s: float
+    throughput_tok_s: float  # output tokens/s over the run's duration
+    # vLLM's request_throughput, total_token_throughput, request_goodput (None: no SLO);
+    # None in files written before they were added
+    request_throughput_rps: float | None = None
+    total_token_throughput_tok_s: float | None = None
+    request_goodput_rps: float | None = None
     preemptions: int
     recomputed_tokens: int
     prefix_hit_rate: float | None
@@ -247,6 +262,9 @@ class WorkloadInfo(_Model):
     seed: int
     window_s: list[float] | None
     max_requests: int | None
+    # how requests were sent, where not at their (rescaled) arrival times; absent before
+    all_at_once: bool = False  # --request-rate inf
+    max_concurrency: int | None = None  # the client's limit of requests in flight
 
 
 class Slo(_Model):

@@ -80,6 +80,34 @@ def _check_targets(spec: BenchSpec, arms: int) -> None:
         _check_live_targets(spec, arms)
 
 
+CLOSED_LOOP_ENGINES = ("sim", "openai")  # engines that honour --max-concurrency
+
+
+def _check_load_modes(spec: BenchSpec, arms: Sequence[ResolvedArm]) -> None:
+    """``--max-concurrency`` where the engine keeps it: the simulator with one replica
+    (the requests in flight are counted by the one engine) and live servers; ``--request-rate
+    inf`` is no rate to search a goodput from."""
+    if spec.workload.max_concurrency is not None:
+        if spec.engine not in CLOSED_LOOP_ENGINES:
+            raise SchedkitError(
+                f"--max-concurrency is kept by --engine sim and --engine openai; --engine"
+                f" {spec.engine} replays requests at their arrival times. Drop"
+                " --max-concurrency, or serve the engine and use --engine openai"
+            )
+        replicas = max(a.overrides.get("replicas", spec.settings.replicas) for a in arms)
+        if spec.engine == "sim" and replicas > 1:
+            raise SchedkitError(
+                f"--max-concurrency with --replicas {replicas}: the simulator keeps a client's"
+                " limit on one replica only; drop one of them"
+            )
+    if spec.workload.all_at_once and spec.stats.goodput:
+        raise SchedkitError(
+            "--goodput searches the highest request rate meeting the SLOs, and --request-rate"
+            " inf sends every request at once, at no rate; drop one of them (--goodput"
+            " ttft:MS tpot:MS reports the requests/s that met them)"
+        )
+
+
 def _check_import_targets(spec: BenchSpec, arms: int) -> None:
     if len(spec.live.targets) != arms:
         raise SchedkitError(
@@ -97,8 +125,8 @@ def _check_import_targets(spec: BenchSpec, arms: int) -> None:
 def _check_no_live_flags(spec: BenchSpec) -> None:
     given = [
         flag for flag, value in (
-            ("--target", spec.live.targets), ("--max-concurrency", spec.live.max_concurrency),
-            ("--max-seconds", spec.live.max_seconds), ("--serve-command", spec.live.serve_command),
+            ("--target", spec.live.targets), ("--max-seconds", spec.live.max_seconds),
+            ("--serve-command", spec.live.serve_command),
         ) if value
     ]  # fmt: skip
     if given:
@@ -240,6 +268,7 @@ class Bench:
         self.base = base.with_default_slos(spec.stats.slo_ttft_ms, spec.stats.slo_tpot_ms)
         self.arms = resolve_arms(spec.policies, spec.arms)
         _check_targets(spec, len(self.arms))
+        _check_load_modes(spec, self.arms)
         self.labels = [arm.label for arm in self.arms]
         self.configs = [arm.config for arm in self.arms]
         if spec.record_steps is not None:
@@ -287,11 +316,15 @@ class Bench:
         if spec.workload.max_requests and spec.workload.max_requests < len(base.requests):
             full, base = base, base.truncated(spec.workload.max_requests)
             flag = truncation_flag(
-                full, base, spec.workload.max_requests, partial=cap == len(full.requests)
+                full,
+                base,
+                spec.workload.max_requests,
+                partial=cap == len(full.requests),
+                rate_scale=spec.workload.rate_scale,
             )
-            if flag is not None:
+            if flag is not None and not spec.workload.all_at_once:
                 self.flags.append(flag)
-        return base
+        return base.at_once() if spec.workload.all_at_once else base
 
     def _warnings(self) -> list[str]:
         """Cost profiles that do not match the run, and (the capability matrix's words)
@@ -350,7 +383,7 @@ class Bench:
             "replicas": s["replicas"],
             "kv_cache_dtype": s["kv_cache_dtype"],
             "cost_model": cost.describe(),
-            **sim_config.model_dump(exclude={"timeline_interval_s"}),
+            **sim_config.model_dump(exclude={"timeline_interval_s", "max_concurrency"}),
         }
         return info, cost, sim_config
 
@@ -392,6 +425,7 @@ class Bench:
             enable_prefix_caching=s["prefix_caching"],
             mixed_prefill=self.spec.engine != "sglang" if mixed is None else mixed,
             hash_block_tokens=self.base.hash_block_tokens,
+            max_concurrency=self.spec.workload.max_concurrency,
             eviction_window=(
                 DEFAULT_EVICTION_WINDOW if s["eviction_window"] is None else s["eviction_window"]
             ),
@@ -416,8 +450,13 @@ class Bench:
         return arm
 
     def metrics(self, run: RunResult) -> dict[str, Any]:
+        stats = self.spec.stats
         return compute_metrics(
-            run, slo_ttft_ms=self.spec.stats.slo_ttft_ms, slo_tpot_ms=self.spec.stats.slo_tpot_ms
+            run,
+            slo_ttft_ms=stats.slo_ttft_ms,
+            slo_tpot_ms=stats.slo_tpot_ms,
+            percentile_metrics=stats.percentile_metrics,
+            metric_percentiles=stats.metric_percentiles,
         )
 
     def goodput(self, index: int) -> dict[str, Any]:
@@ -458,26 +497,37 @@ SCAN_REQUESTS = 200_000  # read this far into a trace with --max-requests (a 1 G
 
 
 def truncation_flag(
-    full: Workload, kept: Workload, count: int, *, partial: bool = False
+    full: Workload, kept: Workload, count: int, *, partial: bool = False, rate_scale: float = 1.0
 ) -> dict[str, Any] | None:
     """A flag when ``--max-requests`` kept a quiet start of a trace that gets much busier
     later: every arm would look alike. Suggests the busiest stretch as ``--window``;
-    ``partial``: ``full`` is only the start of the trace (``SCAN_REQUESTS`` read)."""
+    ``partial``: ``full`` is only the start of the trace (``SCAN_REQUESTS`` read). The
+    rates and times are the replay's, at ``rate_scale``; the window is in the trace's
+    seconds, as ``--window`` takes it. ``kept_rate_rps`` and ``busiest_rate_rps`` are the
+    replay's rates."""
     span = kept.requests[-1].arrival_s - kept.requests[0].arrival_s
     start, end = full.busiest(count)
     if end <= start:
         return None
-    busy_rate, kept_rate = count / (end - start), count / span if span > 0 else float("inf")
+    busy_rate = count / (end - start) * rate_scale
+    kept_rate = count / span * rate_scale if span > 0 else float("inf")
     if busy_rate < TRUNCATION_RATE * kept_rate:
         return None
+    window = f"{start:.0f}:{end + 1:.0f}"
+    if rate_scale != 1.0:
+        window += (
+            f" (the trace's seconds, as --window takes them; at --rate-scale {rate_scale:g}"
+            f" that stretch replays in {(end - start) / rate_scale:,.1f} s)"
+        )
     return {
         "kind": "truncated",
         "message": (
-            f"--max-requests {count} kept the first {span:,.1f} s of {full.name}"
-            f" ({kept_rate:.2f} req/s), but its busiest {count} requests"
-            f"{f' of the first {len(full.requests):,} read' if partial else ''} arrive at"
-            f" {busy_rate:.2f} req/s between {start:,.1f} and {end:,.1f} s; the cut trace may"
-            f" not load the engine. Try --window {start:.0f}:{end + 1:.0f}"
+            f"--max-requests {count} kept the first {span:,.1f} s of {full.name}, replayed"
+            f"{f' at {rate_scale:g}x in {span / rate_scale:,.1f} s' if rate_scale != 1 else ''}"
+            f" at {kept_rate:.2f} req/s, but its busiest {count} requests"
+            f"{f' of the first {len(full.requests):,} read' if partial else ''} would arrive at"
+            f" {busy_rate:.2f} req/s (the trace's {start:,.1f} to {end:,.1f} s); the cut trace"
+            f" may not load the engine. Try --window {window}"
         ),
         "kept_rate_rps": kept_rate,
         "busiest_rate_rps": busy_rate,
@@ -614,6 +664,8 @@ def _results(bench: Bench, runs: list[RunResult], arm_metrics: list[dict[str, An
             "seed": spec.workload.seed,
             "window_s": window,
             "max_requests": spec.workload.max_requests,
+            **({"all_at_once": True} if spec.workload.all_at_once else {}),
+            **_given(max_concurrency=spec.workload.max_concurrency),
         },
         "engine": bench.engine_info,
         "slo": {"ttft_ms": spec.stats.slo_ttft_ms, "tpot_ms": spec.stats.slo_tpot_ms},
@@ -627,8 +679,22 @@ def _results(bench: Bench, runs: list[RunResult], arm_metrics: list[dict[str, An
         slo_tpot_ms=spec.stats.slo_tpot_ms,
         min_effect=spec.stats.min_effect,
         metrics=spec.stats.verdict_metrics or METRIC_KEYS,
+        # the trace's seconds of an episode; none when the arrivals are no longer the trace's
+        rate_scale=None if _sent_otherwise(spec) else spec.workload.rate_scale,
+        window_s=window,
     )
     return Results.model_validate(fields)
+
+
+def _given(**values: Any) -> dict[str, Any]:
+    """The ``values`` that are set (results.json leaves an unset optional key out)."""
+    return {key: value for key, value in values.items() if value is not None}
+
+
+def _sent_otherwise(spec: BenchSpec) -> bool:
+    """Whether requests are sent at other times than the trace's, rescaled: all at once,
+    or when the client's --max-concurrency lets them."""
+    return spec.workload.all_at_once or spec.workload.max_concurrency is not None
 
 
 def __getattr__(name: str) -> object:

@@ -5,9 +5,9 @@ prepared bench (:class:`PreparedBench`; ``schedkit.bench.runner.Bench`` is the o
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from schedkit.bench.arms import ArmSpec
 from schedkit.bench.settings import EngineSpec
@@ -30,6 +30,7 @@ __all__ = [
 ]
 
 
+VllmLatency = Literal["ttft", "tpot", "itl", "e2el"]  # vllm bench serve's latency names
 DEFAULT_MIN_EFFECT = 0.02  # the smallest change the verdicts call better or worse
 
 
@@ -57,6 +58,20 @@ class WorkloadSpec(_Group):
         default=None,
         description="Replay only arrivals in START:END seconds of the trace (e.g. 300:600);"
         " seconds of the trace, before --rate-scale.",
+    )
+    all_at_once: bool = Field(
+        default=False,
+        description="Every request arrives at 0 s, in trace order (--request-rate inf, as"
+        " vllm bench serve): the engine's maximum throughput; with --max-concurrency, a"
+        " closed loop.",
+    )
+    max_concurrency: int | None = Field(
+        default=None,
+        ge=1,
+        description="At most this many requests in flight: a request is sent at its arrival"
+        " or when one in flight finishes, whichever is later, and its latencies count from"
+        " then (vllm bench serve --max-concurrency). Simulator (one replica) and --engine"
+        " openai.",
     )
 
 
@@ -87,6 +102,27 @@ class StatsSpec(_Group):
         default=None,
         description="Comma-separated metrics to give verdicts on (default: all).",
     )
+    percentile_metrics: list[VllmLatency] = Field(
+        default_factory=lambda: list[VllmLatency](["ttft", "tpot", "itl"]),
+        description="Comma-separated metrics whose percentiles the summary prints, by vllm"
+        " bench serve's names: ttft, tpot, itl, e2el.",
+    )
+    metric_percentiles: list[float] = Field(
+        default_factory=lambda: [99.0],
+        description="Comma-separated percentiles of those metrics, as vllm bench serve"
+        " (e.g. 25,50,75,99.9); the summary also prints each one's mean and median.",
+    )
+
+    @field_validator("metric_percentiles")
+    @classmethod
+    def _percentiles(cls, values: list[float]) -> list[float]:
+        bad = [v for v in values if not 0 < v < 100]
+        if bad or not values:
+            raise ValueError(
+                f"--metric-percentiles takes percentiles above 0 and below 100, like 50,90,99;"
+                f" got {','.join(f'{v:g}' for v in values) or 'none'}"
+            )
+        return values
 
 
 class LiveSpec(_Group):
@@ -96,9 +132,6 @@ class LiveSpec(_Group):
         default_factory=list,
         description="--engine openai: a server's base URL (http://host:port); one per arm, in"
         " arm order.",
-    )
-    max_concurrency: int | None = Field(
-        default=None, ge=1, description="--engine openai: at most this many requests in flight."
     )
     request_timeout_s: float = Field(
         default=600.0,

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import difflib
 import inspect
+import math
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -19,7 +22,7 @@ from schedkit.cli.spec_options import Option, SpecOptions
 from schedkit.errors import SchedkitError, quote
 
 if TYPE_CHECKING:
-    from schedkit.bench.results import ArmMetrics, Results
+    from schedkit.bench.results import ArmMetrics, Results, Summary
     from schedkit.bench.spec import BenchSpec
 
 
@@ -33,7 +36,8 @@ def _run_options(
         str | None,
         typer.Option(
             help="Offered requests/s instead of --rate-scale (the trace rescaled to it);"
-            " several (2,4,8) make a load sweep."
+            " several (2,4,8) make a load sweep; inf sends every request at once (vllm"
+            " bench serve's default)."
         ),
     ] = None,
     replicates: Annotated[
@@ -113,9 +117,110 @@ def _spec_options() -> SpecOptions:
         "stats.min_effect": Option(convert=check_min_effect),
         "stats.verdict_metrics": Option(("--metrics",), "metrics", str | None, None, metrics),
         "record_steps": Option(cli_type=Path | None, convert=lambda v: v and str(v)),
+        "workload.max_requests": Option(("--num-prompts", "--max-requests")),
+        "stats.goodput": Option(
+            ("--goodput",), "goodput", str | None, None, lambda v: v == GOODPUT_SEARCH
+        ),
+        "stats.percentile_metrics": Option(cli_type=str, default="ttft,tpot,itl",
+                                           convert=_percentile_metrics),
+        "stats.metric_percentiles": Option(cli_type=str, default="99", convert=_percentiles),
     }  # fmt: skip
-    # --rate-scale is the run's: several make a sweep (its rate becomes the spec's)
-    return SpecOptions(BenchSpec, GROUPS, options, skip=frozenset({"workload.rate_scale"}))
+    # --rate-scale is the run's: several make a sweep (its rate becomes the spec's);
+    # --request-rate inf sends every request at once
+    skip = frozenset({"workload.rate_scale", "workload.all_at_once"})
+    return SpecOptions(BenchSpec, GROUPS, options, skip=skip)
+
+
+GOODPUT_SEARCH = "search"  # a bare --goodput: search the highest rate meeting the SLOs
+_GOODPUT_KEYS = {"ttft": "slo_ttft_ms", "tpot": "slo_tpot_ms"}
+
+
+def vllm_spellings(args: list[str]) -> list[str]:
+    """``bench``'s arguments with vllm bench serve's ways of writing them made typer's:
+    ``--goodput ttft:500 tpot:50`` (several values) as ``--goodput ttft:500,tpot:50``,
+    and a bare ``--goodput`` (the rate search) as ``--goodput search``. Nothing after
+    ``--`` is touched."""
+    end = args.index("--") if "--" in args else len(args)
+    out: list[str] = []
+    i = 0
+    while i < end:
+        arg = args[i]
+        i += 1
+        if arg == "--no-goodput":
+            continue  # the search's default
+        if arg != "--goodput":
+            out.append(arg)
+            continue
+        pairs = []
+        while i < end and re.fullmatch(r"[A-Za-z0-9_]+:.*", args[i]):
+            pairs.append(args[i])
+            i += 1
+        out += ["--goodput", ",".join(pairs) or GOODPUT_SEARCH]
+    return out + args[end:]
+
+
+def goodput_slos(text: str | None, given: dict[str, Any]) -> None:
+    """``--goodput ttft:MS,tpot:MS`` as the SLOs it sets (``given``'s ``slo_ttft_ms``,
+    ``slo_tpot_ms``); a clear error for another key, a value that is no positive number,
+    or a target that --slo-*-ms sets otherwise."""
+    if text is None or text == GOODPUT_SEARCH:
+        return
+    for pair in text.split(","):
+        key, _, value = pair.partition(":")
+        if key not in _GOODPUT_KEYS:
+            hint = (
+                "; e2el (end-to-end) is not an SLO schedkit's policies see" if key == "e2el" else ""
+            )
+            raise SchedkitError(
+                f"--goodput {quote(pair)}: the keys are ttft and tpot (milliseconds, as vllm"
+                f" bench serve), e.g. --goodput ttft:500 tpot:50{hint}"
+            )
+        try:
+            ms = float(value)
+        except ValueError:
+            ms = math.nan
+        if not 0 < ms < math.inf:
+            raise SchedkitError(
+                f"--goodput {quote(pair)}: {quote(value)} is not a positive number of"
+                f" milliseconds; write e.g. --goodput {key}:500"
+            )
+        field = _GOODPUT_KEYS[key]
+        if given[field] is not None and given[field] != ms:
+            flag = "--" + field.replace("_", "-")
+            raise SchedkitError(
+                f"--goodput {pair} and {flag} {given[field]:g} set the same target; give one"
+            )
+        given[field] = ms
+
+
+def _percentile_metrics(text: str) -> list[str]:
+    from schedkit.bench.stats.metrics import VLLM_LATENCIES
+
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    for name in names:
+        if name not in VLLM_LATENCIES:
+            close = difflib.get_close_matches(name, VLLM_LATENCIES, n=1)
+            raise SchedkitError(
+                f"--percentile-metrics {quote(text)}: {quote(name)} is not a metric; the"
+                f" metrics are vllm bench serve's: {', '.join(VLLM_LATENCIES)}"
+                + (f" (did you mean {close[0]}?)" if close else "")
+            )
+    if not names:
+        raise SchedkitError("--percentile-metrics is empty; give e.g. ttft,tpot,itl")
+    return names
+
+
+def _percentiles(text: str) -> list[float]:
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        values = []
+    if not values or not all(0 < v < 100 for v in values):
+        raise SchedkitError(
+            f"--metric-percentiles {quote(text)}: give percentiles above 0 and below 100,"
+            " comma-separated, e.g. 50,90,99 or 99.9"
+        )
+    return values
 
 
 def bench(**given: Any) -> None:
@@ -132,7 +237,16 @@ def bench(**given: Any) -> None:
     rates = _rates("--request-rate", run["request_rate"])
     if run["request_rate"] is not None and run["rate_scale"] != "1":
         raise SchedkitError("give --rate-scale or --request-rate, not both")
+    goodput_slos(given["goodput"], given)  # vLLM's --goodput ttft:MS tpot:MS: the SLOs
+    at_once = math.inf in rates
+    if at_once and (len(rates) > 1 or run["replicates"] > 1):
+        raise SchedkitError(
+            "--request-rate inf sends every request at once, which is no point of a load"
+            " sweep; give finite rates (e.g. --request-rate 2,4,8) or inf alone"
+        )
     spec = _spec(given, rate_scale=scales[0] if len(scales) == 1 else 1.0)
+    if at_once:  # all at 0 s: the engine's throughput; with --max-concurrency a closed loop
+        spec, rates = spec.replace(all_at_once=True), []
     sweep = len(scales) > 1 or len(rates) > 0 or run["replicates"] > 1
     if len(rates) == 1 and run["replicates"] == 1:  # one bench at an absolute rate
         from schedkit.bench.runner import Bench, arrival_rate
@@ -166,20 +280,24 @@ def _spec(given: dict[str, Any], rate_scale: float) -> BenchSpec:
     try:
         return BenchSpec.model_validate(data)
     except ValidationError as exc:
-        fields = "; ".join(
-            f"{options.flag(str(_field_name(e['loc'])))}: {e['msg']}" for e in exc.errors()
-        )
-        raise SchedkitError(f"bad bench arguments: {fields}") from exc
+        from schedkit.validation import problems
+
+        def flag(loc: tuple[int | str, ...]) -> str | None:
+            name = _field_name(loc)
+            return None if name is None else options.flag(name)
+
+        raise SchedkitError(problems(exc, flag)) from None
 
 
-def _field_name(loc: tuple[int | str, ...]) -> int | str:
-    """The field an error is about: past its group, if any (a list's index is not one)."""
+def _field_name(loc: tuple[int | str, ...]) -> str | None:
+    """The field an error is about: past its group, if any (a list's index is not one);
+    None for the spec as a whole."""
     from schedkit.bench.spec import GROUPS
 
     names = [part for part in loc if isinstance(part, str)]
     if len(names) > 1 and names[0] in GROUPS:
         return names[1]
-    return names[0] if names else "spec"
+    return names[0] if names else None
 
 
 def _bench_signature() -> inspect.Signature:
@@ -229,9 +347,12 @@ def _rates(flag: str, text: str | None) -> list[float]:
         values = [float(v) for v in text.split(",") if v.strip()]
     except ValueError:
         values = []
-    if not values or any(not v > 0 for v in values):
+    finite = flag != "--request-rate"  # vLLM's inf: every request at once
+    if not values or any(not v > 0 or (finite and v == math.inf) for v in values):
+        also = "" if finite else " (or inf: every request at once)"
         raise SchedkitError(
-            f"{flag} {quote(text)} is not a list of positive numbers; write e.g. {flag} 0.5,1,2"
+            f"{flag} {quote(text)} is not a list of positive numbers; write e.g. {flag}"
+            f" 0.5,1,2{also}"
         )
     return values
 
@@ -251,12 +372,13 @@ def _sweep(
     try:
         sweep = SweepSpec(bench=spec, rate_scales=scales, request_rates=rates, **options)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'--' + '-'.join(map(str, e['loc'])).replace('_', '-') + ': ' if e['loc'] else ''}"
-            f"{e['msg'].removeprefix('Value error, ')}"
-            for e in exc.errors()
-        )
-        raise SchedkitError(f"bad sweep arguments: {problems}") from None
+        from schedkit.validation import problems
+
+        def flag(loc: tuple[int | str, ...]) -> str | None:
+            names = [str(part) for part in loc if isinstance(part, str)]
+            return "--" + names[0].replace("_", "-") if names else None
+
+        raise SchedkitError(problems(exc, flag)) from None
     results = run_sweep(sweep, out, overwrite=overwrite)  # progress: on stderr
     table = Table(title=Text(f"sweep: {results['workload']['name']}"))
     for column in ("arm", "knee", "goodput"):
@@ -291,7 +413,7 @@ def _window(text: str | None) -> tuple[float, float] | None:
 
 def _print_summary(results: Results, out: Path) -> None:
     from schedkit.bench.report.engines import engine_context
-    from schedkit.bench.report.tables import differing_table
+    from schedkit.bench.report.tables import differing_table, load_context
     from schedkit.bench.results import BETTER, INCONCLUSIVE, NO_DIFFERENCE, TONES, WORSE
 
     console = Console()
@@ -303,28 +425,12 @@ def _print_summary(results: Results, out: Path) -> None:
         for cells in differing:
             ran.add_row(*(Text(c) for c in cells), style="bold yellow")
         console.print(ran)
-    table = Table(title=Text(f"{results.workload.name} · {engine_context(results)}"))
+    title = f"{results.workload.name}: {load_context(results)} · {engine_context(results)}"
+    table = Table(title=Text(title))
     table.add_column("metric")
     for arm in results.arms:
         table.add_column(Text(arm.policy), justify="right")  # a label, not markup
-    rows: list[tuple[str, Callable[[ArmMetrics], Any]]] = [
-        ("completed", lambda m: m.completed),
-        ("rejected", lambda m: m.rejected),
-        ("unfinished", lambda m: m.unfinished),
-        ("failed", lambda m: m.failed or None),
-        ("TTFT p50 ms", lambda m: m.ttft_ms.p50),
-        ("TTFT p90 ms", lambda m: m.ttft_ms.p90),
-        ("TPOT p50 ms", lambda m: m.tpot_ms.p50),
-        ("TPOT p90 ms", lambda m: m.tpot_ms.p90),
-        ("queue p90 ms", lambda m: m.queue_ms.p90),
-        ("throughput tok/s", lambda m: m.throughput_tok_s),
-        ("preemptions", lambda m: m.preemptions),
-        ("prefix hit rate", lambda m: m.prefix_hit_rate),
-        ("SLO attainment", lambda m: m.slo_attainment),
-        ("goodput req/s", lambda m: m.goodput_rps),
-        ("policy errors", lambda m: m.policy_errors),
-    ]
-    for label, get in rows:
+    for label, get in _summary_rows(results):
         values = [get(arm.metrics) for arm in results.arms]
         if all(v is None for v in values):
             continue
@@ -341,6 +447,57 @@ def _print_summary(results: Results, out: Path) -> None:
             console.print(f"  [{styles[row.tone]}]{escape(row.verdict)}[/]", highlight=False)
     written = ", ".join(str(out / name) for name in ("results.json", "report.md", "report.html"))
     console.print(Text(f"wrote {written}"), soft_wrap=True)
+
+
+_VLLM_LABELS = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2el": "E2EL"}
+
+
+def _latency(key: str, q: float | None) -> Callable[[ArmMetrics], float | None]:
+    """Reads an arm's latency ``key`` (``ttft_ms``): its mean, or its ``q``-th percentile."""
+
+    def read(metrics: ArmMetrics) -> float | None:
+        summary: Summary = getattr(metrics, key)
+        return summary.mean if q is None else summary.at(q)
+
+    return read
+
+
+def _summary_rows(results: Results) -> list[tuple[str, Callable[[ArmMetrics], Any]]]:
+    """The summary's rows, in vllm bench serve's words and order: counts, duration and
+    throughputs, then mean, median and each ``--metric-percentiles`` of each of the
+    ``--percentile-metrics``, then what vLLM does not print."""
+    from schedkit.bench.stats.metrics import VLLM_LATENCIES, percentile_key
+
+    stats = results.provenance.spec.get("stats", {})
+    names = stats.get("percentile_metrics", ["ttft", "tpot", "itl"])
+    percentiles = stats.get("metric_percentiles", [99.0])
+    rows: list[tuple[str, Callable[[ArmMetrics], Any]]] = [
+        ("completed", lambda m: m.completed),
+        ("rejected", lambda m: m.rejected),
+        ("unfinished", lambda m: m.unfinished),
+        ("failed", lambda m: m.failed or None),
+        ("duration (s)", lambda m: m.duration_s),
+        ("request throughput (req/s)", lambda m: m.request_throughput_rps),
+        ("output token throughput (tok/s)", lambda m: m.throughput_tok_s),
+        ("total token throughput (tok/s)", lambda m: m.total_token_throughput_tok_s),
+        ("request goodput (req/s)", lambda m: m.request_goodput_rps),
+    ]
+    for name in names:
+        key, label = VLLM_LATENCIES[name], _VLLM_LABELS[name]
+        rows.append((f"mean {label} (ms)", _latency(key, None)))
+        rows.append((f"median {label} (ms)", _latency(key, 50.0)))
+        rows += [
+            (f"{percentile_key(q).upper()} {label} (ms)", _latency(key, q)) for q in percentiles
+        ]
+    return [
+        *rows,
+        ("queue p90 (ms)", lambda m: m.queue_ms.p90),
+        ("preemptions", lambda m: m.preemptions),
+        ("prefix hit rate", lambda m: m.prefix_hit_rate),
+        ("SLO attainment", lambda m: m.slo_attainment),
+        ("max goodput (req/s)", lambda m: m.goodput_rps),
+        ("policy errors", lambda m: m.policy_errors),
+    ]
 
 
 def _fmt(value: Any) -> str:

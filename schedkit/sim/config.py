@@ -48,6 +48,13 @@ class SimConfig(BaseModel):
         " that can prefill runs prefills only, ahead of decode (SGLang's default, without"
         " --enable-mixed-chunk)",
     )
+    max_concurrency: int | None = Field(
+        default=None,
+        ge=1,
+        description="the client's limit, not the engine's: at most this many requests in"
+        " the engine; a request arrives when one leaves if it is due by then, and its"
+        " arrival_s becomes that time (vllm bench serve --max-concurrency)",
+    )
     timeline_interval_s: float = Field(default=1.0, gt=0)
     eviction_window: int = Field(
         default=DEFAULT_EVICTION_WINDOW,

@@ -84,6 +84,8 @@ class SimEngine(DecodeStretches):
         ]
         self.pending.sort(key=lambda r: r.record.arrival_s)  # stable: trace order breaks ties
         self.arrived = 0  # index of the first pending request not yet arrived
+        self.holding = False  # max_concurrency: the client holds requests already due
+        self.ended = 0  # requests that finished with the last step
         self.default_budget = BatchBudget(
             config.max_num_batched_tokens, config.max_num_seqs, config.long_prefill_token_threshold
         )
@@ -108,18 +110,33 @@ class SimEngine(DecodeStretches):
         before ``until``: nothing is known of arrivals after it (a cluster's router
         delivers them as they arrive, ``deliver_request``; ``run`` knows them all)."""
         pending, nxt = self.pending, self.arrived
+        limit = self.cfg.max_concurrency or len(pending) + 1  # requests in flight, at most
         while nxt < len(pending) or self.running or self.waiting:
             if not self.running and not self.waiting and self.clock < pending[nxt].record.arrival_s:
                 self.clock = pending[nxt].record.arrival_s
             if self.clock + TIME_EPS >= until:  # an arrival not yet delivered may join first
                 break
             while nxt < len(pending) and pending[nxt].record.arrival_s <= self.clock + TIME_EPS:
-                self.clock = max(self.clock, pending[nxt].record.arrival_s)  # never before arrival
-                self._arrive(pending[nxt])
+                req, in_flight = pending[nxt], len(self.running) + len(self.waiting)
+                if in_flight >= limit:
+                    self.holding = True  # the client sends it when a request in flight ends
+                    break
+                arrival = req.record.arrival_s
+                self.clock = max(self.clock, arrival)  # never before arrival
+                # due during the last step, when the requests that ended with it were in flight
+                late = arrival < self.clock and in_flight + self.ended >= limit
+                if self.holding or late:  # sent now: its latencies count from now
+                    req.record.arrival_s = self.clock
+                self._arrive(req)
                 nxt += 1
+            else:
+                self.holding = False  # every request due has been sent
             if not self.running and not self.waiting:
                 continue
-            next_arrival = pending[nxt].record.arrival_s if nxt < len(pending) else until
+            gated = len(self.running) + len(self.waiting) >= limit
+            next_arrival = (
+                pending[nxt].record.arrival_s if nxt < len(pending) and not gated else until
+            )
             budget = self._budget()
             if not (self.stretch and self._advance_decode_stretch(next_arrival, budget)):
                 self._step(budget)
@@ -395,6 +412,7 @@ class SimEngine(DecodeStretches):
 
     def _finish(self, finished: list[SimRequest]) -> None:
         clock = self.clock
+        self.ended = len(finished)
         for req in finished:
             self.running.remove(req)
             self.kv.release(req.blocks, clock)

@@ -64,6 +64,13 @@ class Workload:
         source = f"{self.source}; arrival rate x{rate_scale:g}" if self.source else ""
         return dataclasses.replace(self, requests=requests, source=source)
 
+    def at_once(self) -> Workload:
+        """The same requests, every one arriving at 0 s in arrival order (``vllm bench
+        serve --request-rate inf``)."""
+        requests = tuple(dataclasses.replace(r, arrival_s=0.0) for r in self.requests)
+        source = f"{self.source}; every request at 0 s" if self.source else ""
+        return dataclasses.replace(self, requests=requests, source=source)
+
     def truncated(self, max_requests: int) -> Workload:
         """The first ``max_requests`` requests by arrival."""
         if isinstance(max_requests, bool) or not isinstance(max_requests, int) or max_requests < 1:

@@ -119,7 +119,10 @@ def comparison(policy: str) -> dict[str, Any]:
 
 def fake_data(runs: list[RunResult]) -> dict[str, Any]:
     """What results.json would hold for ``runs``: every arm after the first compared."""
-    metrics = [compute_metrics(r, **SLO) for r in runs]
+    metrics = [
+        compute_metrics(r, slo_ttft_ms=SLO["slo_ttft_ms"], slo_tpot_ms=SLO["slo_tpot_ms"])
+        for r in runs
+    ]
     return {
         "schema_version": 3,
         "provenance": {

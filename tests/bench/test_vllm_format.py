@@ -66,7 +66,8 @@ def test_the_run_settings_come_from_the_results() -> None:
     data = fake_data([run])
     live = BenchSpec(workload="azure-conv", policies=["fcfs"], engine="openai",
                      targets=["http://127.0.0.1:1"], max_concurrency=3)  # fmt: skip
-    data["provenance"]["spec"] = live.model_dump(mode="json")  # a live run's cap in flight
+    data["provenance"]["spec"] = live.model_dump(mode="json")
+    data["workload"]["max_concurrency"] = 3  # the run's cap in flight, as results.json says
     out = vllm_bench_result(run, Results.model_validate(data), slo_ttft_ms=None, slo_tpot_ms=None)
     assert out["max_concurrency"] == 3 and out["burstiness"] == 1.0
     assert out["backend"] == "schedkit-sim" and out["model_id"] == "Llama-3-8B"

@@ -146,7 +146,7 @@ class LiveArm(RealArm):
         spec = bench.spec
         self.timeout_s = spec.live.request_timeout_s
         self.deadline_s = spec.live.max_seconds
-        self.concurrency = spec.live.max_concurrency
+        self.concurrency = spec.workload.max_concurrency
         self.header = bench.configs[index].trust.tenant_header
         self.errors: Counter[str] = Counter()
         self.lags: list[float] = []

@@ -48,6 +48,7 @@ _LATENCIES: list[tuple[str, Callable[[ArmMetrics], Summary]]] = [
     ("Queue", lambda m: m.queue_ms),
 ]
 _PERCENTILES: list[tuple[str, Callable[[Summary], float | None]]] = [
+    ("mean", lambda s: s.mean),
     ("p50", lambda s: s.p50),
     ("p90", lambda s: s.p90),
     ("p99", lambda s: s.p99),
@@ -70,7 +71,10 @@ _SPECS: list[tuple[str, Read, str, bool]] = [
         for label, summary in _LATENCIES
         for p, pick in _PERCENTILES
     ],
-    ("Throughput (tok/s)", lambda m: m.throughput_tok_s, "f1", False),
+    ("Output throughput (tok/s)", lambda m: m.throughput_tok_s, "f1", False),
+    ("Total token throughput (tok/s)", lambda m: m.total_token_throughput_tok_s, "f1", True),
+    ("Request throughput (req/s)", lambda m: m.request_throughput_rps, "f2", True),
+    ("Request goodput (req/s)", lambda m: m.request_goodput_rps, "f2", True),
     ("Preemptions", lambda m: m.preemptions, "int", False),
     ("Recomputed tokens", lambda m: m.recomputed_tokens, "int", False),
     ("Prefix hit rate", lambda m: m.prefix_hit_rate, "pct", False),
@@ -95,10 +99,32 @@ def metrics_table(results: Results) -> tuple[list[str], Rows]:
     arms = _arms(results)
     rows = [
         [label, *(fmt(read(m), kind) for _, m in arms)]
-        for label, read, kind, optional in _SPECS
+        for label, read, kind, optional in [
+            *_SPECS[:_LATENCY_END],
+            *_asked(arms),
+            *_SPECS[_LATENCY_END:],
+        ]
         if not optional or any(read(m) is not None for _, m in arms)
     ]
     return ["Metric", *(name for name, _ in arms)], rows
+
+
+_LATENCY_END = 3 + len(_LATENCIES) * len(_PERCENTILES)  # the rows before: counts, latencies
+
+
+def _extra(key: str) -> Callable[[Summary], float | None]:
+    """Reads the percentile ``key`` (``p99.9``) that --metric-percentiles added."""
+    return lambda summary: (summary.percentiles or {}).get(key)
+
+
+def _asked(arms: list[tuple[str, ArmMetrics]]) -> list[tuple[str, Read, str, bool]]:
+    """Rows of the percentiles ``--metric-percentiles`` added (``TTFT p99.9 (ms)``)."""
+    out: list[tuple[str, Read, str, bool]] = []
+    for label, summary in _LATENCIES:
+        keys = dict.fromkeys(k for _, m in arms for k in summary(m).percentiles or {})
+        for key in keys:
+            out.append((f"{label} {key} (ms)", _percentile(summary, _extra(key)), "ms", False))
+    return out
 
 
 _GROUP_COLUMNS: list[tuple[str, Callable[[GroupMetrics], float | None], str]] = [
@@ -228,6 +254,21 @@ def settings(results: Results) -> list[SettingsTable]:
     return [table for table in out if table.rows]
 
 
+def load_context(results: Results) -> str:
+    """How the requests were sent: ``19,366 requests over 1,200 s at 4x rate``, ``400
+    requests, all at 0 s, at most 32 in flight``."""
+    w = results.workload
+    if w.all_at_once:
+        text = f"{w.requests:,} requests, all at 0 s"
+    else:
+        text = f"{w.requests:,} requests over {w.span_s:,.0f} s"
+        if w.rate_scale != 1:
+            text += f" at {inline(w.rate_scale)}x rate"
+    if w.max_concurrency is not None:
+        text += f", at most {w.max_concurrency:,} in flight"
+    return text
+
+
 def context(results: Results) -> str:
     """One line saying what was compared on what: arms, workload, engine, SLO."""
     names = [name for name, _ in _arms(results)]
@@ -236,11 +277,8 @@ def context(results: Results) -> str:
     parts = [f"{', '.join(names[1:]) or names[0]} against {names[0]} (baseline)"]
     if len(names) == 1:
         parts = [f"{names[0]} alone"]
-    w, slo = results.workload, results.slo
-    text = f"{w.name}: {w.requests:,} requests over {w.span_s:,.0f} s"
-    if w.rate_scale != 1:
-        text += f" at {inline(w.rate_scale)}x rate"
-    parts.append(text)
+    slo = results.slo
+    parts.append(f"{results.workload.name}: {load_context(results)}")
     if results.engine or any(engine for _, engine in arm_engines(results)):
         parts.append(engine_context(results))
     targets = [

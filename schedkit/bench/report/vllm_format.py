@@ -9,7 +9,10 @@ the counts and throughputs (``duration``, ``completed``, ``failed``,
 workload order (``input_lens``, ``output_lens``, ``ttfts``, ``itls``, ``latencies``,
 ``start_times``, ``errors``; seconds, 0.0 and an error text for a request that did not
 complete), and ``mean_``/``median_``/``std_``/``p99_`` ``ttft``/``tpot``/``itl``/
-``e2el`` ``_ms`` over completed requests, as vLLM computes them.
+``e2el`` ``_ms`` over completed requests, as vLLM computes them, with ``p<q>_`` for each
+``--metric-percentiles`` of the ``--percentile-metrics`` (``p99_`` of every one, always).
+``request_rate`` is ``"inf"`` when every request was sent at once, as vLLM writes it, and
+``max_concurrency`` the client's limit (``--max-concurrency``), on any engine.
 
 What differs: schedkit keeps inter-token gaps per arm, not per request, so ``itls`` holds
 an empty list per request and the ``itl`` statistics come from every gap of the arm
@@ -28,8 +31,14 @@ from typing import Any
 import numpy as np
 
 from schedkit.bench.results import Results
-from schedkit.bench.stats.metrics import is_completed, latencies_ms, meets_slo, slo_applies
-from schedkit.records import RunResult
+from schedkit.bench.stats.metrics import (
+    is_completed,
+    latencies_ms,
+    meets_slo,
+    percentile_key,
+    slo_applies,
+)
+from schedkit.records import RequestRecord, RunResult
 
 __all__ = ["vllm_bench_result", "write_vllm_bench"]
 
@@ -39,18 +48,23 @@ NOTE = (
 )
 
 
-def _stats(name: str, values_ms: Sequence[float], out: dict[str, Any]) -> None:
+def _stats(
+    name: str, values_ms: Sequence[float], percentiles: Sequence[float], out: dict[str, Any]
+) -> None:
     values = np.asarray(values_ms or [0.0], dtype=float)
     out[f"mean_{name}_ms"] = float(values.mean())
     out[f"median_{name}_ms"] = float(np.median(values))
     out[f"std_{name}_ms"] = float(values.std())
-    out[f"p99_{name}_ms"] = float(np.percentile(values, 99))
+    for q in percentiles:
+        out[f"{percentile_key(q)}_{name}_ms"] = float(np.percentile(values, q))
 
 
-def _weighted_stats(name: str, gaps: Sequence[tuple[float, int]], out: dict[str, Any]) -> None:
+def _weighted_stats(
+    name: str, gaps: Sequence[tuple[float, int]], percentiles: Sequence[float], out: dict[str, Any]
+) -> None:
     """``_stats`` of inter-token gaps given as (seconds, how many tokens had it)."""
     if not gaps:
-        _stats(name, [], out)
+        _stats(name, [], percentiles, out)
         return
     values = np.array([g for g, _ in gaps], dtype=float) * 1e3
     weights = np.array([w for _, w in gaps], dtype=float)
@@ -61,10 +75,30 @@ def _weighted_stats(name: str, gaps: Sequence[tuple[float, int]], out: dict[str,
     out[f"mean_{name}_ms"] = mean
     last = len(values) - 1
     median = min(last, int(np.searchsorted(cumulative, 0.5)))
-    p99 = min(last, int(np.searchsorted(cumulative, 0.99)))
     out[f"median_{name}_ms"] = float(values[median])
     out[f"std_{name}_ms"] = float(np.sqrt(np.average((values - mean) ** 2, weights=weights)))
-    out[f"p99_{name}_ms"] = float(values[p99])
+    for q in percentiles:
+        at = min(last, int(np.searchsorted(cumulative, q / 100.0)))
+        out[f"{percentile_key(q)}_{name}_ms"] = float(values[at])
+
+
+def _per_request(
+    records: Sequence[RequestRecord], lats: Sequence[dict[str, float | None]]
+) -> dict[str, list[Any]]:
+    """vLLM's per-request lists, in workload order (seconds; 0.0 and an error's text for
+    a request that did not complete)."""
+    return {
+        "input_lens": [r.prompt_tokens for r in records],
+        "output_lens": [r.output_tokens if is_completed(r) else 0 for r in records],
+        "ttfts": [(lat["ttft_ms"] or 0.0) / 1e3 for lat in lats],
+        "itls": [[] for _ in records],
+        "latencies": [(lat["e2e_ms"] or 0.0) / 1e3 for lat in lats],
+        "start_times": [r.arrival_s for r in records],
+        "errors": [
+            "" if is_completed(r) else (r.reject_reason or r.finish_reason or "unfinished")
+            for r in records
+        ],
+    }
 
 
 def vllm_bench_result(
@@ -76,7 +110,7 @@ def vllm_bench_result(
 ) -> dict[str, Any]:
     """``run`` (one arm of ``results``) as ``vllm bench serve`` would have saved it."""
     records = run.records
-    spec, engine = results.provenance.spec, results.engine  # a live run's --max-concurrency
+    spec, engine = results.provenance.spec, results.engine
     duration = run.duration_s
     done = [r for r in records if is_completed(r)]
     lats = [latencies_ms(r) for r in records]
@@ -94,9 +128,12 @@ def vllm_bench_result(
         "model_id": engine.get("model"),
         "tokenizer_id": None,
         "num_prompts": len(records),
-        "request_rate": len(records) / span if span > 0 else float("inf"),
+        # as vLLM writes it: a number, or "inf" when every request was sent at once
+        "request_rate": len(records) / span
+        if span > 0 and not results.workload.all_at_once
+        else "inf",
         "burstiness": spec.get("burstiness", 1.0),
-        "max_concurrency": spec.get("live", {}).get("max_concurrency"),
+        "max_concurrency": results.workload.max_concurrency,
         "duration": duration,
         "completed": len(done),
         "failed": len(records) - len(done),
@@ -106,23 +143,22 @@ def vllm_bench_result(
         "request_goodput": met / duration if applies and duration > 0 else None,
         "output_throughput": total_out / duration if duration > 0 else 0.0,
         "total_token_throughput": (total_in + total_out) / duration if duration > 0 else 0.0,
-        "input_lens": [r.prompt_tokens for r in records],
-        "output_lens": [r.output_tokens if is_completed(r) else 0 for r in records],
-        "ttfts": [(lat["ttft_ms"] or 0.0) / 1e3 for lat in lats],
-        "itls": [[] for _ in records],
-        "latencies": [(lat["e2e_ms"] or 0.0) / 1e3 for lat in lats],
-        "start_times": [r.arrival_s for r in records],
-        "errors": [
-            "" if is_completed(r) else (r.reject_reason or r.finish_reason or "unfinished")
-            for r in records
-        ],
+        **_per_request(records, lats),
         "workload": results.workload.name,
         "schedkit_note": NOTE,
     }
-    _stats("ttft", [v for lat in lats if (v := lat["ttft_ms"]) is not None], out)
-    _stats("tpot", [v for lat in lats if (v := lat["tpot_ms"]) is not None], out)
-    _weighted_stats("itl", run.itl, out)
-    _stats("e2el", [v for lat in lats if (v := lat["e2e_ms"]) is not None], out)
+    stats = spec.get("stats", {})
+    asked = stats.get("percentile_metrics", ["ttft", "tpot", "itl"])
+    qs = stats.get("metric_percentiles", [99.0])
+
+    def percentiles(name: str) -> list[float]:  # p99 of every metric, as files had before
+        return list(dict.fromkeys([*(qs if name in asked else []), 99.0]))
+
+    for name, key in (("ttft", "ttft_ms"), ("tpot", "tpot_ms"), ("itl", ""), ("e2el", "e2e_ms")):
+        if name == "itl":  # vLLM's order
+            _weighted_stats(name, run.itl, percentiles(name), out)
+        else:
+            _stats(name, [v for lat in lats if (v := lat[key]) is not None], percentiles(name), out)
     return out
 
 

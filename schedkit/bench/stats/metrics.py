@@ -10,6 +10,11 @@ Definitions, in milliseconds, as ``vllm bench serve`` computes them:
   request, pooled over requests (the run's weighted ``(gap, tokens)`` pairs), so long
   outputs weigh more than in TPOT;
 - E2E (end-to-end latency) = finish_s - arrival_s; queue = scheduled_s - arrival_s;
+- throughputs over the run's duration (its first arrival, 0 s, to its last step's end):
+  output tokens/s, completed requests/s, and prompt plus output tokens/s of completed
+  requests (vLLM's ``output_throughput``, ``request_throughput``,
+  ``total_token_throughput``); request goodput is the requests meeting their SLOs per
+  second of it (vLLM's ``request_goodput``, ``--goodput ttft:MS tpot:MS``);
 - goodput (DistServe, Zhong et al., OSDI'24): the highest request rate at which at least
   90% of requests meet their SLOs (``--goodput`` searches it); SLO attainment is the
   share that meets them at the replayed rate. Rejected and unfinished requests miss, as
@@ -31,7 +36,13 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from schedkit.bench.stats.estimators import jain, summary, weighted_summary
+from schedkit.bench.stats.estimators import (
+    jain,
+    percentile,
+    summary,
+    weighted_percentile,
+    weighted_summary,
+)
 from schedkit.records import RequestRecord, RunResult
 
 COMPLETED_REASONS = frozenset({"length", "stop"})
@@ -303,12 +314,52 @@ def _breakdown(
     return {key: _group(recs, slo_ttft_ms, slo_tpot_ms) for key, recs in groups.items()}
 
 
+#: vllm bench serve's names of the latencies (``--percentile-metrics``) -> schedkit's keys
+VLLM_LATENCIES = {"ttft": "ttft_ms", "tpot": "tpot_ms", "itl": "itl_ms", "e2el": "e2e_ms"}
+SUMMARY_PERCENTILES = (50.0, 90.0, 99.0)  # every latency summary has these
+
+
+def percentile_key(q: float) -> str:
+    """A percentile's name as vllm bench serve writes it: p99, p99.9, p95."""
+    return f"p{int(q)}" if float(q).is_integer() else f"p{q:g}"
+
+
+def more_percentiles(
+    run: RunResult, metrics: Sequence[str], percentiles: Sequence[float]
+) -> dict[str, dict[str, float | None]]:
+    """The ``percentiles`` a summary does not have already, of the latencies ``metrics``
+    (vLLM's names), keyed by schedkit's latency key and :func:`percentile_key`; empty when
+    every one asked for is in every summary."""
+    extra = [q for q in dict.fromkeys(percentiles) if q not in SUMMARY_PERCENTILES]
+    if not extra:
+        return {}
+    lats = [latencies_ms(r) for r in run.records]
+    out: dict[str, dict[str, float | None]] = {}
+    for name in dict.fromkeys(metrics):
+        key = VLLM_LATENCIES[name]
+        if key == "itl_ms":
+            pairs = [(gap * 1000.0, float(w)) for gap, w in run.itl if w > 0]
+            values = [weighted_percentile(pairs, q) if pairs else None for q in extra]
+        else:
+            samples = sorted(v for lat in lats if (v := lat[key]) is not None)
+            values = [percentile(samples, q) if samples else None for q in extra]
+        out[key] = {percentile_key(q): v for q, v in zip(extra, values, strict=True)}
+    return out
+
+
 def compute_metrics(
-    run: RunResult, *, slo_ttft_ms: float | None, slo_tpot_ms: float | None
+    run: RunResult,
+    *,
+    slo_ttft_ms: float | None,
+    slo_tpot_ms: float | None,
+    percentile_metrics: Sequence[str] = (),
+    metric_percentiles: Sequence[float] = (),
 ) -> dict[str, Any]:
     """Every metric of one arm as a JSON-serialisable dict (see the module docstring).
 
-    Latency entries are ``{"mean", "p50", "p90", "p99"}`` in ms, null without samples.
+    Latency entries are ``{"mean", "p50", "p90", "p99"}`` in ms, null without samples;
+    those named in ``percentile_metrics`` (vLLM's names) also have ``percentiles``, the
+    ``metric_percentiles`` not among those (``{"p99.9": ...}``).
     With more than one tenant, adds ``tenants``, ``jain_fairness`` and ``jain_ttft``.
     ``jain_fairness`` is :func:`service_jain`: Jain's index over the tenants' service
     rates (VTC-weighted tokens) while at least two have requests waiting, None when no
@@ -318,6 +369,8 @@ def compute_metrics(
     more than one priority value, adds ``priorities`` keyed by the value as a string.
     """
     metrics = _arm_metrics(run, slo_ttft_ms, slo_tpot_ms)
+    for key, values in more_percentiles(run, percentile_metrics, metric_percentiles).items():
+        metrics[key] = {**metrics[key], "percentiles": values}
     if run.routed:  # a cluster: requests per replica
         metrics["routed"] = list(run.routed)
     metrics.update(_breakdowns(run.records, run.duration_s, slo_ttft_ms, slo_tpot_ms))
@@ -344,6 +397,9 @@ def _arm_metrics(
     overall = _group(records, slo_ttft_ms, slo_tpot_ms)
     lats = [latencies_ms(r) for r in records]
     duration = run.duration_s
+    per_s = 1.0 / duration if duration > 0 else 0.0
+    prompt_tokens = sum(r.prompt_tokens for r in records if is_completed(r))
+    met = overall["slo_met"]
     return {
         "policy": run.policy,
         "requests": overall["requests"],
@@ -360,7 +416,10 @@ def _arm_metrics(
         "queue_ms": overall["queue_ms"],
         "queue_ms_max": overall["queue_ms_max"],
         "output_tokens": overall["output_tokens"],
-        "throughput_tok_s": overall["output_tokens"] / duration if duration > 0 else 0.0,
+        "throughput_tok_s": overall["output_tokens"] * per_s,
+        "request_throughput_rps": overall["completed"] * per_s,
+        "total_token_throughput_tok_s": (prompt_tokens + overall["output_tokens"]) * per_s,
+        "request_goodput_rps": None if met is None else met * per_s,
         "preemptions": run.preemptions,
         "recomputed_tokens": run.recomputed_tokens,
         "prefix_hit_rate": (
