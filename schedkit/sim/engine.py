@@ -110,39 +110,44 @@ class SimEngine(DecodeStretches):
         before ``until``: nothing is known of arrivals after it (a cluster's router
         delivers them as they arrive, ``deliver_request``; ``run`` knows them all)."""
         pending, nxt = self.pending, self.arrived
-        limit = self.cfg.max_concurrency or len(pending) + 1  # requests in flight, at most
+        limit = self.cfg.max_concurrency  # the client's: requests in flight, at most
         while nxt < len(pending) or self.running or self.waiting:
             if not self.running and not self.waiting and self.clock < pending[nxt].record.arrival_s:
                 self.clock = pending[nxt].record.arrival_s
             if self.clock + TIME_EPS >= until:  # an arrival not yet delivered may join first
                 break
             while nxt < len(pending) and pending[nxt].record.arrival_s <= self.clock + TIME_EPS:
-                req, in_flight = pending[nxt], len(self.running) + len(self.waiting)
-                if in_flight >= limit:
-                    self.holding = True  # the client sends it when a request in flight ends
+                if limit is not None and self._held(pending[nxt], limit):
                     break
-                arrival = req.record.arrival_s
-                self.clock = max(self.clock, arrival)  # never before arrival
-                # due during the last step, when the requests that ended with it were in flight
-                late = arrival < self.clock and in_flight + self.ended >= limit
-                if self.holding or late:  # sent now: its latencies count from now
-                    req.record.arrival_s = self.clock
-                self._arrive(req)
+                self.clock = max(self.clock, pending[nxt].record.arrival_s)  # never before arrival
+                self._arrive(pending[nxt])
                 nxt += 1
             else:
                 self.holding = False  # every request due has been sent
             if not self.running and not self.waiting:
                 continue
-            gated = len(self.running) + len(self.waiting) >= limit
-            next_arrival = (
-                pending[nxt].record.arrival_s if nxt < len(pending) and not gated else until
-            )
+            next_arrival = pending[nxt].record.arrival_s if nxt < len(pending) else until
+            if limit is not None and len(self.running) + len(self.waiting) >= limit:
+                next_arrival = until  # none is sent before a request in flight ends
             budget = self._budget()
             if not (self.stretch and self._advance_decode_stretch(next_arrival, budget)):
                 self._step(budget)
             if self.check_invariants:
                 self.check()
         self.arrived = nxt
+
+    def _held(self, req: SimRequest, limit: int) -> bool:
+        """Whether the client holds ``req``, due now, because ``limit`` requests are in
+        flight; else, if it was held (or came due during the last step, while the requests
+        that ended with it were in flight), it is sent now and its latencies count from now."""
+        in_flight = len(self.running) + len(self.waiting)
+        if in_flight >= limit:
+            self.holding = True  # sent when a request in flight ends
+            return True
+        now = max(self.clock, req.record.arrival_s)
+        if self.holding or (req.record.arrival_s < now and in_flight + self.ended >= limit):
+            req.record.arrival_s = now
+        return False
 
     def deliver_request(self, req: SimRequest) -> None:
         """A request routed here as it arrives, no earlier than those delivered before
