@@ -176,3 +176,13 @@ def test_max_concurrency_is_refused_where_no_engine_keeps_it() -> None:
     spec = BenchSpec(workload=SMALL, policies=["fcfs"], engine="vllm", max_concurrency=8)
     with pytest.raises(SchedkitError, match="kept by --engine sim and --engine openai"):
         _check_load_modes(spec, resolve_arms(spec.policies, spec.arms))
+
+
+def test_a_sweep_keeps_and_states_the_limit(tmp_path: Path) -> None:
+    out = tmp_path / "sweep"
+    proc = schedkit("bench", "--workload", SMALL, "--policy", "fcfs", "--request-rate", "10,40",
+                    "--max-concurrency", "4", "--out", str(out))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "arrivals: trace, at most 4 in flight;" in (out / "sweep.md").read_text()
+    sweep = json.loads((out / "sweep.json").read_text())
+    assert sweep["provenance"]["spec"]["workload"]["max_concurrency"] == 4

@@ -183,10 +183,14 @@ def _context(results: Mapping[str, Any]) -> str:
         for name, over in results["arm_settings"].items()
     )
     engine = results["engine"]
+    bench = results.get("provenance", {}).get("spec", {}).get("workload", {})
+    limit = bench.get("max_concurrency")
     return (
         f"{results['workload']['name']}: {results['workload']['requests_per_replicate']:,}"
         f" requests x {spec['replicates']} replicate{'s' if spec['replicates'] != 1 else ''},"
-        f" arrivals: {spec['arrivals']}; {engine['model']} on {engine['gpu']}"
+        f" arrivals: {spec['arrivals']}"
+        f"{f', at most {limit:,} in flight' if limit is not None else ''};"
+        f" {engine['model']} on {engine['gpu']}"
         f" (simulated); SLOs: {', '.join(slos) or 'none'}. Arms: {arms}."
     )
 
