@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from schedkit.errors import PolicyConfigError, SchedkitError, quote
 from schedkit.inputs import parse_document, read_document
 from schedkit.trust import TrustConfig
+from schedkit.validation import problems
 
 DEFAULT_POLICY = "fcfs"
 
@@ -50,6 +51,10 @@ class SchedkitConfig(BaseModel):
     def _split(cls, value: object) -> object:
         if isinstance(value, str):
             return [part.strip() for part in value.split("+")]
+        if not isinstance(value, list | tuple):
+            raise ValueError(
+                "it takes a policy name, names joined by '+' such as 'slo+vtc', or a list of names"
+            )
         return value
 
     @model_validator(mode="after")
@@ -93,7 +98,7 @@ def load_config(source: SchedkitConfig | Mapping[str, Any] | str | Path | None) 
         data = source
     elif isinstance(source, Path) or _looks_like_file(source):
         path = Path(source)
-        where = str(path)
+        where = f"config file {path}"
         data = _read_file(path)
     elif source.lstrip().startswith("{"):
         try:
@@ -113,7 +118,8 @@ def load_config(source: SchedkitConfig | Mapping[str, Any] | str | Path | None) 
     try:
         return SchedkitConfig.model_validate(data)
     except ValidationError as exc:
-        raise PolicyConfigError(f"invalid schedkit {where}: {_describe(exc)}") from exc
+        said = problems(exc, SchedkitConfig, lambda loc: ".".join(map(str, loc)))
+        raise PolicyConfigError(f"invalid schedkit {where}: {said}") from exc
 
 
 def _looks_like_file(text: str) -> bool:
@@ -142,11 +148,3 @@ def _read_file(path: Path) -> object:
         raise PolicyConfigError(
             f"config file {path} is not valid {path.suffix[1:]}: {exc}"
         ) from exc
-
-
-def _describe(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        parts.append(f"{loc}: {err['msg']}")
-    return "; ".join(parts)

@@ -41,16 +41,12 @@ from schedkit.answers import (
 )
 from schedkit.config import SchedkitConfig, load_config
 from schedkit.decisions import ADMIT, Admission, BatchBudget, StepReport
-from schedkit.errors import (
-    PluginLoadError,
-    PolicyConfigError,
-    PolicyDecisionError,
-    options_error,
-)
+from schedkit.errors import PluginLoadError, PolicyConfigError, PolicyDecisionError
 from schedkit.keyed import WaitingOrder
 from schedkit.plugins import PolicyRegistry
 from schedkit.policy import Policy
 from schedkit.policy_thread import HookBusy, HookRaised, HookTimeout, PolicyThread
+from schedkit.validation import options_error
 from schedkit.views import BLOCK_FIELDS, BlockView, EngineView, ReplicaView, RequestView
 
 __all__ = ["MAX_SHOWN", "PolicyFacade", "by_hook"]

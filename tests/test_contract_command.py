@@ -91,7 +91,15 @@ def test_bad_input_is_refused_with_a_clear_error() -> None:
         (["fcfs", "--engine", "tpu"], "engine 'tpu' is not installed here; installed: sim"),
         (["fcfs", "--scenario", "nope"], "unknown scenario 'nope'; scenarios: arrival-order"),
         (["hrrn", "--options", "{"], "--options is not valid JSON"),
-        (["hrrn", "--options", '{"hrrn": {"cap": 1}}'], "policy 'hrrn' has no option 'cap'"),
+        (
+            ["hrrn", "--options", '{"hrrn": {"cap": 1}}'],
+            "error: policy 'hrrn': unknown option 'cap'; valid options: ",
+        ),
+        (
+            ["hrrn", "--options", '{"hrrn": {"max_prompt_tokens": "many"}}'],
+            "error: policy 'hrrn' option max_prompt_tokens: 'many' is not accepted; it takes an"
+            " integer",
+        ),
     ]:
         proc = contract(*args)
         assert proc.returncode == 2, (args, proc.stdout, proc.stderr)

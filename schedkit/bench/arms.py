@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from schedkit.bench.settings import ENGINE_KEYS, EngineSettings, KvCacheDtype
 from schedkit.config import SchedkitConfig, load_config, read_config_file
 from schedkit.errors import SchedkitError, quote
-from schedkit.validation import accepts
+from schedkit.validation import problem
 
 __all__ = [
     "ENGINE_KEYS",
@@ -78,10 +78,8 @@ def _settings(values: Mapping[str, Any], where: str) -> EngineSettings:
 
 
 def _problem(error: Mapping[str, Any]) -> str:
-    key = ".".join(map(str, error["loc"]))
-    if error["type"] == "extra_forbidden":
-        return f"unknown key {quote(key)}; valid keys: {', '.join(ENGINE_KEYS)}"
-    return f"{key} {quote(error.get('input'))}: {accepts(error)}"
+    """``max_num_seqs: '0' is not accepted; it takes an integer greater than 0``."""
+    return problem(error, EngineSettings, lambda loc: ".".join(map(str, loc)))
 
 
 class ResolvedArm(BaseModel):

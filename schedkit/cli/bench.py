@@ -280,13 +280,14 @@ def _spec(given: dict[str, Any], rate_scale: float) -> BenchSpec:
     try:
         return BenchSpec.model_validate(data)
     except ValidationError as exc:
+        from schedkit.bench.spec import GROUPS
         from schedkit.validation import problems
 
-        def flag(loc: tuple[int | str, ...]) -> str | None:
+        def flag(loc: tuple[int | str, ...]) -> str:  # "": the spec, whose message is its own
             name = _field_name(loc)
-            return None if name is None else options.flag(name)
+            return "" if name is None or name in GROUPS else options.flag(name)
 
-        raise SchedkitError(problems(exc, flag)) from None
+        raise SchedkitError(problems(exc, BenchSpec, flag)) from None
 
 
 def _field_name(loc: tuple[int | str, ...]) -> str | None:
@@ -374,11 +375,11 @@ def _sweep(
     except ValidationError as exc:
         from schedkit.validation import problems
 
-        def flag(loc: tuple[int | str, ...]) -> str | None:
+        def flag(loc: tuple[int | str, ...]) -> str:  # "": the sweep, whose message is its own
             names = [str(part) for part in loc if isinstance(part, str)]
-            return "--" + names[0].replace("_", "-") if names else None
+            return "--" + names[0].replace("_", "-") if names else ""
 
-        raise SchedkitError(problems(exc, flag)) from None
+        raise SchedkitError(problems(exc, SweepSpec, flag)) from None
     results = run_sweep(sweep, out, overwrite=overwrite)  # progress: on stderr
     table = Table(title=Text(f"sweep: {results['workload']['name']}"))
     for column in ("arm", "knee", "goodput"):

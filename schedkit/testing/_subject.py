@@ -11,10 +11,11 @@ from typing import Any, NoReturn
 from pydantic import ValidationError
 
 from schedkit.decisions import Admission, StepReport
-from schedkit.errors import PluginLoadError, PolicyDecisionError, options_error
+from schedkit.errors import PluginLoadError, PolicyDecisionError
 from schedkit.facade import PolicyFacade
 from schedkit.plugins import PolicyRegistry
 from schedkit.policy import Policy, PolicyOptions
+from schedkit.validation import options_error
 from schedkit.views import BlockState, EngineState, ReplicaState, RequestState, _short
 
 # hook -> (PolicyFacade method, argument names as in hookspecs)

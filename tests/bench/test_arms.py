@@ -34,12 +34,24 @@ def test_an_arm_names_its_policy_and_engine_settings() -> None:
             "name=a,max_seqs=3",
             r"--arm 'a': unknown key 'max_seqs'; valid keys: name, policy, .*max_num_seqs",
         ),
-        ("name=a,max_num_seqs=0", r"--arm 'a': max_num_seqs '0': it must be greater than 0$"),
+        (
+            "name=a,max_num_seqs=0",
+            r"^--arm 'a': max_num_seqs: '0' is not accepted; it takes an integer greater than 0$",
+        ),
         (
             "name=a,gpu_memory_utilization=1.5",
-            r"gpu_memory_utilization '1.5': it must be at most 1",
+            r"^--arm 'a': gpu_memory_utilization: '1\.5' is not accepted; it takes a number"
+            r" greater than 0 and at most 1$",
         ),
-        ("name=a,prefix_caching=maybe", r"prefix_caching 'maybe': it must be true or false"),
+        (
+            "name=a,prefix_caching=maybe",
+            r"^--arm 'a': prefix_caching: 'maybe' is not accepted; it takes true or false$",
+        ),
+        (
+            "name=a,kv_cache_dtype=fp7",
+            r"^--arm 'a': kv_cache_dtype: 'fp7' is not accepted; it takes 'auto', 'bfloat16',"
+            r" 'float16', 'fp8', 'fp8_e4m3' or 'fp8_e5m2' \(did you mean 'fp8'\?\)$",
+        ),
         ("name=a,max_num_seqs", r"'max_num_seqs' is not KEY=VALUE"),
         ("max_num_seqs=4,max_num_seqs=8", r"sets max_num_seqs twice"),
     ],
@@ -98,7 +110,8 @@ def test_a_config_file_engine_table_sets_the_arms_engine(tmp_path: Path) -> None
     with pytest.raises(PolicyConfigError, match=r"\[engine\] table sets the engine settings"):
         load_config(path)
     path.write_text('policy = "fcfs"\n[engine]\nmax_seqs = 4\n')
-    with pytest.raises(SchedkitError, match=r"small.toml \[engine\]: unknown key 'max_seqs'"):
+    unknown = r"small.toml \[engine\]: unknown key 'max_seqs'; valid keys: model, gpu, .*"
+    with pytest.raises(SchedkitError, match=unknown + r"\(did you mean 'max_num_seqs'\?\)$"):
         resolve_arms([str(path)], [])
 
 

@@ -123,6 +123,7 @@ def test_a_bad_setting_names_its_flag() -> None:
     )  # fmt: skip
     assert result.exit_code != 0
     message = str(result.exception)
-    assert "--max-num-seqs 0: it must be greater than 0" in message
-    assert "--slo-ttft-ms -1.0: it must be greater than 0" in message
-    assert "Input should" not in message and "bad bench arguments" not in message
+    assert message == (
+        "--max-num-seqs: 0 is not accepted; it takes an integer greater than 0;"
+        " --slo-ttft-ms: -1.0 is not accepted; it takes a number greater than 0"
+    )

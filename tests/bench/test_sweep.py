@@ -265,7 +265,7 @@ def test_bad_rates_on_the_command_line(tmp_path: Path) -> None:
         (["--rate-scale", "1,2", "--request-rate", "3"], "not both"),
         (
             ["--rate-scale", "1,2", "--arrivals", "uniform"],
-            "--arrivals 'uniform': it must be one of trace or poisson",
+            "--arrivals: 'uniform' is not accepted; it takes 'trace' or 'poisson'",
         ),
     ):
         proc = schedkit(
