@@ -19,6 +19,7 @@ from schedkit.bench.settings import ENGINE_KEYS, EngineSettings, KvCacheDtype
 from schedkit.config import SchedkitConfig, load_config, read_config_file
 from schedkit.errors import SchedkitError, quote
 from schedkit.validation import problem
+from schedkit.validation import unknown as unknown_name
 
 __all__ = [
     "ENGINE_KEYS",
@@ -61,10 +62,8 @@ def parse_arm(text: str) -> ArmSpec:
     label = quote(name if name is not None else text)
     unknown = sorted(set(fields) - {"policy", *ENGINE_KEYS})
     if unknown:
-        raise SchedkitError(
-            f"--arm {label}: unknown key {quote(unknown[0])}; valid keys: name, policy,"
-            f" {', '.join(ENGINE_KEYS)}"
-        )
+        keys = ("name", "policy", *ENGINE_KEYS)
+        raise SchedkitError(f"--arm {label}: {unknown_name('key', unknown[0], keys)}")
     policy = fields.pop("policy", "fcfs")
     return ArmSpec(name=name, policy=policy, engine=_settings(fields, f"--arm {label}"))
 

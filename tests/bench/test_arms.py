@@ -32,7 +32,7 @@ def test_an_arm_names_its_policy_and_engine_settings() -> None:
     [
         (
             "name=a,max_seqs=3",
-            r"--arm 'a': unknown key 'max_seqs'; valid keys: name, policy, .*max_num_seqs",
+            r"--arm 'a': unknown key 'max_seqs'; valid keys: name, policy, .*max_num_seqs.*\(did you mean 'max_num_seqs'\?\)",
         ),
         (
             "name=a,max_num_seqs=0",
