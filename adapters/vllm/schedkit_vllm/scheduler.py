@@ -29,7 +29,10 @@ How each hook reaches vLLM (vLLM's own code runs unchanged in every case):
   yielding only that victim to the branch's ``max()``; the needing request itself goes
   through the FCFS branch (moved to the end and popped), which ends the running loop on
   every supported vLLM, as the simulator does. When the policy's list runs out, the
-  configured ``--scheduling-policy``'s default victim continues.
+  configured ``--scheduling-policy``'s default victim continues. A KV connector changes
+  none of this, except where vLLM itself skips preemption: while the connector has
+  pending block frees (``has_pending_block_frees()``), vLLM waits for them instead of
+  preempting, and the policy is not asked.
 - ``select_evictions``: see ``schedkit_vllm.eviction``.
 - ``on_step_finished`` after ``update_from_output`` of the step the report describes
   (keyed by its ``SchedulerOutput``: with async scheduling, one step late, never shifted);
@@ -181,9 +184,12 @@ class SchedkitSchedulerMixin(_Base):  # type: ignore[misc]
         def allocate_slots(request: Any, *args: Any, **kwargs: Any) -> Any:
             blocks = allocate(request, *args, **kwargs)
             # Only the running-request loop preempts after a failed allocation, and
-            # vLLM's next statements pick the victim (unless a KV connector defers).
-            if blocks is None and request.status == running_status and self.connector is None:
-                self._steer_victim(runtime.next_victim(request), request, configured)
+            # vLLM's next statements pick the victim, unless a KV connector's pending
+            # block frees make vLLM wait instead (its own check, asked the same way).
+            if blocks is None and request.status == running_status:
+                connector = self.connector
+                if connector is None or not connector.has_pending_block_frees():
+                    self._steer_victim(runtime.next_victim(request), request, configured)
             return blocks
 
         self._victim_allocate = allocate_slots
