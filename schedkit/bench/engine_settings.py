@@ -24,6 +24,10 @@ _OWN_EVICTION = "the adapter's eviction hook keeps its own window of 4,096 block
 _RUNNING = "the servers run with the settings they were launched with"
 _MEASURED = "the results were measured elsewhere, with the settings used there"
 _KV_DTYPE = "the in-process engine is started with its default KV cache dtype"
+_CADENCE = ("prefill_schedule_interval", "cache_aware_admission_window",
+            "cache_aware_admission_threshold")  # fmt: skip
+_NO_KNOB_032 = "vLLM 0.32 (the CPU build the real engine runs) has no such setting"
+_NO_KNOB_SGLANG = "it is vLLM's; SGLang schedules prefill by its own rules"
 _OWN_SCHEDULE = (
     "the engine batches prefills by its own rules (vLLM mixes them into decode steps,"
     " SGLang runs prefill-only steps first); --no-mixed-prefill makes the simulator do as"
@@ -40,6 +44,7 @@ IGNORED_SETTINGS: dict[str, dict[str, str]] = {
         "eviction_window": _OWN_EVICTION,
         "kv_cache_dtype": _KV_DTYPE,
         "mixed_prefill": _OWN_SCHEDULE,
+        **dict.fromkeys(_CADENCE, _NO_KNOB_032),
     },
     "sglang": {
         "tp": _ONE_ENGINE,
@@ -50,6 +55,7 @@ IGNORED_SETTINGS: dict[str, dict[str, str]] = {
         "eviction_window": "SGLang's radix cache evicts by its own rules",
         "kv_cache_dtype": _KV_DTYPE,
         "mixed_prefill": _OWN_SCHEDULE,
+        **dict.fromkeys(_CADENCE, _NO_KNOB_SGLANG),
     },
     "vllm-twin": {
         "eviction_window": _OWN_EVICTION,
@@ -70,6 +76,7 @@ IGNORED_SETTINGS: dict[str, dict[str, str]] = {
         "eviction_window": _RUNNING,
         "kv_cache_dtype": _RUNNING,
         "mixed_prefill": _RUNNING,
+        **dict.fromkeys(_CADENCE, _RUNNING),
     },
     "import": {
         "tp": _MEASURED,
@@ -85,6 +92,7 @@ IGNORED_SETTINGS: dict[str, dict[str, str]] = {
         "eviction_window": _MEASURED,
         "kv_cache_dtype": _MEASURED,
         "mixed_prefill": _MEASURED,
+        **dict.fromkeys(_CADENCE, _MEASURED),
     },
 }
 

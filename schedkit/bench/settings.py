@@ -24,6 +24,7 @@ Replicas = Annotated[int, Ge(1), Le(1024)]
 Positive = Annotated[int, Gt(0)]
 NonNegative = Annotated[int, Ge(0)]
 Share = Annotated[float, Gt(0), Le(1)]
+Fraction = Annotated[float, Ge(0), Le(1)]
 
 _SIM = SimConfig.model_fields
 
@@ -73,6 +74,21 @@ class EngineSpec(BaseModel):
         default=_sim_default("long_prefill_token_threshold"),
         description="vLLM --long-prefill-token-threshold (0: no cap).",
     )
+    prefill_schedule_interval: Positive = Field(
+        default=_sim_default("prefill_schedule_interval"),
+        description="vLLM --prefill-schedule-interval (0.33+): admit prefill only every N"
+        " steps, decoding alone between (1: every step).",
+    )
+    cache_aware_admission_window: NonNegative = Field(
+        default=_sim_default("cache_aware_admission_window"),
+        description="vLLM --cache-aware-admission-window (0.34): within the first N waiting"
+        " requests, admit those with a cached prefix first (0: off; needs prefix caching).",
+    )
+    cache_aware_admission_threshold: Fraction = Field(
+        default=_sim_default("cache_aware_admission_threshold"),
+        description="vLLM --cache-aware-admission-threshold (0.34): the KV cache usage below"
+        " which the window is not applied.",
+    )
     eviction_window: NonNegative | None = Field(
         default=None,
         description="Simulator: at most this many LRU blocks offered to an eviction policy"
@@ -111,6 +127,9 @@ class EngineSettings(BaseModel):
     prefix_caching: bool | None = None
     kv_blocks: Positive | None = None
     long_prefill_token_threshold: NonNegative | None = None
+    prefill_schedule_interval: Positive | None = None
+    cache_aware_admission_window: NonNegative | None = None
+    cache_aware_admission_threshold: Fraction | None = None
     eviction_window: NonNegative | None = None
     kv_cache_dtype: KvCacheDtype | None = None
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 # Candidates offered to select_evictions per call, at least: building a view per evictable
 # block made policy eviction 5-70x slower than LRU on long-prompt traces. Blocks a policy
@@ -48,6 +48,26 @@ class SimConfig(BaseModel):
         " that can prefill runs prefills only, ahead of decode (SGLang's default, without"
         " --enable-mixed-chunk)",
     )
+    prefill_schedule_interval: int = Field(
+        default=1,
+        ge=1,
+        description="vLLM's (0.33+): admit prefill only every N executed steps, decoding"
+        " alone between; a held step runs no prefill chunk either, unless no request is"
+        " decoding or the last release left requests waiting (its capacity escape)",
+    )
+    cache_aware_admission_window: int = Field(
+        default=0,
+        ge=0,
+        description="vLLM's (0.34): among the first N waiting requests not yet computed,"
+        " those with more of their prompt in the prefix cache are admitted first; needs"
+        " prefix caching, and a policy that orders the waiting queue turns it off",
+    )
+    cache_aware_admission_threshold: float = Field(
+        default=0.5,
+        ge=0.0,
+        le=1.0,
+        description="vLLM's (0.34): the KV cache usage below which the window is not applied",
+    )
     max_concurrency: int | None = Field(
         default=None,
         ge=1,
@@ -56,6 +76,17 @@ class SimConfig(BaseModel):
         " arrival_s becomes that time (vllm bench serve --max-concurrency)",
     )
     timeline_interval_s: float = Field(default=1.0, gt=0)
+
+    @model_validator(mode="after")
+    def _vllm_knobs_need_vllm_batches(self) -> SimConfig:
+        if not self.mixed_prefill and (
+            self.prefill_schedule_interval > 1 or self.cache_aware_admission_window
+        ):
+            raise ValueError(
+                "prefill_schedule_interval and cache_aware_admission_window are vLLM's;"
+                " they need vLLM's batches (mixed_prefill=True), not SGLang's"
+            )
+        return self
     eviction_window: int = Field(
         default=DEFAULT_EVICTION_WINDOW,
         ge=0,

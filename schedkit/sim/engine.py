@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from schedkit.decisions import BatchBudget, StepReport
 from schedkit.facade import PolicyFacade
 from schedkit.records import RunResult
+from schedkit.sim.cadence import PrefillCadence, in_prefill
 from schedkit.sim.config import SimConfig, StepCost
 from schedkit.sim.kv.blocks import blocks_for
 from schedkit.sim.kv.cache import KVCache
@@ -40,7 +41,7 @@ from schedkit.sim.waiting import FifoWaiting, KeyedWaiting, make_waiting
 __all__ = ["SimConfig", "SimEngine", "StepCost", "no_cyclic_gc"]
 
 
-class SimEngine(DecodeStretches):
+class SimEngine(DecodeStretches, PrefillCadence):
     """Replays requests through the selected policies; ``run()`` returns a RunResult."""
 
     def __init__(
@@ -86,6 +87,7 @@ class SimEngine(DecodeStretches):
         self.arrived = 0  # index of the first pending request not yet arrived
         self.holding = False  # max_concurrency: the client holds requests already due
         self.ended = 0  # requests that finished with the last step
+        self._init_cadence()  # vLLM's prefill_schedule_interval, cache-aware admission
         self.default_budget = BatchBudget(
             config.max_num_batched_tokens, config.max_num_seqs, config.long_prefill_token_threshold
         )
@@ -208,12 +210,16 @@ class SimEngine(DecodeStretches):
         chunk = budget.prefill_chunk if len(running) + len(self.waiting) > 1 else 0
         scheduled: dict[SimRequest, int] = {}
         preempted: list[SimRequest] = []
-        # unmixed, a decode step leaves a chunk that found no blocks to the next prefill step
-        decode_only = not mixed and not all(_in_prefill(r) for r in running)
+        # unmixed, a decode step leaves a chunk that found no blocks to the next prefill step;
+        # a step vLLM's prefill cadence holds runs no chunk either
+        cadence = self.prefill_interval > 1
+        defer = cadence and self._defer_prefills()
+        skip_chunks = defer or (not mixed and not all(in_prefill(r) for r in running))
+        prefill = False  # the step carries prefill (the cadence restarts from it)
         i = 0
         while i < len(running) and token_budget > 0:
             req = running[i]
-            if decode_only and _in_prefill(req):
+            if skip_chunks and in_prefill(req):
                 i += 1
                 continue
             num_new = req.num_tokens - req._num_computed_tokens
@@ -229,7 +235,7 @@ class SimEngine(DecodeStretches):
                 if victim in scheduled:
                     token_budget += scheduled.pop(victim)
                     i -= 1
-                elif decode_only and running.index(victim) < i:
+                elif skip_chunks and running.index(victim) < i:
                     i -= 1  # a skipped chunk before this request
                 self._preempt(victim)
                 preempted.append(victim)
@@ -241,9 +247,14 @@ class SimEngine(DecodeStretches):
             scheduled[req] = num_new
             self._publish(req, num_new)
             token_budget -= num_new
+            if cadence and not prefill:
+                prefill = in_prefill(req)
             i += 1
         if not preempted and mixed:
-            self._admit_waiting(scheduled, token_budget, budget, chunk)
+            admitted = self._admit_waiting(scheduled, token_budget, budget, chunk, defer)
+            prefill = prefill or admitted
+        if cadence:
+            self._count_step(bool(scheduled), prefill)
         self._execute(scheduled, preempted)
 
     def _prefill_step(self, budget: BatchBudget) -> bool:
@@ -253,7 +264,7 @@ class SimEngine(DecodeStretches):
         token_budget, chunk = budget.token_budget, budget.prefill_chunk
         scheduled: dict[SimRequest, int] = {}
         for req in self.running:
-            if token_budget <= 0 or not _in_prefill(req):
+            if token_budget <= 0 or not in_prefill(req):
                 continue
             num_new = req.num_tokens - req._num_computed_tokens
             num_new = min(num_new, chunk or num_new, token_budget)
@@ -269,15 +280,28 @@ class SimEngine(DecodeStretches):
         return True
 
     def _admit_waiting(
-        self, scheduled: dict[SimRequest, int], token_budget: int, budget: BatchBudget, chunk: int
-    ) -> None:
+        self,
+        scheduled: dict[SimRequest, int],
+        token_budget: int,
+        budget: BatchBudget,
+        chunk: int,
+        defer: bool = False,
+    ) -> bool:
+        """Admit waiting requests in queue order while they fit; ``defer``: the cadence
+        holds prefill, so only a request whose prompt is cached but its last token is.
+        Whether one admitted has prompt to compute (vLLM's ``prefill_admitted``)."""
         waiting, running, kv, bs = self.waiting, self.running, self.kv, self.cfg.block_size
         if self.facade.has_order_list and waiting:
             self._order_waiting()
+        elif self.cache_window and not defer:
+            self._reorder_by_cached_prefix()
+        prefill = False
         while waiting and token_budget > 0 and len(running) < budget.max_running:
             req = waiting[0]
             hit, own, reclaim = kv.lookup(req.blocks, req.num_tokens)
             computed = (hit + own) * bs
+            if defer and computed < req.num_tokens - 1:
+                break  # held until the cadence releases prefill
             num_new = req.num_tokens - computed
             if chunk and num_new > chunk:
                 num_new = chunk
@@ -291,7 +315,11 @@ class SimEngine(DecodeStretches):
             scheduled[req] = num_new
             self._publish(req, num_new)
             token_budget -= num_new
+            prefill = prefill or computed < req.num_tokens - 1
         waiting.end_step()  # a list hook's order lasts one step; the keyed order stays
+        if self.prefill_interval > 1 and not defer:  # a release: was it capacity-bound?
+            self.capacity_bound = bool(waiting)
+        return prefill
 
     def _order_waiting(self) -> None:
         """The policy's order of the waiting queue (the queue is left as is without one)."""
@@ -444,13 +472,6 @@ class SimEngine(DecodeStretches):
         self.kv.check([r.blocks for r in live])
         assert all(not r.blocks.nblocks for r in self.waiting), "a waiting request holds blocks"
         assert len(self.running) <= self.cfg.max_num_seqs or self.facade.has_plan
-
-
-def _in_prefill(req: SimRequest) -> bool:
-    """Whether ``req`` has prompt tokens left (a decoding request has one new token, and
-    has emitted output; a recomputed one re-prefills what it had)."""
-    num_new = req.num_tokens - req._num_computed_tokens
-    return num_new > 1 or (num_new == 1 and not req._num_output_tokens)
 
 
 @contextmanager

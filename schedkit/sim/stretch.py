@@ -44,6 +44,10 @@ class DecodeStretches:
         def _finish(self, finished: list[SimRequest]) -> None: ...
         def _observe(self, report: StepReport) -> None: ...
         def _sample(self) -> None: ...
+        def _count_decode_run(self, k: int) -> None: ...
+
+        cache_window: int
+        prefill_interval: int
 
     def _advance_decode_stretch(self, next_arrival: float, budget: BatchBudget) -> bool:
         """Advance k >= 2 identical pure-decode steps at once, if nothing changes sooner."""
@@ -87,7 +91,9 @@ class DecodeStretches:
             n = 0
         if len(self.running) >= budget.max_running or budget.token_budget <= n:
             return True
-        if self.facade.has_order_list:  # any of them could be first; keyed, the head is
+        # any of them could be first (a list hook's order, or vLLM's cache-aware window);
+        # keyed, the head is
+        if self.facade.has_order_list or self.cache_window:
             return False
         head, bs = self.waiting[0], self.cfg.block_size
         hit, own, reclaim = self.kv.lookup(head.blocks, head.num_tokens)
@@ -129,6 +135,8 @@ class DecodeStretches:
         self.recorder.kv_usage(duration, (used_before + kv.num_used) / 2 / kv.num_blocks)
         self.clock = clock
         self.step_index += k
+        if self.prefill_interval > 1:
+            self._count_decode_run(k)
         report = None
         if self.facade.has_step_observer:  # before _finish takes finished ones out of running
             report = StepReport(k, duration, 0, n * k, list(running), [k] * n, ())
