@@ -169,8 +169,9 @@ class VllmEngineView:
 
     @property
     def num_waiting(self) -> int:
-        scheduler = self._scheduler
-        return len(scheduler.waiting) + len(scheduler.kv_holding_waiting)
+        # vLLM's own count of every waiting queue: waiting and kv_holding_waiting, plus
+        # async_kv_waiting (remote KV loads not yet started) since 0.34.
+        return int(self._scheduler.get_request_counts()[1])
 
 
 class VllmBlockView(BlockSnapshot):

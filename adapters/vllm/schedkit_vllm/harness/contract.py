@@ -30,7 +30,7 @@ from schedkit.testing.contract import Outcome, Scenario, facade_of
 from schedkit.testing.contract_run import ContractEngine
 from schedkit.workload import TraceRequest
 
-from schedkit_vllm.harness.modelless import build_for
+from schedkit_vllm.harness.modelless import build_for, model_runner_output
 
 __all__ = ["run_vllm", "run_vllm_engine"]
 
@@ -119,18 +119,12 @@ class _SchedulerReplay:
     def schedule(self) -> dict[str, int]:
         """One ``schedule()``, queued with the model output a worker would return: one
         token for every request vLLM did not mark a prefill chunk. Its scheduled tokens."""
-        from vllm.v1.outputs import ModelRunnerOutput
-
         output = self.scheduler.schedule()
         scheduled = _record_schedule(self.outcome, output)
         ids = list(scheduled)
         requests = self.scheduler.requests
         sampled = [[] if requests[rid].is_prefill_chunk else [7] for rid in ids]
-        model_output = ModelRunnerOutput(
-            req_ids=ids,
-            req_id_to_index={rid: i for i, rid in enumerate(ids)},
-            sampled_token_ids=sampled,
-        )
+        model_output = model_runner_output(ids, sampled)
         self.queue.appendleft((self.steps, output, model_output))
         self.steps += 1
         if scheduled:

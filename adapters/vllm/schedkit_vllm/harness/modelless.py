@@ -25,6 +25,36 @@ if TYPE_CHECKING:
 
 _CONFIG_DIRS: dict[int, Path] = {}
 
+TOKEN_ID_LIMIT = 1 << 31
+"""Token ids a model-less request may carry: vLLM 0.34 stores them as int32 (its
+``TokenBuffer``, an ``array("i")``); earlier releases kept Python ints."""
+
+
+def model_less_token_id(token: int) -> int:
+    """``token`` (any non-negative int, e.g. schedkit's 64-bit trace ids) as an id below
+    ``TOKEN_ID_LIMIT``: well mixed (splitmix64), so that a block of ids (16 or more)
+    equals another only where the original blocks are equal, and prefix-cache hits
+    stay what the trace says."""
+    from schedkit.bench.engines.requests import in_vocab
+
+    return in_vocab(token, TOKEN_ID_LIMIT)
+
+
+def model_runner_output(req_ids: Sequence[str], sampled_token_ids: Sequence[Any]) -> Any:
+    """vLLM's ``ModelRunnerOutput`` for a step with no model: ``sampled_token_ids[i]``
+    are the tokens ``req_ids[i]`` sampled. vLLM 0.32 and 0.33 also take the
+    ``req_id_to_index`` map; 0.34 dropped it and indexes by position in ``req_ids``."""
+    from vllm.v1.outputs import ModelRunnerOutput
+
+    ids = list(req_ids)
+    if "req_id_to_index" in ModelRunnerOutput.__dataclass_fields__:
+        return ModelRunnerOutput(
+            req_ids=ids,
+            req_id_to_index={rid: i for i, rid in enumerate(ids)},
+            sampled_token_ids=list(sampled_token_ids),
+        )
+    return ModelRunnerOutput(req_ids=ids, sampled_token_ids=list(sampled_token_ids))
+
 
 def stub_model_dir(max_model_len: int) -> Path:
     """A directory holding only a tiny Llama ``config.json``: enough for vLLM's
@@ -103,12 +133,14 @@ def build_scheduler(
     schedkit: Mapping[str, Any] | None = None,
     cls: type | None = None,
     model_dir: Path | None = None,
+    scheduler_options: Mapping[str, Any] | None = None,
 ) -> Any:
     """Build ``cls`` (default ``schedkit_vllm.Scheduler``) over ``num_blocks`` KV blocks.
 
     ``schedkit`` goes to ``additional_config["schedkit"]``; ``model_dir`` needs only a
-    ``config.json`` (a stub one is made when omitted). vLLM keeps one block as its null
-    block, so ``num_blocks - 1`` are usable.
+    ``config.json`` (a stub one is made when omitted); ``scheduler_options`` are further
+    ``SchedulerConfig`` fields (e.g. vLLM 0.34's ``cache_aware_admission_window``). vLLM
+    keeps one block as its null block, so ``num_blocks - 1`` are usable.
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from vllm.v1.core.sched.async_scheduler import AsyncScheduler
@@ -129,6 +161,7 @@ def build_scheduler(
         policy=policy,
         async_scheduling=issubclass(cls, AsyncScheduler),
         schedkit=schedkit,
+        scheduler_options=scheduler_options or {},
     )
     kv_cache_config = _kv_cache_config(num_blocks, block_size)
     vllm_config.cache_config.num_gpu_blocks = num_blocks
@@ -153,6 +186,7 @@ def _vllm_config(
     policy: str,
     async_scheduling: bool,
     schedkit: Mapping[str, Any] | None,
+    scheduler_options: Mapping[str, Any],
 ) -> Any:
     """The ``VllmConfig`` of a model-less scheduler (``build_scheduler``'s arguments)."""
     from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
@@ -172,6 +206,7 @@ def _vllm_config(
         long_prefill_token_threshold=long_prefill_token_threshold,
         policy=policy,
         async_scheduling=async_scheduling,
+        **scheduler_options,
     )
     return VllmConfig(
         scheduler_config=scheduler_config,

@@ -35,7 +35,7 @@ from schedkit.sim.engine import no_cyclic_gc
 from schedkit.sim.recorder import Recorder
 from schedkit.workload import TraceRequest
 
-from schedkit_vllm.harness.modelless import build_for
+from schedkit_vllm.harness.modelless import build_for, model_less_token_id, model_runner_output
 
 if TYPE_CHECKING:
     from schedkit.bench.runner import Bench
@@ -127,8 +127,6 @@ class TwinEngine:
     def _step(self, unfinished: int, next_arrival: float | None) -> None:
         """One ``schedule()``, its cost on the clock and its fabricated model output: one
         token for every request whose computed tokens reach its length."""
-        from vllm.v1.outputs import ModelRunnerOutput
-
         sched = self.scheduler
         output = sched.schedule()
         counts: dict[str, int] = output.num_scheduled_tokens
@@ -140,7 +138,7 @@ class TwinEngine:
         if not counts and not preempted and unfinished:
             if next_arrival is not None:  # nothing fits until something arrives
                 self.clock = max(self.clock, next_arrival)
-                sched.update_from_output(output, _empty_output(ModelRunnerOutput))
+                sched.update_from_output(output, model_runner_output([], []))
                 return
             raise RuntimeError(
                 f"vllm-twin made no progress at t={self.clock}: {unfinished} requests unfinished"
@@ -149,13 +147,7 @@ class TwinEngine:
         self.recorder.kv_usage(duration, self._kv_usage())
         self.clock += duration
         self.steps += 1 if counts else 0
-        ids = list(counts)
-        model_output = ModelRunnerOutput(
-            req_ids=ids,
-            req_id_to_index={rid: i for i, rid in enumerate(ids)},
-            sampled_token_ids=sampled_ids,
-        )
-        sched.update_from_output(output, model_output)
+        sched.update_from_output(output, model_runner_output(list(counts), sampled_ids))
         self._sampled(sampled)
         for rid in counts:
             if rid in self._live:
@@ -200,7 +192,8 @@ class TwinEngine:
                 attn += n * c + n * (n + 1) // 2
             kv_tokens += c + n
             if request.num_computed_tokens >= request.num_tokens:
-                sampled_ids.append([output_token_id(index, request.num_tokens)])
+                token = output_token_id(index, request.num_tokens)
+                sampled_ids.append([model_less_token_id(token)])
                 sampled.append(rid)
             else:
                 sampled_ids.append([])
@@ -283,14 +276,13 @@ def _make_request(trace: TraceRequest, index: int, rec: RequestRecord, cfg: SimC
     )
     return Request(
         rec.request_id,
-        prompt_token_ids(trace, index, cfg.block_size, cfg.hash_block_tokens),
+        [
+            model_less_token_id(t)
+            for t in prompt_token_ids(trace, index, cfg.block_size, cfg.hash_block_tokens)
+        ],
         params,
         pooling_params=None,
         block_hasher=_block_hasher(cfg.block_size),
         priority=rec.priority,
         arrival_time=rec.arrival_s,
     )
-
-
-def _empty_output(model_runner_output: Any) -> Any:
-    return model_runner_output(req_ids=[], req_id_to_index={}, sampled_token_ids=[])
