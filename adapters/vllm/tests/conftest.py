@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from schedkit_vllm.harness.modelless import build_scheduler
+from schedkit_vllm.harness.modelless import build_scheduler, model_runner_output
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -23,7 +23,6 @@ from vllm.sampling_params import SamplingParams
 from vllm.utils.hashing import get_hash_fn_by_name
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
 from vllm.v1.core.sched.scheduler import Scheduler as VllmScheduler
-from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.request import Request
 
 BLOCK_SIZE = 16
@@ -136,11 +135,7 @@ def step(scheduler: Any, run: Run) -> None:
         request = scheduler.requests[req_id]
         done_prompt = request.num_computed_tokens >= request.num_tokens
         sampled.append([7] if done_prompt else [])
-    model_output = ModelRunnerOutput(
-        req_ids=ids,
-        req_id_to_index={req_id: i for i, req_id in enumerate(ids)},
-        sampled_token_ids=sampled,
-    )
+    model_output = model_runner_output(ids, sampled)
     engine_outputs = scheduler.update_from_output(output, model_output)
     run.steps.append(dict(output.num_scheduled_tokens))
     run.preempted.append(sorted(output.preempted_req_ids))

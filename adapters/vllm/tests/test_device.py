@@ -18,12 +18,11 @@ from typing import Any
 _CHILD = r"""
 import json, os
 from schedkit_vllm import AsyncScheduler, Scheduler
-from schedkit_vllm.harness.modelless import build_scheduler
+from schedkit_vllm.harness.modelless import build_scheduler, model_runner_output
 from vllm.platforms import current_platform
 from vllm.sampling_params import SamplingParams
 from vllm.utils.hashing import get_hash_fn_by_name
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
-from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.request import Request
 
 hash_fn = get_hash_fn_by_name("sha256_cbor")
@@ -37,9 +36,7 @@ for cls in (Scheduler, AsyncScheduler):
     )
     scheduler.add_request(request)
     output = scheduler.schedule()
-    update = ModelRunnerOutput(
-        req_ids=["r0"], req_id_to_index={"r0": 0}, sampled_token_ids=[[7]]
-    )
+    update = model_runner_output(["r0"], [[7]])
     scheduler.update_from_output(output, update)
     config = scheduler.vllm_config
     report[cls.__name__] = {

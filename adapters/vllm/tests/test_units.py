@@ -31,7 +31,7 @@ def test_supported_versions(version: str) -> None:
 @pytest.mark.parametrize("version", ["0.31.9", "0.34.0", "1.0.0", "dev", ""])
 def test_unsupported_versions_name_the_fix(version: str) -> None:
     with pytest.raises(UnsupportedVllmError, match=r"supports vLLM >=0\.32,<0\.34"):
-        check_version(version)
+        check_version(version, environ={})
 
 
 def test_parse_version() -> None:
