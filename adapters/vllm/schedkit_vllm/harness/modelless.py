@@ -18,6 +18,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from schedkit.errors import SchedkitError
+
 if TYPE_CHECKING:
     from schedkit.sim.config import SimConfig
     from schedkit.workload import TraceRequest
@@ -117,7 +119,37 @@ def build_for(
         prefix_caching=config.enable_prefix_caching,
         schedkit=schedkit,
         cls=cls,
+        scheduler_options=scheduler_knobs(config),
     )
+
+
+# vLLM's newer SchedulerConfig fields the simulator models, with the release that added them
+NEWER_KNOBS = {
+    "prefill_schedule_interval": "0.33",
+    "cache_aware_admission_window": "0.34",
+    "cache_aware_admission_threshold": "0.34",
+}
+
+
+def scheduler_knobs(config: SimConfig) -> dict[str, Any]:
+    """The simulator's settings of vLLM's newer ``SchedulerConfig`` fields that differ
+    from their defaults, to build the twin with; a clear error where the installed vLLM
+    has no such field."""
+    from vllm.config import SchedulerConfig
+
+    fields = type(config).model_fields
+    knobs = {k: getattr(config, k) for k in NEWER_KNOBS if getattr(config, k) != fields[k].default}
+    known = getattr(SchedulerConfig, "__dataclass_fields__", {})
+    missing = [k for k in knobs if k not in known]
+    if missing:
+        import vllm
+
+        raise SchedkitError(
+            f"{missing[0]} needs vLLM {NEWER_KNOBS[missing[0]]} or later; vLLM"
+            f" {vllm.__version__} is installed here. Drop it, or run the twin in an"
+            " environment with a newer vLLM (make test-vllm034 builds one)"
+        )
+    return knobs
 
 
 def build_scheduler(
