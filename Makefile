@@ -92,6 +92,13 @@ test-vllm034:
 	SCHEDKIT_VLLM_UNSUPPORTED=0.34.0 VLLM_VENV=$(VLLM034_VENV) \
 		adapters/vllm/scripts/test-modelless.sh
 
+# The next vLLM release in one command: the newest vllm on the package index (or VLLM_NEXT=X.Y.Z)
+# in .venv-vllm-next, the model-less suites against it, and a summary naming what broke. Not
+# part of `make test` (~10 GB the first time); see adapters/vllm/scripts/test-next.sh.
+.PHONY: test-vllm-next
+test-vllm-next:
+	adapters/vllm/scripts/test-next.sh
+
 # The SGLang adapter's suites run against the real SGLang (lean CPU install) in their own
 # environment (.venv-sglang, created on first use by adapters/sglang/scripts/make-venv.sh,
 # ~2 min).
