@@ -21,9 +21,9 @@ How each hook reaches vLLM (vLLM's own code runs unchanged in every case):
 - ``select_victims``: when a running request cannot get blocks, vLLM preempts a victim
   inline in ``schedule()``. In a step where a running request may run out of blocks
   (the step's worst case exceeds the free blocks; otherwise nothing is wrapped), the
-  adapter wraps this scheduler's ``allocate_slots``; on such a failure it asks the
-  runtime for the policy's next victim and makes vLLM's own preemption code take it,
-  wherever it sits in ``running``: a victim other than the
+  adapter wraps the KV cache manager's ``allocate_slots`` for that step; on such a
+  failure it asks the runtime for the policy's next victim and makes vLLM's own
+  preemption code take it, wherever it sits in ``running``: a victim other than the
   needing request goes through vLLM's priority-mode branch (which unschedules a victim
   already scheduled this step and returns its tokens to the budget), with ``running``
   yielding only that victim to the branch's ``max()``; the needing request itself goes
@@ -123,10 +123,10 @@ class OrderedRequestQueue(FCFSRequestQueue):  # type: ignore[misc]
 class SchedkitSchedulerMixin(_Base):  # type: ignore[misc]
     """The overrides shared by ``Scheduler`` and ``AsyncScheduler``."""
 
-    schedkit: VllmRuntime | None
-    _live: VllmRuntime | None
-    _victim_allocate: Any
-    _smallest_block: int
+    # Class defaults too: vLLM's own tests build schedulers with object.__new__ and set
+    # only the attributes they need; such a scheduler is stock vLLM.
+    schedkit: VllmRuntime | None = None
+    _live: VllmRuntime | None = None  # the runtime when its policies implement any hook
     # vLLM's attributes this mixin reassigns (vLLM is typed Any here).
     waiting: Any
     running: list[Any]
@@ -136,7 +136,7 @@ class SchedkitSchedulerMixin(_Base):  # type: ignore[misc]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.schedkit = None
-        self._live = None  # the runtime when its policies implement any hook
+        self._live = None
         super().__init__(*args, **kwargs)
         config = resolve_config(self.vllm_config.additional_config)
         if config is not None:
@@ -162,8 +162,6 @@ class SchedkitSchedulerMixin(_Base):  # type: ignore[misc]
             queue = OrderedRequestQueue()
             queue.replace(self.waiting)
             self.waiting = queue
-        if facade.has_victims:
-            self._install_victim_hook(runtime)
         self.schedkit = runtime
         # A policy set with no hooks (the default fcfs) leaves every override on the
         # stock path: nothing would read what the runtime records.
@@ -175,9 +173,9 @@ class SchedkitSchedulerMixin(_Base):  # type: ignore[misc]
         )
         return runtime
 
-    def _install_victim_hook(self, runtime: VllmRuntime) -> None:
-        manager = self.kv_cache_manager
-        allocate = manager.allocate_slots
+    def _victim_hook(self, runtime: VllmRuntime, allocate: Any) -> Any:
+        """``allocate`` (a KV cache manager's ``allocate_slots``) wrapped to steer the
+        preemption vLLM makes next after a running request's allocation fails."""
         running_status = RequestStatus.RUNNING
         configured = self.policy
 
@@ -192,21 +190,18 @@ class SchedkitSchedulerMixin(_Base):  # type: ignore[misc]
                     self._steer_victim(runtime.next_victim(request), request, configured)
             return blocks
 
-        self._victim_allocate = allocate_slots
-        groups = self.kv_cache_config.kv_cache_groups
-        self._smallest_block = min(
-            (int(g.kv_cache_spec.block_size) for g in groups), default=int(self.block_size)
-        )
+        return allocate_slots
 
     def _may_preempt(self) -> bool:
         """Whether a running request may fail to get blocks this step: the step's new
         tokens (at most the token budget) plus one partial block and the lookahead per
         running request, in every KV cache group, exceed the free blocks. Only then is
         the victim hook worth its call on every ``allocate_slots``."""
-        bs = self._smallest_block
+        groups = self.kv_cache_config.kv_cache_groups
+        bs = min((int(g.kv_cache_spec.block_size) for g in groups), default=int(self.block_size))
         lookahead = -(-int(self.num_lookahead_tokens) // bs)
         need = -(-int(self.max_num_scheduled_tokens) // bs) + len(self.running) * (1 + lookahead)
-        need *= max(1, len(self.kv_cache_config.kv_cache_groups))
+        need *= max(1, len(groups))
         return bool(self.kv_cache_manager.block_pool.get_num_free_blocks() < need)
 
     def _steer_victim(self, victim: Any, needing: Any, configured: Any) -> None:
@@ -271,17 +266,23 @@ class SchedkitSchedulerMixin(_Base):  # type: ignore[misc]
         return output
 
     def _schedule_steered(self, args: Any, kwargs: Any) -> Any:
-        if self._live is None or not self._live.facade.has_victims:
+        runtime = self._live
+        if runtime is None or not runtime.facade.has_victims:
             return super().schedule(*args, **kwargs)
-        manager = self.kv_cache_manager
         if not self._may_preempt():  # the stock path: no wrapper call per request
             return super().schedule(*args, **kwargs)
         configured = self.policy
-        manager.allocate_slots = self._victim_allocate
+        # The manager of this step (whoever replaced it since), wrapped for the step only.
+        manager = self.kv_cache_manager
+        own = manager.__dict__.get("allocate_slots")
+        manager.allocate_slots = self._victim_hook(runtime, manager.allocate_slots)
         try:
             return super().schedule(*args, **kwargs)
         finally:
-            del manager.allocate_slots  # the manager's own method again
+            if own is None:
+                del manager.allocate_slots  # the manager's own method again
+            else:
+                manager.allocate_slots = own
             self.policy = configured
             running = self.running
             if type(running) is SteeredRunning:

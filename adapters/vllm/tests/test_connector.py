@@ -30,11 +30,10 @@ from vllm.config import (
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler as VllmAsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler as VllmScheduler
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
-from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.structured_output import StructuredOutputManager
 
 from schedkit_vllm import AsyncScheduler, Scheduler
-from schedkit_vllm.harness.modelless import model_less_device
+from schedkit_vllm.harness.modelless import model_less_device, model_runner_output
 
 # name -> (schedkit class, stock vLLM class, batch queue depth)
 DRIVERS = {
@@ -126,16 +125,7 @@ def drive(scheduler: Any, batch_queue: int, max_steps: int = 2000) -> Run:
             ids = list(output.num_scheduled_tokens)
             requests = scheduler.requests
             sampled = [[] if requests[rid].is_prefill_chunk else [7] for rid in ids]
-            queue.appendleft(
-                (
-                    output,
-                    ModelRunnerOutput(
-                        req_ids=ids,
-                        req_id_to_index={rid: i for i, rid in enumerate(ids)},
-                        sampled_token_ids=sampled,
-                    ),
-                )
-            )
+            queue.appendleft((output, model_runner_output(ids, sampled)))
             run.steps.append(dict(output.num_scheduled_tokens))
             run.preempted.append(sorted(output.preempted_req_ids))
             if len(queue) < batch_queue:
