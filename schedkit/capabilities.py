@@ -103,7 +103,10 @@ MATRIX: dict[str, dict[str, Capability]] = {
     "select_victims": {
         "sim": FULL,
         "vllm": Capability(
-            "full", "a victim vLLM already scheduled this step is unscheduled, as the simulator"
+            "full",
+            "a victim vLLM already scheduled this step is unscheduled, as the simulator;"
+            " with a KV connector too, except while it has pending block frees: vLLM then"
+            " waits for them instead of preempting, and the policy is not asked",
         ),
         "sglang": Capability(
             "partial",
