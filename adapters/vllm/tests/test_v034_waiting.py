@@ -95,13 +95,6 @@ def test_vllm_cache_aware_admission_puts_the_cached_prefix_first(model_dir: Path
 
 
 @needs_034
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs a change in schedkit_vllm/scheduler.py (#39 item 1): vLLM 0.34 applies"
-    " --cache-aware-admission-window inside schedule(), after order_waiting, and"
-    " overrides the policy's order; install_schedkit should turn it off (loudly) when a"
-    " policy orders the waiting queue",
-)
 def test_a_policy_order_is_not_overridden_by_cache_aware_admission(model_dir: Path) -> None:
     ours = _cached_before_short(model_dir, {"policy": ["shortest-prompt"]}, window=8)
     assert _admitted(ours) == ["short", "cached"]
