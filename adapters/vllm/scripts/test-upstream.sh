@@ -60,7 +60,8 @@ for mode in "${MODES[@]}"; do
         >"$OUT/$mode.log" 2>&1 || rc=$?
     # 0: all passed; 1: some failed (compared below). Anything else: the run broke.
     if ((rc > 1)); then
-        tail -40 "$OUT/$mode.log"
+        tail -15 "$OUT/$mode.log"
+        grep '^schedkit-upstream:' "$OUT/$mode.log" || true
         echo "test-upstream: the $mode run stopped (pytest exit status $rc); see $OUT/$mode.log"
         exit 1
     fi
