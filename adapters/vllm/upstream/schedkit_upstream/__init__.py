@@ -127,15 +127,28 @@ def _write_stand_ins() -> None:
 
 
 def _pick_device() -> None:
-    """Without an accelerator, build vLLM's configs for the CPU: an accelerator wheel
-    (the official CUDA one) cannot infer a device there, and the scheduler tests never
-    touch one. A VLLM_TARGET_DEVICE of the caller's wins."""
+    """Where vLLM detects no device (an accelerator wheel, e.g. the official CUDA one,
+    on a host without it), vLLM's configs are built for the CPU, as the adapter's
+    model-less harness builds its own (``model_less_device``): the scheduler tests never
+    touch a device, and vLLM's CPU platform (``VLLM_TARGET_DEVICE=cpu``) would refuse
+    0.34's CUDA wheel on x86 without triton-cpu. A VLLM_TARGET_DEVICE of the caller's
+    is left to vLLM."""
     if "VLLM_TARGET_DEVICE" in os.environ:
         return
-    import torch
+    from vllm.config import DeviceConfig
 
-    if not torch.cuda.is_available():
-        os.environ["VLLM_TARGET_DEVICE"] = "cpu"
+    from schedkit_vllm.harness.modelless import model_less_device
+
+    if model_less_device() == "auto":
+        return
+    post_init = DeviceConfig.__post_init__
+
+    def on_cpu(self: Any) -> None:
+        if self.device == "auto":
+            self.device = "cpu"
+        post_init(self)
+
+    DeviceConfig.__post_init__ = on_cpu
 
 
 def _watch_schedulers(lane: _Lane) -> None:
@@ -161,8 +174,10 @@ def _watch_schedulers(lane: _Lane) -> None:
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     assert _lane is not None
-    device = os.environ.get("VLLM_TARGET_DEVICE", "as vLLM detects it")
-    return [f"schedkit-upstream: mode {_lane.mode}, VLLM_TARGET_DEVICE {device}"]
+    from vllm.config import DeviceConfig
+
+    device = os.environ.get("VLLM_TARGET_DEVICE") or DeviceConfig().device_type
+    return [f"schedkit-upstream: mode {_lane.mode}, vLLM's configs for device {device}"]
 
 
 @pytest.hookimpl(trylast=True)
