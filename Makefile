@@ -34,6 +34,7 @@ test: lint lint-vllm lint-sglang lint-lmdeploy browser promtool
 	$(MAKE) test-vllm
 	$(MAKE) test-vllm033
 	$(MAKE) test-vllm034
+	$(MAKE) test-vllm-upstream
 	$(MAKE) test-sglang
 	$(MAKE) test-lmdeploy
 
@@ -89,6 +90,23 @@ test-vllm034:
 	VLLM_DIST=vllm==0.34.0 VLLM_OVERRIDE=flashinfer-python==0.7.4 VLLM_VENV=$(VLLM034_VENV) \
 		adapters/vllm/scripts/make-venv.sh
 	VLLM_VENV=$(VLLM034_VENV) adapters/vllm/scripts/test-modelless.sh
+
+# vLLM's own tests/v1/core with schedkit's scheduler classes swapped in: stock, then none,
+# fcfs, priority and priority-on-fcfs; fails if a mode passes a different set of tests than
+# stock (adapters/vllm/scripts/test-upstream.sh). The tests come from each installed vLLM's
+# sdist on the package index (once per version, into .cache/vllm-upstream); ~4 min per venv.
+# `make test` runs it on the CPU build (0.32) and the current release (0.34);
+# test-vllm-upstream-033 adds 0.33.
+.PHONY: test-vllm-upstream test-vllm-upstream-033
+test-vllm-upstream:
+	adapters/vllm/scripts/make-venv.sh
+	adapters/vllm/scripts/test-upstream.sh
+	VLLM_DIST=vllm==0.34.0 VLLM_OVERRIDE=flashinfer-python==0.7.4 VLLM_VENV=$(VLLM034_VENV) \
+		adapters/vllm/scripts/make-venv.sh
+	VLLM_VENV=$(VLLM034_VENV) adapters/vllm/scripts/test-upstream.sh
+test-vllm-upstream-033:
+	VLLM_DIST=vllm==0.33.0 VLLM_VENV=$(VLLM033_VENV) adapters/vllm/scripts/make-venv.sh
+	VLLM_VENV=$(VLLM033_VENV) adapters/vllm/scripts/test-upstream.sh
 
 # The next vLLM release in one command: the newest vllm on the package index (or VLLM_NEXT=X.Y.Z)
 # in .venv-vllm-next, the model-less suites against it, and a summary naming what broke. Not
