@@ -76,6 +76,12 @@ class SimConfig(BaseModel):
         " arrival_s becomes that time (vllm bench serve --max-concurrency)",
     )
     timeline_interval_s: float = Field(default=1.0, gt=0)
+    eviction_window: int = Field(
+        default=DEFAULT_EVICTION_WINDOW,
+        ge=0,
+        description="an eviction policy sees at most the max(eviction_window, 4 x blocks"
+        " needed) least recently used evictable blocks; 0 = every evictable block",
+    )
 
     @model_validator(mode="after")
     def _vllm_knobs_need_vllm_batches(self) -> SimConfig:
@@ -87,9 +93,3 @@ class SimConfig(BaseModel):
                 " they need vLLM's batches (mixed_prefill=True), not SGLang's"
             )
         return self
-    eviction_window: int = Field(
-        default=DEFAULT_EVICTION_WINDOW,
-        ge=0,
-        description="an eviction policy sees at most the max(eviction_window, 4 x blocks"
-        " needed) least recently used evictable blocks; 0 = every evictable block",
-    )
