@@ -5,17 +5,19 @@ Every scenario runs step by step and with decode stretches, which must agree."""
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import pytest
 from _fixtures import by_id, engine, record_diffs, req
 
 from schedkit.records import RequestRecord
 from schedkit.sim.config import SimConfig
+from schedkit.workload import TraceRequest
 
 STEP = 0.01  # TEN_MS: every step takes 10 ms, so step k starts at (k - 1) x 10 ms
 
 
-def _run(requests: list, config: SimConfig) -> dict[str, RequestRecord]:
+def _run(requests: list[TraceRequest], config: SimConfig) -> dict[str, RequestRecord]:
     """The records of one run, checked to be the same with and without decode stretches."""
     stepped = engine(requests, config, stretch=False).run()
     stretched = engine(requests, config, stretch=True).run()
@@ -58,9 +60,12 @@ def test_prefill_waits_interval_steps_after_the_last_prefill(interval: int) -> N
 
 def test_a_held_step_runs_no_chunk_of_an_admitted_prompt() -> None:
     requests = [req("d", 0.0, 16, 100), req("p", 0.005, 256, 2)]
-    small = {"num_blocks": 1000, "max_num_batched_tokens": 64}  # p prefills in 5 chunks
-    free = _run(requests, SimConfig(**small))["p"]
-    held = _run(requests, SimConfig(**small, prefill_schedule_interval=3))["p"]
+
+    def small(**knobs: Any) -> SimConfig:  # p prefills in 5 chunks
+        return SimConfig(num_blocks=1000, max_num_batched_tokens=64, **knobs)
+
+    free = _run(requests, small())["p"]
+    held = _run(requests, small(prefill_schedule_interval=3))["p"]
     assert free.first_token_s is not None and held.first_token_s is not None
     chunks_free = _step_of(free.first_token_s) - _step_of(free.scheduled_s)
     chunks_held = _step_of(held.first_token_s) - _step_of(held.scheduled_s)
@@ -88,7 +93,10 @@ def test_a_release_that_leaves_requests_waiting_stops_the_hold() -> None:
 
 
 # 64-token hash blocks: 'warm' stays resident; 'hot' shares its first three blocks
-HASHED = {"num_blocks": 200, "hash_block_tokens": 64, "max_num_seqs": 2}
+def _hashed(**knobs: Any) -> SimConfig:
+    return SimConfig(num_blocks=200, hash_block_tokens=64, max_num_seqs=2, **knobs)
+
+
 PREFIXES = [
     req("warm", 0.0, 256, 60, hash_ids=(1, 2, 3, 4)),
     req("cold", 0.1, 256, 2, hash_ids=(7, 8, 9, 10)),
@@ -102,23 +110,21 @@ def _admitted_first(config: SimConfig) -> str:
 
 
 def test_cache_aware_window_admits_the_cached_prefix_first() -> None:
-    assert _admitted_first(SimConfig(**HASHED)) == "cold"  # arrival order
-    window = SimConfig(**HASHED, cache_aware_admission_window=4, cache_aware_admission_threshold=0)
+    assert _admitted_first(_hashed()) == "cold"  # arrival order
+    window = _hashed(cache_aware_admission_window=4, cache_aware_admission_threshold=0)
     assert _admitted_first(window) == "hot"
 
 
 def test_cache_aware_window_waits_for_its_usage_threshold() -> None:
     # 'warm' holds 16 of 200 blocks (8%): below a 0.5 threshold nothing is reordered
-    roomy = SimConfig(**HASHED, cache_aware_admission_window=4)
+    roomy = _hashed(cache_aware_admission_window=4)
     assert _admitted_first(roomy) == "cold"
-    tight = SimConfig(
-        **HASHED, cache_aware_admission_window=4, cache_aware_admission_threshold=0.05
-    )
+    tight = _hashed(cache_aware_admission_window=4, cache_aware_admission_threshold=0.05)
     assert _admitted_first(tight) == "hot"
 
 
 def test_cache_aware_window_needs_prefix_caching() -> None:
-    off = SimConfig(**HASHED, enable_prefix_caching=False, cache_aware_admission_window=4,
+    off = _hashed(enable_prefix_caching=False, cache_aware_admission_window=4,
                     cache_aware_admission_threshold=0)  # fmt: skip
     assert _admitted_first(off) == "cold"
 
@@ -132,5 +138,5 @@ def test_default_knobs_change_nothing() -> None:
     base = list(_run(DECODING, SimConfig(num_blocks=1000)).values())
     for knob in ({"prefill_schedule_interval": 1}, {"cache_aware_admission_window": 0}):
         assert not record_diffs(
-            list(_run(DECODING, SimConfig(num_blocks=1000, **knob)).values()), base
+            list(_run(DECODING, SimConfig(num_blocks=1000).model_copy(update=knob)).values()), base
         )
