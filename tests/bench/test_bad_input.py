@@ -204,7 +204,8 @@ def test_real_engine_refuses_settings_it_does_not_pass(tmp_path: Path) -> None:
         " record settings the run did not use: --tensor-parallel-size 2 (it runs one in-process"
         " engine on one device). Drop them (the engine ignores --tensor-parallel-size,"
         " --replicas, --gpu, --profile, --eviction-window, --kv-cache-dtype,"
-        " --[no-]mixed-prefill), or use --engine sim, which honours every setting"
+        " --[no-]mixed-prefill, --prefill-schedule-interval, --cache-aware-admission-window,"
+        " --cache-aware-admission-threshold), or use --engine sim, which honours every setting"
     )
     # SGLang batches by its own rules: the simulator's SGLang schedule is not an SGLang knob
     args = ("--workload", SMALL, "--policy", "fcfs", "--engine", "sglang", "--no-mixed-prefill")
@@ -468,8 +469,9 @@ def test_engine_settings(monkeypatch: pytest.MonkeyPatch) -> None:
         " this machine, not by a GPU profile); --gpu-memory-utilization 0.5 (SGLang sizes its"
         " pools with its own mem_fraction_static). Drop them (the engine ignores"
         " --tensor-parallel-size, --replicas, --gpu, --profile, --gpu-memory-utilization,"
-        " --eviction-window, --kv-cache-dtype, --[no-]mixed-prefill), or use --engine sim,"
-        " which honours every setting"
+        " --eviction-window, --kv-cache-dtype, --[no-]mixed-prefill,"
+        " --prefill-schedule-interval, --cache-aware-admission-window,"
+        " --cache-aware-admission-threshold), or use --engine sim, which honours every setting"
     )
     with pytest.raises(SchedkitError, match=r"^--engine vllm-twin .*--eviction-window 0 \("):
         check_engine_settings(spec(engine="vllm-twin", eviction_window=0))
