@@ -37,6 +37,7 @@ __all__ = [
     "Summary",
     "Tone",
     "WorkloadInfo",
+    "percentile_key",
     "results_schema",
 ]
 
@@ -73,6 +74,11 @@ class _Model(BaseModel):
         return getattr(self, key) if key in self else default
 
 
+def percentile_key(q: float) -> str:
+    """A percentile's name as vllm bench serve writes it: p99, p99.9, p95."""
+    return f"p{int(q)}" if float(q).is_integer() else f"p{q:g}"
+
+
 class Summary(_Model):
     """A latency summary in ms; every entry None without samples."""
 
@@ -85,7 +91,7 @@ class Summary(_Model):
 
     def at(self, q: float) -> float | None:
         """The ``q``-th percentile, None where the run did not compute it."""
-        key = f"p{int(q)}" if float(q).is_integer() else f"p{q:g}"
+        key = percentile_key(q)
         if key in ("p50", "p90", "p99"):
             value: float | None = getattr(self, key)
             return value

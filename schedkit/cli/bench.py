@@ -467,7 +467,8 @@ def _summary_rows(results: Results) -> list[tuple[str, Callable[[ArmMetrics], An
     """The summary's rows, in vllm bench serve's words and order: counts, duration and
     throughputs, then mean, median and each ``--metric-percentiles`` of each of the
     ``--percentile-metrics``, then what vLLM does not print."""
-    from schedkit.bench.stats.metrics import VLLM_LATENCIES, percentile_key
+    from schedkit.bench.results import percentile_key
+    from schedkit.bench.stats.metrics import VLLM_LATENCIES
 
     stats = results.provenance.spec.get("stats", {})
     names = stats.get("percentile_metrics", ["ttft", "tpot", "itl"])

@@ -30,12 +30,11 @@ from typing import Any
 
 import numpy as np
 
-from schedkit.bench.results import Results
+from schedkit.bench.results import Results, percentile_key
 from schedkit.bench.stats.metrics import (
     is_completed,
     latencies_ms,
     meets_slo,
-    percentile_key,
     slo_applies,
 )
 from schedkit.records import RequestRecord, RunResult

@@ -36,6 +36,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from schedkit.bench.results import percentile_key
 from schedkit.bench.stats.estimators import (
     jain,
     percentile,
@@ -317,11 +318,6 @@ def _breakdown(
 #: vllm bench serve's names of the latencies (``--percentile-metrics``) -> schedkit's keys
 VLLM_LATENCIES = {"ttft": "ttft_ms", "tpot": "tpot_ms", "itl": "itl_ms", "e2el": "e2e_ms"}
 SUMMARY_PERCENTILES = (50.0, 90.0, 99.0)  # every latency summary has these
-
-
-def percentile_key(q: float) -> str:
-    """A percentile's name as vllm bench serve writes it: p99, p99.9, p95."""
-    return f"p{int(q)}" if float(q).is_integer() else f"p{q:g}"
 
 
 def more_percentiles(
