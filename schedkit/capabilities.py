@@ -57,7 +57,12 @@ MATRIX: dict[str, dict[str, Capability]] = {
     "order_waiting": {
         "sim": FULL,
         "vllm": Capability(
-            "full", "requests holding KV blocks of a KV connector keep vLLM's order, first"
+            "full",
+            "requests holding KV blocks of a KV connector keep vLLM's order, first;"
+            " requests whose KV a connector loads (0.34's async_kv_waiting) are ordered"
+            " with the rest, one order, and start their loads in it, also while the batch"
+            " is full; 0.34's --cache-aware-admission-window is turned off (a warning says"
+            " so): it would reorder the policy's order",
         ),
         "sglang": Capability(
             "full",

@@ -87,7 +87,10 @@ def order_waiting(waiting: Sequence[RequestView], engine: EngineView) -> list[Re
     in any order.
 
     :param waiting: the queue in the engine's current order (preempted requests first,
-        then by arrival under FCFS). Never empty.
+        then by arrival under FCFS). Never empty. Every waiting request that holds no KV
+        blocks is in it, also one whose KV a KV connector will load rather than compute
+        (vLLM 0.34 keeps those in a queue of their own, ``async_kv_waiting``; the
+        adapter merges it in): the engine starts loads and prefills in the order given.
     :param engine: the engine's state before the step.
 
     Return a permutation of ``waiting`` (every request exactly once) or ``None`` to keep

@@ -9,6 +9,7 @@ built only when a schedkit config is present; without one the scheduler is stock
 
 from __future__ import annotations
 
+import heapq
 import time
 import warnings
 from typing import Any, cast
@@ -19,6 +20,7 @@ from schedkit.adapter.recording import StepRecorder
 from schedkit.adapter.runtime import report_of
 from schedkit.seal import Seal
 from schedkit.trust import DEFAULT_TRUST, TrustConfig
+from vllm.v1.core.sched.request_queue import SchedulingPolicy
 
 from schedkit_vllm.eviction import EvictionHook
 from schedkit_vllm.views import VllmEngineView, VllmRequestView
@@ -71,6 +73,9 @@ class VllmRuntime(AdapterRuntime):
         self._unreported: list[tuple[Any, str]] = []  # rejected requests owed an output
         self._victim_plan: tuple[int, str, list[Any]] | None = None  # (step, needing id, plan)
         self._step_started = 0.0
+        # request id -> place in the policy's last order over both waiting queues, while
+        # async_kv_waiting holds requests (else None: vLLM picks between the queues)
+        self.waiting_rank: dict[str, int] | None = None
         self.eviction: EvictionHook | None = None
         if facade.has_evictions:
             self.eviction = EvictionHook(scheduler.kv_cache_manager.block_pool, facade, self.engine)
@@ -110,14 +115,8 @@ class VllmRuntime(AdapterRuntime):
         self.engine.step_index += 1
         self._step_started = time.perf_counter()
         facade = self.facade
-        waiting = scheduler.waiting
-        if facade.has_order and waiting and len(scheduler.running) < scheduler.max_num_active_reqs:
-            requests = list(waiting)
-            started = time.perf_counter()
-            order = facade.order_waiting([self.view(r) for r in requests], self.engine)
-            self.timed("order_waiting", started, order is not None)
-            if order is not None:
-                waiting.replace([cast(VllmRequestView, v).request for v in order])
+        if facade.has_order:
+            self.order_waiting()
         if not facade.has_plan:
             return None
         default = BatchBudget(
@@ -129,6 +128,45 @@ class VllmRuntime(AdapterRuntime):
         budget = facade.plan_batch(self.engine, default)
         self.timed("plan_batch", started, budget != default)
         return None if budget == default else budget
+
+    def order_waiting(self) -> None:
+        """Put the waiting requests in the policy's order, one order over ``waiting`` and
+        (vLLM 0.34, a KV connector with ``--max-num-inflight-kv-loads``)
+        ``async_kv_waiting``, whose requests start their KV loads even while the batch is
+        full. Each queue keeps its requests in the policy's order, and ``waiting_rank``
+        lets the scheduler take the head the policy puts first where vLLM would compare
+        arrivals. ``kv_holding_waiting`` (requests holding blocks) keeps vLLM's order."""
+        scheduler = self.scheduler
+        waiting = scheduler.waiting
+        loads = getattr(scheduler, "async_kv_waiting", None)
+        self.waiting_rank = None
+        admits = waiting and len(scheduler.running) < scheduler.max_num_active_reqs
+        if not admits and not loads:
+            return
+        if loads:  # the engine's order: vLLM's own merge of the two queues' heads
+            requests = list(heapq.merge(waiting, loads, key=self._vllm_rank))
+        else:
+            requests = list(waiting)
+        started = time.perf_counter()
+        order = self.facade.order_waiting([self.view(r) for r in requests], self.engine)
+        self.timed("order_waiting", started, order is not None)
+        if order is None:
+            return
+        ordered = [cast(VllmRequestView, v).request for v in order]
+        if not loads:
+            waiting.replace(ordered)
+            return
+        loading = {id(r) for r in loads}
+        waiting.replace([r for r in ordered if id(r) not in loading])
+        loads.replace([r for r in ordered if id(r) in loading])
+        self.waiting_rank = {r.request_id: i for i, r in enumerate(ordered)}
+
+    def _vllm_rank(self, request: Any) -> tuple[int, float]:
+        """What vLLM's ``_next_waiting_queue`` compares: arrival, after priority in its
+        priority mode."""
+        if self.scheduler.policy == SchedulingPolicy.PRIORITY:
+            return (int(request.priority), float(request.arrival_time))
+        return (0, float(request.arrival_time))
 
     def after_schedule(self, output: Any) -> None:
         """Record prefix-cache hits of admitted requests; open the step's report, keyed by

@@ -14,7 +14,12 @@ How each hook reaches vLLM (vLLM's own code runs unchanged in every case):
   and ``stop_reason="rejected: <reason>"``.
 - ``order_waiting``: ``self.waiting`` becomes an ``OrderedRequestQueue`` (FCFS semantics,
   plus ``replace``) and is reordered before each step. ``kv_holding_waiting`` (requests
-  that hold KV blocks, which vLLM always drains first) keeps vLLM's order.
+  that hold KV blocks, which vLLM always drains first) keeps vLLM's order. vLLM 0.34's
+  ``async_kv_waiting`` (requests whose KV a connector may load asynchronously, with
+  ``--max-num-inflight-kv-loads``) is ordered with ``waiting``, in one order: each queue
+  holds its requests in the policy's order, and where vLLM picks between the two heads
+  by arrival the adapter picks the one the policy puts first. Their loads start in that
+  order, also while the batch is full (as in vLLM: a load takes no running slot).
 - ``plan_batch``: ``max_num_scheduled_tokens``, ``max_num_active_reqs`` (admission into
   running) and ``long_prefill_token_threshold`` are set for one ``schedule()`` call and
   restored after it. A tighter ``max_running`` stops admissions; it does not preempt.
@@ -129,6 +134,7 @@ class SchedkitSchedulerMixin(_Base):  # type: ignore[misc]
     _live: VllmRuntime | None = None  # the runtime when its policies implement any hook
     # vLLM's attributes this mixin reassigns (vLLM is typed Any here).
     waiting: Any
+    async_kv_waiting: Any  # vLLM 0.34
     running: list[Any]
     policy: Any
     max_num_scheduled_tokens: int
@@ -162,6 +168,10 @@ class SchedkitSchedulerMixin(_Base):  # type: ignore[misc]
             queue = OrderedRequestQueue()
             queue.replace(self.waiting)
             self.waiting = queue
+            if hasattr(self, "async_kv_waiting"):  # vLLM 0.34: ordered with `waiting`
+                loads = OrderedRequestQueue()
+                loads.replace(self.async_kv_waiting)
+                self.async_kv_waiting = loads
             # vLLM 0.34's --cache-aware-admission-window reorders the head of `waiting`
             # inside schedule(), after order_waiting: the policy owns the order (as on the
             # simulator, schedkit.sim.cadence)
@@ -234,6 +244,20 @@ class SchedkitSchedulerMixin(_Base):  # type: ignore[misc]
             running = self.running = SteeredRunning(running)
         running.victim = victim
         self.policy = SchedulingPolicy.PRIORITY
+
+    def _next_waiting_queue(self, take_async_kv: bool) -> Any:
+        """vLLM 0.34: ``waiting`` or ``async_kv_waiting``, whichever head the policy's
+        order puts first (vLLM compares arrivals, or priorities in its priority mode)."""
+        runtime = self._live
+        rank = None if runtime is None else runtime.waiting_rank
+        loads, waiting = self.async_kv_waiting, self.waiting
+        if rank is None or not take_async_kv or not loads or not waiting:
+            return super()._next_waiting_queue(take_async_kv)
+        first = rank.get(loads.peek_request().request_id)
+        other = rank.get(waiting.peek_request().request_id)
+        if first is None or other is None:  # not in the order: vLLM's rule
+            return super()._next_waiting_queue(take_async_kv)
+        return loads if first < other else waiting
 
     def add_request(self, request: Any) -> None:
         runtime = self._live

@@ -166,13 +166,15 @@ def build_scheduler(
     cls: type | None = None,
     model_dir: Path | None = None,
     scheduler_options: Mapping[str, Any] | None = None,
+    kv_transfer: Mapping[str, Any] | None = None,
 ) -> Any:
     """Build ``cls`` (default ``schedkit_vllm.Scheduler``) over ``num_blocks`` KV blocks.
 
     ``schedkit`` goes to ``additional_config["schedkit"]``; ``model_dir`` needs only a
     ``config.json`` (a stub one is made when omitted); ``scheduler_options`` are further
-    ``SchedulerConfig`` fields (e.g. vLLM 0.34's ``cache_aware_admission_window``). vLLM
-    keeps one block as its null block, so ``num_blocks - 1`` are usable.
+    ``SchedulerConfig`` fields (e.g. vLLM 0.34's ``cache_aware_admission_window``);
+    ``kv_transfer``, ``KVTransferConfig`` fields, configures a KV connector (its scheduler
+    side only). vLLM keeps one block as its null block, so ``num_blocks - 1`` are usable.
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from vllm.v1.core.sched.async_scheduler import AsyncScheduler
@@ -194,6 +196,7 @@ def build_scheduler(
         async_scheduling=issubclass(cls, AsyncScheduler),
         schedkit=schedkit,
         scheduler_options=scheduler_options or {},
+        kv_transfer=kv_transfer,
     )
     kv_cache_config = _kv_cache_config(num_blocks, block_size)
     vllm_config.cache_config.num_gpu_blocks = num_blocks
@@ -219,9 +222,17 @@ def _vllm_config(
     async_scheduling: bool,
     schedkit: Mapping[str, Any] | None,
     scheduler_options: Mapping[str, Any],
+    kv_transfer: Mapping[str, Any] | None,
 ) -> Any:
     """The ``VllmConfig`` of a model-less scheduler (``build_scheduler``'s arguments)."""
-    from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
+    from vllm.config import (
+        CacheConfig,
+        DeviceConfig,
+        KVTransferConfig,
+        ModelConfig,
+        SchedulerConfig,
+        VllmConfig,
+    )
 
     model_config = ModelConfig(
         model=str(model_dir),
@@ -246,6 +257,7 @@ def _vllm_config(
         cache_config=CacheConfig(block_size=block_size, enable_prefix_caching=prefix_caching),
         device_config=DeviceConfig(device=model_less_device()),
         additional_config={"schedkit": dict(schedkit)} if schedkit is not None else {},
+        kv_transfer_config=KVTransferConfig(**kv_transfer) if kv_transfer is not None else None,
     )
 
 
