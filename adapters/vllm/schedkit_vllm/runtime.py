@@ -23,6 +23,7 @@ from schedkit.trust import DEFAULT_TRUST, TrustConfig
 from vllm.v1.core.sched.request_queue import SchedulingPolicy
 
 from schedkit_vllm.eviction import EvictionHook
+from schedkit_vllm.offload import SchedkitCachePolicy
 from schedkit_vllm.views import VllmEngineView, VllmRequestView
 
 __all__ = ["REJECTED", "VllmRuntime", "recording_meta"]
@@ -77,6 +78,7 @@ class VllmRuntime(AdapterRuntime):
         # async_kv_waiting holds requests (else None: vLLM picks between the queues)
         self.waiting_rank: dict[str, int] | None = None
         self.eviction: EvictionHook | None = None
+        self.offload: list[SchedkitCachePolicy] = []  # the KV offload tier's, when bound
         if facade.has_evictions:
             self.eviction = EvictionHook(scheduler.kv_cache_manager.block_pool, facade, self.engine)
             self.eviction.metrics = self.metrics
@@ -203,8 +205,10 @@ class VllmRuntime(AdapterRuntime):
         """The results of the step ``scheduler_output`` describes were processed."""
         self.sync_metrics()
         eviction = self.eviction
-        if eviction is not None and eviction.num_evicted_by_policy != self.num_evicted_by_policy:
-            self.evicted(eviction.num_evicted_by_policy - self.num_evicted_by_policy)
+        evicted = 0 if eviction is None else eviction.num_evicted_by_policy
+        evicted += sum(policy.num_evicted_by_policy for policy in self.offload)
+        if evicted != self.num_evicted_by_policy:  # GPU blocks and offloaded chunks
+            self.evicted(evicted - self.num_evicted_by_policy)
         self.close_step(scheduler_output)
 
     # -- preemption -----------------------------------------------------------------

@@ -38,7 +38,8 @@ How each hook reaches vLLM (vLLM's own code runs unchanged in every case):
   none of this, except where vLLM itself skips preemption: while the connector has
   pending block frees (``has_pending_block_frees()``), vLLM waits for them instead of
   preempting, and the policy is not asked.
-- ``select_evictions``: see ``schedkit_vllm.eviction``.
+- ``select_evictions``: see ``schedkit_vllm.eviction``; in vLLM's KV offload tier
+  (``eviction_policy: SchedkitCachePolicy``), ``schedkit_vllm.offload``.
 - ``on_step_finished`` after ``update_from_output`` of the step the report describes
   (keyed by its ``SchedulerOutput``: with async scheduling, one step late, never shifted);
   ``on_request_finished`` from ``_free_request``, the one place vLLM finishes every
@@ -69,6 +70,7 @@ from vllm.v1.core.sched.scheduler import Scheduler as _VllmScheduler  # noqa: E4
 from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs  # noqa: E402
 from vllm.v1.request import RequestStatus  # noqa: E402
 
+from schedkit_vllm import offload  # noqa: E402
 from schedkit_vllm.config import resolve_config  # noqa: E402
 from schedkit_vllm.runtime import VllmRuntime  # noqa: E402
 
@@ -132,6 +134,8 @@ class SchedkitSchedulerMixin(_Base):  # type: ignore[misc]
     # only the attributes they need; such a scheduler is stock vLLM.
     schedkit: VllmRuntime | None = None
     _live: VllmRuntime | None = None  # the runtime when its policies implement any hook
+    # The KV offload tier's SchedkitCachePolicy objects vLLM built with this scheduler.
+    offload_policies: tuple[offload.SchedkitCachePolicy, ...] = ()
     # vLLM's attributes this mixin reassigns (vLLM is typed Any here).
     waiting: Any
     async_kv_waiting: Any  # vLLM 0.34
@@ -143,9 +147,13 @@ class SchedkitSchedulerMixin(_Base):  # type: ignore[misc]
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.schedkit = None
         self._live = None
-        super().__init__(*args, **kwargs)
+        with offload.collecting() as built:  # vLLM builds its KV connector in here
+            super().__init__(*args, **kwargs)
+        self.offload_policies = tuple(built)
         config = resolve_config(self.vllm_config.additional_config)
-        if config is not None:
+        if config is None:
+            offload.require_config(self.offload_policies)
+        else:
             self.install_schedkit(
                 PolicyFacade.from_config(config), config.trust, record_steps=config.record_steps
             )
@@ -184,6 +192,12 @@ class SchedkitSchedulerMixin(_Base):  # type: ignore[misc]
                     facade.label,
                 )
                 self.cache_aware_window = 0
+        for policy in self.offload_policies:  # the KV offload tier asks the same policies
+            pool = self.kv_cache_manager.block_pool
+            policy.bind(
+                facade, runtime.engine, hash_block_size=pool.hash_block_size, timed=runtime.timed
+            )
+            runtime.offload.append(policy)
         self.schedkit = runtime
         # A policy set with no hooks (the default fcfs) leaves every override on the
         # stock path: nothing would read what the runtime records.

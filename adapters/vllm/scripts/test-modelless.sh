@@ -30,6 +30,7 @@ selected=(
     "$T/test_request_files.py"  # vllm bench's own dataset classes, no engine
     "$T/test_connector.py"  # vLLM's ExampleConnector on the scheduler side, no workers
     "$T/test_async_kv_waiting.py"  # a KV connector of the tests, scheduler side only
+    "$T/test_offload.py"  # vLLM's KV offload tier (CPU CachePolicy), scheduler side only
     # The model-less tests of the real-engine files: argument checks and command building.
     "$T/test_real.py::test_engine_vllm_needs_a_model_directory"
     "$T/test_real.py::test_requests_longer_than_the_model_are_clipped"
