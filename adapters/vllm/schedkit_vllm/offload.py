@@ -19,6 +19,9 @@ answer decides; ``None`` (no eviction hook, no opinion, a failing policy) is vLL
 exactly. ``evict``'s contract holds either way: exactly ``n`` chunks, or ``None`` and
 nothing changed.
 
+Cost: nothing without an eviction hook; with one, per eviction, the window's entries
+popped from vLLM's LRU heap and pushed back, and the facade's call on the candidates.
+
 The policy object is the scheduler's own (policies hold state): vLLM builds the manager,
 and with it this policy, inside the scheduler's constructor, with no config at hand
 (``vllm.config.get_current_vllm_config()`` is unset there, in the engine-core process
