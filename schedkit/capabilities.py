@@ -21,6 +21,7 @@ __all__ = [
     "ENGINES",
     "FIELDS",
     "MATRIX",
+    "TIERS",
     "Capability",
     "differences",
     "matrix_engine",
@@ -248,6 +249,30 @@ FIELDS: dict[str, dict[str, Capability]] = {
 ``Policy.fields`` so the launch warning covers them."""
 
 
+TIERS: dict[str, dict[str, Capability]] = {
+    "select_evictions, eviction_key: the host KV tier": {
+        "sim": Capability(
+            "full",
+            "with kv_offloading_size (vLLM's --kv-offloading-size): candidates are the"
+            " stored blocks of the least recently used runs (a hash group's, or a"
+            " request's own), last blocks first, within the eviction window; evicting a"
+            " block drops the blocks after it in its run, which no lookup could reach",
+        ),
+        "vllm": Capability(
+            "full",
+            "0.32-0.34's KV offload tier (OffloadingConnector; --kv-offloading-size) with"
+            " eviction_policy SchedkitCachePolicy and cache_policy_module_path"
+            " schedkit_vllm.offload: candidates are the evictable host-memory chunks in"
+            " vLLM's LRU order, within the eviction window; num_hits counts reuses from"
+            " host memory; None is vLLM's LRU",
+        ),
+        "sglang": Capability("none", "HiCache's host tier evicts by its own rules"),
+        "lmdeploy": Capability("none", "LMDeploy has no host KV tier"),
+    },
+}
+"""Decisions on KV tiers beyond the GPU's, by the hooks that make them on the GPU."""
+
+
 def matrix_engine(engine: str) -> str:
     """The matrix column of a bench engine name (``vllm-twin`` runs vLLM's scheduler)."""
     return "vllm" if engine.startswith("vllm") else engine
@@ -292,6 +317,7 @@ def render_markdown() -> str:
         "|---|" + "---|" * len(ENGINES),
     ]
     rows = [(hook, MATRIX[hook]) for hook in HOOK_NAMES] + list(FIELDS.items())
+    rows += list(TIERS.items())
     for name, caps in rows:
         cells = [caps[e].level + (f": {caps[e].note}" if caps[e].note else "") for e in ENGINES]
         lines.append(f"| `{name}` | " + " | ".join(cells) + " |")

@@ -68,7 +68,8 @@ class RunResult:
     preemptions: int = 0
     recomputed_tokens: int = 0
     prefix_query_tokens: int = 0
-    prefix_hit_tokens: int = 0
+    prefix_hit_tokens: int = 0  # either tier's: the GPU prefix cache's and host memory's
+    host_hit_tokens: int = 0  # of which loaded from host memory (KV offloading)
     policy_errors: int = 0
     policy_errors_by_hook: dict[str, int] = field(default_factory=dict)
     slow_hook_calls: dict[str, int] = field(default_factory=dict)  # "policy.hook" -> count

@@ -62,3 +62,14 @@ def test_declared_fields_are_warned_where_partly_supported(
     assert any("RequestView.block_hashes" in m and "Rust" in m for m in messages)
     assert any("select_evictions" in m for m in messages)
     assert warn_unsupported(facade, "vllm") == []
+
+
+def test_every_tier_row_names_every_engine_and_what_differs() -> None:
+    from schedkit.capabilities import TIERS
+
+    assert TIERS, "the host KV tier's row is missing"
+    for row, caps in TIERS.items():
+        assert set(caps) == set(ENGINES), row
+        for engine, cap in caps.items():
+            assert cap.note, f"{row} on {engine} says nothing of what it means there"
+        assert row in render_markdown()

@@ -27,6 +27,10 @@ _KV_DTYPE = "the in-process engine is started with its default KV cache dtype"
 _CADENCE = ("prefill_schedule_interval", "cache_aware_admission_window",
             "cache_aware_admission_threshold")  # fmt: skip
 _NO_KNOB_032 = "vLLM 0.32 (the CPU build the real engine runs) has no such setting"
+_OFFLOAD = ("kv_offloading_size", "kv_offloading_bandwidth", "kv_offloading_latency_ms")
+_NO_OFFLOAD = "the in-process engine runs without KV offloading (a CPU build has no host tier)"
+_NO_OFFLOAD_TWIN = "the twin's scheduler runs without a KV connector"
+_NO_OFFLOAD_SGLANG = "SGLang's host tier is HiCache, which the simulator does not model"
 _NO_KNOB_SGLANG = "it is vLLM's; SGLang schedules prefill by its own rules"
 _OWN_SCHEDULE = (
     "the engine batches prefills by its own rules (vLLM mixes them into decode steps,"
@@ -45,6 +49,7 @@ IGNORED_SETTINGS: dict[str, dict[str, str]] = {
         "kv_cache_dtype": _KV_DTYPE,
         "mixed_prefill": _OWN_SCHEDULE,
         **dict.fromkeys(_CADENCE, _NO_KNOB_032),
+        **dict.fromkeys(_OFFLOAD, _NO_OFFLOAD),
     },
     "sglang": {
         "tp": _ONE_ENGINE,
@@ -56,11 +61,13 @@ IGNORED_SETTINGS: dict[str, dict[str, str]] = {
         "kv_cache_dtype": _KV_DTYPE,
         "mixed_prefill": _OWN_SCHEDULE,
         **dict.fromkeys(_CADENCE, _NO_KNOB_SGLANG),
+        **dict.fromkeys(_OFFLOAD, _NO_OFFLOAD_SGLANG),
     },
     "vllm-twin": {
         "eviction_window": _OWN_EVICTION,
         "replicas": _ONE_ENGINE,
         "mixed_prefill": _OWN_SCHEDULE,
+        **dict.fromkeys(_OFFLOAD, _NO_OFFLOAD_TWIN),
     },
     "openai": {
         "tp": _RUNNING,
@@ -77,6 +84,7 @@ IGNORED_SETTINGS: dict[str, dict[str, str]] = {
         "kv_cache_dtype": _RUNNING,
         "mixed_prefill": _RUNNING,
         **dict.fromkeys(_CADENCE, _RUNNING),
+        **dict.fromkeys(_OFFLOAD, _RUNNING),
     },
     "import": {
         "tp": _MEASURED,
@@ -93,6 +101,7 @@ IGNORED_SETTINGS: dict[str, dict[str, str]] = {
         "kv_cache_dtype": _MEASURED,
         "mixed_prefill": _MEASURED,
         **dict.fromkeys(_CADENCE, _MEASURED),
+        **dict.fromkeys(_OFFLOAD, _MEASURED),
     },
 }
 

@@ -14,6 +14,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from schedkit.adapter.recording import RECORDING_ENGINES
 from schedkit.bench.arms import ENGINE_KEYS, ResolvedArm, resolve_arms
 from schedkit.bench.engine_settings import check_engine_settings
@@ -40,6 +42,7 @@ from schedkit.sim.config import DEFAULT_EVICTION_WINDOW, SimConfig
 from schedkit.sim.cost.calibration import make_cost_model, profile_mismatch
 from schedkit.sim.cost.model import LinearCostModel, RooflineCostModel
 from schedkit.sim.cost.profiles import DEFAULT_REGISTRY, KV_CACHE_DTYPES, register_model_dir
+from schedkit.sim.cost.shape import ModelProfile
 from schedkit.workload import TraceRequest, Workload, load_workload
 
 __all__ = [
@@ -373,7 +376,14 @@ class Bench:
                 log.warning("%s", found)
                 self._profile_warnings.append(found)
         self._check_capacity(s, blocks, overrides, longest, where, f"{model.name} on {gpu.name}")
-        sim_config = self._sim_config(s, blocks)
+        try:
+            sim_config = self._sim_config(s, blocks, host_tier(s, model))
+        except ValidationError as exc:  # settings that do not go together
+            why = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
+            raise SchedkitError(
+                f"{where}these engine settings do not go together: {why}. Drop one of them"
+                " (--no-mixed-prefill and --no-enable-prefix-caching set these off)"
+            ) from None
         info: dict[str, Any] = {
             "engine": spec.engine,
             "model": s["model"] if spec.engine == "openai" else model.label,
@@ -413,10 +423,14 @@ class Bench:
                 " the engine could never run; raise kv_blocks or gpu_memory_utilization"
             )
 
-    def _sim_config(self, s: dict[str, Any], blocks: int) -> SimConfig:
-        """The simulator's config for engine settings ``s``, batching as the engine does."""
+    def _sim_config(
+        self, s: dict[str, Any], blocks: int, host: dict[str, Any] | None = None
+    ) -> SimConfig:
+        """The simulator's config for engine settings ``s``, batching as the engine does;
+        ``host``: its host KV tier's fields (``host_tier``)."""
         mixed = self.spec.settings.mixed_prefill
         return SimConfig(
+            **(host or {}),
             num_blocks=blocks,
             block_size=s["block_size"],
             max_num_seqs=s["max_num_seqs"],
@@ -486,6 +500,21 @@ class Bench:
             else:
                 hi = mid
         return {"goodput_rps": lo * base_rate, "goodput_rate_scale": lo}
+
+
+def host_tier(s: dict[str, Any], model: ModelProfile) -> dict[str, Any]:
+    """``SimConfig``'s host KV tier for settings ``s``: ``kv_offloading_size`` GiB, summed
+    over TP ranks as vLLM counts it, in blocks of every rank's share of a block; a load
+    moves each rank's share over its own link at ``kv_offloading_bandwidth`` GB/s."""
+    if not s["kv_offloading_size"]:
+        return {}
+    tp = s["tp"]
+    block_bytes = model.kv_bytes_per_token * max(1, tp // model.num_kv_heads) * s["block_size"]
+    return {
+        "host_kv_blocks": int(s["kv_offloading_size"] * (1 << 30) // block_bytes),
+        "host_kv_block_load_s": block_bytes / tp / (s["kv_offloading_bandwidth"] * 1e9),
+        "host_kv_load_latency_s": s["kv_offloading_latency_ms"] / 1e3,
+    }
 
 
 def arrival_rate(requests: Sequence[TraceRequest]) -> float:

@@ -25,6 +25,14 @@ Positive = Annotated[int, Gt(0)]
 NonNegative = Annotated[int, Ge(0)]
 Share = Annotated[float, Gt(0), Le(1)]
 Fraction = Annotated[float, Ge(0), Le(1)]
+GiB = Annotated[float, Ge(0)]
+Rate = Annotated[float, Gt(0)]
+Millis = Annotated[float, Ge(0)]
+# The host link's defaults: half of PCIe 5.0 x16's 64 GB/s a direction (PCI-SIG's figure)
+# for what KV loads get of it, and 0.1 ms to start and sync a load: assumptions, to be
+# replaced by a measurement (--kv-offloading-bandwidth, --kv-offloading-latency-ms).
+HOST_LINK_GBS = 32.0
+HOST_LOAD_LATENCY_MS = 0.1
 
 _SIM = SimConfig.model_fields
 
@@ -89,6 +97,21 @@ class EngineSpec(BaseModel):
         description="vLLM --cache-aware-admission-threshold (0.34): the KV cache usage below"
         " which the window is not applied.",
     )
+    kv_offloading_size: GiB = Field(
+        default=0.0,
+        description="vLLM --kv-offloading-size (0.34): GiB of host memory, summed over TP"
+        " ranks, for a KV tier behind the prefix cache; a prefix found there is loaded,"
+        " not recomputed (0: no tier).",
+    )
+    kv_offloading_bandwidth: Rate = Field(
+        default=HOST_LINK_GBS,
+        description="Simulator: GB/s each GPU's KV loads from host memory get (default: half"
+        " of PCIe 5.0 x16's 64 GB/s a direction).",
+    )
+    kv_offloading_latency_ms: Millis = Field(
+        default=HOST_LOAD_LATENCY_MS,
+        description="Simulator: ms a KV load from host memory takes on top of its transfer.",
+    )
     eviction_window: NonNegative | None = Field(
         default=None,
         description="Simulator: at most this many LRU blocks offered to an eviction policy"
@@ -130,6 +153,9 @@ class EngineSettings(BaseModel):
     prefill_schedule_interval: Positive | None = None
     cache_aware_admission_window: NonNegative | None = None
     cache_aware_admission_threshold: Fraction | None = None
+    kv_offloading_size: GiB | None = None
+    kv_offloading_bandwidth: Rate | None = None
+    kv_offloading_latency_ms: Millis | None = None
     eviction_window: NonNegative | None = None
     kv_cache_dtype: KvCacheDtype | None = None
 

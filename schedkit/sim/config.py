@@ -75,6 +75,19 @@ class SimConfig(BaseModel):
         " the engine; a request arrives when one leaves if it is due by then, and its"
         " arrival_s becomes that time (vllm bench serve --max-concurrency)",
     )
+    host_kv_blocks: int = Field(
+        default=0,
+        ge=0,
+        description="vLLM's KV offloading (--kv-offloading-size): a host-memory tier of"
+        " this many blocks behind the prefix cache, written through as blocks are computed;"
+        " a prefix found there is loaded, not recomputed (0: no tier)",
+    )
+    host_kv_block_load_s: float = Field(
+        default=0.0, ge=0.0, description="seconds one block takes on the host-to-GPU link"
+    )
+    host_kv_load_latency_s: float = Field(
+        default=0.0, ge=0.0, description="seconds a load waits after its transfer (setup, sync)"
+    )
     timeline_interval_s: float = Field(default=1.0, gt=0)
     eviction_window: int = Field(
         default=DEFAULT_EVICTION_WINDOW,
@@ -91,5 +104,10 @@ class SimConfig(BaseModel):
             raise ValueError(
                 "prefill_schedule_interval and cache_aware_admission_window are vLLM's;"
                 " they need vLLM's batches (mixed_prefill=True), not SGLang's"
+            )
+        if self.host_kv_blocks and not (self.enable_prefix_caching and self.mixed_prefill):
+            raise ValueError(
+                "a host KV tier (kv_offloading_size) is vLLM's: it needs prefix caching and"
+                " vLLM's batches (mixed_prefill=True)"
             )
         return self

@@ -32,6 +32,7 @@ from schedkit.sim.cadence import PrefillCadence, in_prefill
 from schedkit.sim.config import SimConfig, StepCost
 from schedkit.sim.kv.blocks import blocks_for
 from schedkit.sim.kv.cache import KVCache
+from schedkit.sim.offload import HostTierLoads
 from schedkit.sim.recorder import Recorder
 from schedkit.sim.request import SimRequest, TraceLike
 from schedkit.sim.stretch import TIME_EPS, DecodeStretches
@@ -41,7 +42,7 @@ from schedkit.sim.waiting import FifoWaiting, KeyedWaiting, make_waiting
 __all__ = ["SimConfig", "SimEngine", "StepCost", "no_cyclic_gc"]
 
 
-class SimEngine(DecodeStretches, PrefillCadence):
+class SimEngine(DecodeStretches, PrefillCadence, HostTierLoads):
     """Replays requests through the selected policies; ``run()`` returns a RunResult."""
 
     def __init__(
@@ -68,6 +69,8 @@ class SimEngine(DecodeStretches, PrefillCadence):
             facade, self.view
         )
         per_group = config.hash_block_tokens // config.block_size
+        if per_group * config.block_size != config.hash_block_tokens:
+            per_group = 0
         self.kv = KVCache(
             config.num_blocks,
             config.block_size,
@@ -75,10 +78,9 @@ class SimEngine(DecodeStretches, PrefillCadence):
             facade=facade,
             engine=self.view,
             eviction_window=config.eviction_window,
-            group_blocks=per_group
-            if per_group * config.block_size == config.hash_block_tokens
-            else 0,
+            group_blocks=per_group,
         )
+        self._init_host(per_group)  # vLLM's KV offloading to host memory, when sized
         self.pending = [
             SimRequest.from_trace(i, r, config.block_size, config.hash_block_tokens)
             for i, r in enumerate(requests)
@@ -87,6 +89,7 @@ class SimEngine(DecodeStretches, PrefillCadence):
         self.arrived = 0  # index of the first pending request not yet arrived
         self.holding = False  # max_concurrency: the client holds requests already due
         self.ended = 0  # requests that finished with the last step
+        self.next_event = math.inf  # the next arrival or landing, as the next step starts
         self._init_cadence()  # vLLM's prefill_schedule_interval, cache-aware admission
         self.default_budget = BatchBudget(
             config.max_num_batched_tokens, config.max_num_seqs, config.long_prefill_token_threshold
@@ -113,9 +116,10 @@ class SimEngine(DecodeStretches, PrefillCadence):
         delivers them as they arrive, ``deliver_request``; ``run`` knows them all)."""
         pending, nxt = self.pending, self.arrived
         limit = self.cfg.max_concurrency  # the client's: requests in flight, at most
-        while nxt < len(pending) or self.running or self.waiting:
-            if not self.running and not self.waiting and self.clock < pending[nxt].record.arrival_s:
-                self.clock = pending[nxt].record.arrival_s
+        while nxt < len(pending) or self.running or self.waiting or self.loading:
+            if not self.running and not self.waiting and not self._landed():
+                due = pending[nxt].record.arrival_s if nxt < len(pending) else math.inf
+                self.clock = max(self.clock, self._next_landing(due))  # idle until then
             if self.clock + TIME_EPS >= until:  # an arrival not yet delivered may join first
                 break
             while nxt < len(pending) and pending[nxt].record.arrival_s <= self.clock + TIME_EPS:
@@ -126,13 +130,17 @@ class SimEngine(DecodeStretches, PrefillCadence):
                 nxt += 1
             else:
                 self.holding = False  # every request due has been sent
-            if not self.running and not self.waiting:
+            if not self.running and not self.waiting and not self._landed():
                 continue
             next_arrival = pending[nxt].record.arrival_s if nxt < len(pending) else until
             if limit is not None and len(self.running) + len(self.waiting) >= limit:
                 next_arrival = until  # none is sent before a request in flight ends
+            next_arrival = self._next_landing(next_arrival)
             budget = self._budget()
-            if not (self.stretch and self._advance_decode_stretch(next_arrival, budget)):
+            # a host tier is written through step by step, so no stretches with one
+            stretch = self.stretch and self.host is None
+            if not (stretch and self._advance_decode_stretch(next_arrival, budget)):
+                self.next_event = next_arrival  # a step that runs nothing waits until then
                 self._step(budget)
             if self.check_invariants:
                 self.check()
@@ -255,6 +263,8 @@ class SimEngine(DecodeStretches, PrefillCadence):
             prefill = prefill or admitted
         if cadence:
             self._count_step(bool(scheduled), prefill)
+        if not scheduled and not preempted and self.loading and self._wait_for_loads():
+            return
         self._execute(scheduled, preempted)
 
     def _prefill_step(self, budget: BatchBudget) -> bool:
@@ -291,6 +301,10 @@ class SimEngine(DecodeStretches, PrefillCadence):
         holds prefill, so only a request whose prompt is cached but its last token is.
         Whether one admitted has prompt to compute (vLLM's ``prefill_admitted``)."""
         waiting, running, kv, bs = self.waiting, self.running, self.kv, self.cfg.block_size
+        if self.loading and not defer:  # loads that landed run first (vLLM's kv_holding_waiting)
+            token_budget = self._run_landed(scheduled, token_budget, budget, chunk)
+            if self._landed():  # one left without room: no waiting request goes before it
+                token_budget = 0
         if self.facade.has_order_list and waiting:
             self._order_waiting()
         elif self.cache_window and not defer:
@@ -300,8 +314,15 @@ class SimEngine(DecodeStretches, PrefillCadence):
             req = waiting[0]
             hit, own, reclaim = kv.lookup(req.blocks, req.num_tokens)
             computed = (hit + own) * bs
-            if defer and computed < req.num_tokens - 1:
+            extra = self._host_hit(req, hit + own) if self.host is not None else 0
+            if defer and computed + extra * bs < req.num_tokens - 1:
                 break  # held until the cadence releases prefill
+            if extra:  # a load from host memory: no running slot, no token budget
+                if not kv.can_allocate(reclaim + own, max(extra, self._reserve(req, hit + own))):
+                    break
+                waiting.popleft()
+                self._start_load(req, hit, own, extra)
+                continue
             num_new = req.num_tokens - computed
             if chunk and num_new > chunk:
                 num_new = chunk
@@ -362,6 +383,8 @@ class SimEngine(DecodeStretches, PrefillCadence):
             bs, before = self.cfg.block_size, req._num_computed_tokens
             if (before + num_new) // bs > before // bs:
                 self.kv.publish(req.blocks, before // bs, (before + num_new) // bs)
+                if self.host is not None:  # written through to host memory
+                    self.host.store(req.blocks, before // bs, (before + num_new) // bs, self.clock)
 
     def _grow(self, req: SimRequest, num_new: int) -> bool:
         """Give a running request the blocks for ``num_new`` more tokens, if they fit."""
@@ -392,6 +415,10 @@ class SimEngine(DecodeStretches, PrefillCadence):
 
     def _preempt(self, req: SimRequest) -> None:
         self.running.remove(req)
+        self._requeue(req)
+
+    def _requeue(self, req: SimRequest) -> None:
+        """``req`` gives its blocks back and waits at the queue's front (a preemption)."""
         self.kv.release(req.blocks, self.clock)
         req.lost_tokens = req._num_computed_tokens
         req._num_computed_tokens = 0
@@ -468,7 +495,7 @@ class SimEngine(DecodeStretches, PrefillCadence):
 
     def check(self) -> None:
         """Assert KV block conservation and queue consistency (used by tests)."""
-        live = (*self.running, *self.waiting)
+        live = (*self.running, *self.waiting, *(req for _, req, _ in self.loading))
         self.kv.check([r.blocks for r in live])
         assert all(not r.blocks.nblocks for r in self.waiting), "a waiting request holds blocks"
         assert len(self.running) <= self.cfg.max_num_seqs or self.facade.has_plan

@@ -205,8 +205,21 @@ def test_real_engine_refuses_settings_it_does_not_pass(tmp_path: Path) -> None:
         " engine on one device). Drop them (the engine ignores --tensor-parallel-size,"
         " --replicas, --gpu, --profile, --eviction-window, --kv-cache-dtype,"
         " --[no-]mixed-prefill, --prefill-schedule-interval, --cache-aware-admission-window,"
-        " --cache-aware-admission-threshold), or use --engine sim, which honours every setting"
+        " --cache-aware-admission-threshold, --kv-offloading-size, --kv-offloading-bandwidth,"
+        " --kv-offloading-latency-ms), or use --engine sim, which honours every setting"
     )
+    args = (
+        "--workload",
+        SMALL,
+        "--policy",
+        "fcfs",
+        "--engine",
+        "vllm",
+        "--kv-offloading-size",
+        "8",
+    )
+    message = bench_error(tmp_path, *args)
+    assert "--kv-offloading-size 8.0 (the in-process engine runs without KV offloading" in message
     # SGLang batches by its own rules: the simulator's SGLang schedule is not an SGLang knob
     args = ("--workload", SMALL, "--policy", "fcfs", "--engine", "sglang", "--no-mixed-prefill")
     message = bench_error(tmp_path, *args)
@@ -471,7 +484,8 @@ def test_engine_settings(monkeypatch: pytest.MonkeyPatch) -> None:
         " --tensor-parallel-size, --replicas, --gpu, --profile, --gpu-memory-utilization,"
         " --eviction-window, --kv-cache-dtype, --[no-]mixed-prefill,"
         " --prefill-schedule-interval, --cache-aware-admission-window,"
-        " --cache-aware-admission-threshold), or use --engine sim, which honours every setting"
+        " --cache-aware-admission-threshold, --kv-offloading-size, --kv-offloading-bandwidth,"
+        " --kv-offloading-latency-ms), or use --engine sim, which honours every setting"
     )
     with pytest.raises(SchedkitError, match=r"^--engine vllm-twin .*--eviction-window 0 \("):
         check_engine_settings(spec(engine="vllm-twin", eviction_window=0))
@@ -549,3 +563,22 @@ def test_absurd_lengths_burstiness_and_rate_scales(tmp_path: Path) -> None:
     with pytest.raises(SchedkitError) as exc:
         inline_workload("poisson:rate=5,n=10").scaled(1e-320)
     assert str(exc.value).startswith("--rate-scale 9.99989e-321 stretches poisson:rate=5,n=10's")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--no-mixed-prefill", "--kv-offloading-size", "8"),
+        ("--no-enable-prefix-caching", "--kv-offloading-size", "8"),
+        ("--no-mixed-prefill", "--prefill-schedule-interval", "4"),
+        ("--arm", "name=a", "--arm", "name=b,prefix_caching=false,kv_offloading_size=4"),
+    ],
+)
+def test_settings_that_do_not_go_together_are_refused_by_name(
+    tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    message = bench_error(tmp_path, "--workload", SMALL, "--policy", "fcfs", *args)
+    assert "these engine settings do not go together" in message
+    assert "ValidationError" not in message and "Value error" not in message
+    if "name=b" in " ".join(args):
+        assert message.startswith("--arm b: ")

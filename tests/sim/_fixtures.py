@@ -94,7 +94,7 @@ class ProbedEngine(SimEngine):
     def _after_step(self) -> None:
         if self.trace_waiting:
             self.waiting_after.append([r.request_id for r in self.waiting])
-        if self.view.step_index > self.step_cap:
+        if self.view.step_index > self.step_cap or self.iterations > 2 * self.step_cap:
             raise Livelock(
                 f"{self.view.step_index} steps, {self.result.preemptions} preemptions:"
                 f" running {[r.request_id for r in self.running]},"
