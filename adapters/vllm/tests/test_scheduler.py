@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import VllmScheduler, free_blocks, make_request, run_until_idle
+from conftest import Run, VllmScheduler, free_blocks, make_request, run_until_idle, step
 from schedkit.errors import PolicyConfigError, UnknownPolicyError
 
 from schedkit_vllm import AsyncScheduler, Scheduler
@@ -111,3 +111,36 @@ def test_scheduler_cls_resolves_by_qualified_name(make_scheduler: Any) -> None:
     config.scheduler_cls = "schedkit_vllm.Scheduler"
     assert config.get_scheduler_cls() is Scheduler
     json.dumps(scheduler.vllm_config.additional_config)  # must stay JSON for vLLM's hash
+
+
+def test_a_scheduler_built_without_init_is_stock_vllm(make_scheduler: Any) -> None:
+    """vLLM's own tests build schedulers with ``object.__new__`` and set only the
+    attributes they need: such a scheduler has no policies and schedules as vLLM's."""
+    stock = _replay(make_scheduler(cls=VllmScheduler, num_blocks=40))
+    ours = object.__new__(Scheduler)
+    ours.__dict__.update(make_scheduler(cls=VllmScheduler, num_blocks=40).__dict__)
+    assert ours.schedkit is None
+    run = _replay(ours)
+    assert (run.steps, run.preempted, run.finished) == (
+        stock.steps,
+        stock.preempted,
+        stock.finished,
+    )
+
+
+def test_victims_follow_a_replaced_kv_cache_manager(make_scheduler: Any) -> None:
+    """vLLM's tests swap ``kv_cache_manager`` after construction: the policy still picks
+    the victim when the new manager runs out of blocks."""
+    scheduler = make_scheduler({"policy": ["priority"]}, num_blocks=200)
+    scheduler.kv_cache_manager = make_scheduler(cls=VllmScheduler, num_blocks=17).kv_cache_manager
+    run = Run()
+    # r1 (priority 5) is admitted before r2 and r3, so vLLM's fcfs victim is r3
+    for i, prio in enumerate([0, 5, 0, 0]):
+        scheduler.add_request(
+            make_request(f"r{i}", 64, max_tokens=40, priority=prio, arrival_time=1000.0 + i)
+        )
+        if i == 1:
+            step(scheduler, run)
+    run = run_until_idle(scheduler, run)
+    assert next(p for p in run.preempted if p) == ["r1"]
+    assert len(run.finished) == 4
