@@ -3,7 +3,7 @@
 Run pinned to one core::
 
     taskset -c 1 python benchmarks/speed/bench_sim.py [--repeat 3]
-        [--only azure growth mooncake mooncake-full evict stretch] [--profile azure|mooncake]
+        [--only azure demo growth mooncake mooncake-full evict stretch] [--profile azure|mooncake]
 
 Times are the best of ``--repeat`` runs, in CPU seconds (``time.process_time``) and wall
 seconds (``time.perf_counter``); only the replay is timed, not parsing or generating the
@@ -47,7 +47,8 @@ EVICT_BLOCKS = (8_000, 30_000)
 EVICT_WINDOWS = (4096, 0)  # the default window, and every evictable block
 # azure-conv's own rate and about its lengths: a steady load, neither idle nor queueing.
 POISSON = "poisson:rate=5.5,n={n},prompt=1024,output=200"
-SECTIONS = ("azure", "growth", "mooncake", "mooncake-full", "evict", "stretch")
+SECTIONS = ("azure", "demo", "growth", "mooncake", "mooncake-full", "evict", "stretch")
+DEMO_TARGET = 20_000  # requests/s of replay for one arm of `make demo` (issue #40)
 PROFILES = {"azure": ("azure-conv", None), "mooncake": ("mooncake-conv", 2_000)}
 
 
@@ -232,6 +233,13 @@ def main(argv: list[str] | None = None) -> None:
         print(
             f"cpu {t.cpu_s:.2f} s, target <= {AZURE_LIMIT_S} s: {verdict(t.cpu_s, AZURE_LIMIT_S)}\n"
         )
+
+    if "demo" in args.only:  # one arm of `make demo`: azure-conv at 4x, queues and full batches
+        demo = {"workload": {"name": "azure-conv", "rate_scale": 4.0}, "policies": ["fcfs"]}
+        t = measure("azure-conv x4 fcfs", Bench(BenchSpec.model_validate(demo)), repeat=rep)
+        rate = t.requests / t.cpu_s
+        print(f"## one demo arm: azure-conv at 4x\n{HEADER}\n{t.row()}")
+        print(f"{rate:,.0f} requests/s, target >= {DEMO_TARGET:,}: {verdict(DEMO_TARGET, rate)}\n")
 
     if "growth" in args.only:
         print(f"## growth with size: {POISSON}\n{HEADER}")

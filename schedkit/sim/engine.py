@@ -41,6 +41,8 @@ from schedkit.sim.waiting import FifoWaiting, KeyedWaiting, make_waiting
 
 __all__ = ["SimConfig", "SimEngine", "StepCost", "no_cyclic_gc"]
 
+GAPS_KEPT = 1 << 16  # single-token gaps listed before the recorder counts them
+
 
 class SimEngine(DecodeStretches, PrefillCadence, HostTierLoads):
     """Replays requests through the selected policies; ``run()`` returns a RunResult."""
@@ -223,20 +225,49 @@ class SimEngine(DecodeStretches, PrefillCadence, HostTierLoads):
         cadence = self.prefill_interval > 1
         defer = cadence and self._defer_prefills()
         skip_chunks = defer or (not mixed and not all(in_prefill(r) for r in running))
+        token_budget, prefill = self._schedule_running(
+            scheduled, preempted, token_budget, chunk, skip_chunks, cadence
+        )
+        if not preempted and mixed:
+            admitted = self._admit_waiting(scheduled, token_budget, budget, chunk, defer)
+            prefill = prefill or admitted
+        if cadence:
+            self._count_step(bool(scheduled), prefill)
+        if not scheduled and not preempted and self.loading and self._wait_for_loads():
+            return
+        self._execute(scheduled, preempted)
+
+    def _schedule_running(
+        self,
+        scheduled: dict[SimRequest, int],
+        preempted: list[SimRequest],
+        token_budget: int,
+        chunk: int,
+        skip_chunks: bool,
+        cadence: bool,
+    ) -> tuple[int, bool]:
+        """Schedule the running requests in order, preempting where one needs blocks:
+        the token budget left, and whether the step carries prefill."""
+        running = self.running
         prefill = False  # the step carries prefill (the cadence restarts from it)
+        bs, caching = self.cfg.block_size, self.cfg.enable_prefix_caching
         i = 0
         while i < len(running) and token_budget > 0:
             req = running[i]
             if skip_chunks and in_prefill(req):
                 i += 1
                 continue
-            num_new = req.num_tokens - req._num_computed_tokens
+            computed = req._num_computed_tokens
+            num_new = req.num_tokens - computed
             if chunk and num_new > chunk:
                 num_new = chunk
-            num_new = min(num_new, token_budget)
+            if num_new > token_budget:
+                num_new = token_budget
             fits = True
             victims: list[SimRequest] | None = None
-            while not self._grow(req, num_new):
+            # only a step past its last block needs blocks, and may preempt (most decode
+            # steps do not: checked here, not in a call per request)
+            while computed + num_new > req.blocks.nblocks * bs and not self._grow(req, num_new):
                 if victims is None:
                     victims = self._policy_victims(req)
                 victim = self._next_victim(victims)
@@ -253,19 +284,13 @@ class SimEngine(DecodeStretches, PrefillCadence, HostTierLoads):
             if not fits:
                 break
             scheduled[req] = num_new
-            self._publish(req, num_new)
+            if caching and (computed + num_new) // bs > computed // bs:
+                self._publish(req, num_new)
             token_budget -= num_new
             if cadence and not prefill:
                 prefill = in_prefill(req)
             i += 1
-        if not preempted and mixed:
-            admitted = self._admit_waiting(scheduled, token_budget, budget, chunk, defer)
-            prefill = prefill or admitted
-        if cadence:
-            self._count_step(bool(scheduled), prefill)
-        if not scheduled and not preempted and self.loading and self._wait_for_loads():
-            return
-        self._execute(scheduled, preempted)
+        return token_budget, prefill
 
     def _prefill_step(self, budget: BatchBudget) -> bool:
         """``mixed_prefill=False`` (SGLang's schedule): a step that can prefill runs only
@@ -446,7 +471,7 @@ class SimEngine(DecodeStretches, PrefillCadence, HostTierLoads):
         self.recorder.kv_usage(duration, self.kv.num_used / self.kv.num_blocks)
         self.clock += duration
         self.step_index += 1
-        clock, gap = self.clock, self.recorder.token_gap
+        clock, gaps = self.clock, self.recorder.gaps
         finished = []
         for req, n in scheduled.items():
             req._num_computed_tokens = after = req._num_computed_tokens + n
@@ -454,12 +479,14 @@ class SimEngine(DecodeStretches, PrefillCadence, HostTierLoads):
                 if req.record.first_token_s is None:
                     req.record.first_token_s = clock
                 else:
-                    gap(clock - req.last_token_s, 1)
+                    gaps.append(clock - req.last_token_s)
                 req.last_token_s = clock
                 req._num_output_tokens += 1
                 req.num_tokens += 1
                 if req._num_output_tokens >= req.record.max_tokens:
                     finished.append(req)
+        if len(gaps) > GAPS_KEPT:
+            self.recorder.count_gaps()
         self._finish(finished)
         if self.facade.has_step_observer:
             report = StepReport(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable
 
 from schedkit.facade import PolicyFacade, by_hook
@@ -23,12 +24,21 @@ class Recorder:
         self.result = result
         self.interval_s = interval_s
         self._gaps: dict[float, int] = {}  # gap rounded to the microsecond -> tokens
+        # one token's gaps as the engine appends them, counted exactly (``count_gaps``)
+        # and rounded once per distinct value at the end: many requests share a gap
+        self.gaps: list[float] = []
+        self._exact: Counter[float] = Counter()
         self._kv_seconds = 0.0  # integral of KV usage (fraction) over time
         self._next_sample = 0.0
 
     def token_gap(self, seconds: float, tokens: int) -> None:
         key = round(seconds, 6)
         self._gaps[key] = self._gaps.get(key, 0) + tokens
+
+    def count_gaps(self) -> None:
+        """Count the listed one-token gaps (by exact value) and empty the list."""
+        self._exact.update(self.gaps)
+        self.gaps.clear()
 
     def kv_usage(self, duration: float, fraction: float) -> None:
         self._kv_seconds += duration * fraction
@@ -44,7 +54,13 @@ class Recorder:
         res = self.result
         res.duration_s = clock
         res.steps = steps
-        res.itl = sorted(self._gaps.items())
+        self.count_gaps()
+        gaps = self._gaps
+        for seconds, tokens in self._exact.items():
+            key = round(seconds, 6)
+            gaps[key] = gaps.get(key, 0) + tokens
+        self._exact.clear()
+        res.itl = sorted(gaps.items())
         res.kv_usage_mean = self._kv_seconds / clock if clock > 0 else 0.0
         res.policy_errors = facade.error_count
         res.policy_errors_by_hook = by_hook(facade.errors)

@@ -150,7 +150,7 @@ def _blocks_needed(running: list[SimRequest], k: int, bs: int) -> int:
     """New blocks the running requests need to decode ``k`` more tokens each."""
     total = 0
     for r in running:
-        extra = blocks_for(r._num_computed_tokens + k, bs) - r.blocks.nblocks
+        extra = -(-(r._num_computed_tokens + k) // bs) - r.blocks.nblocks  # blocks_for, inline
         if extra > 0:
             total += extra
     return total
