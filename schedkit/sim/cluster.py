@@ -153,6 +153,7 @@ def merge(
         recomputed_tokens=sum(r.recomputed_tokens for r in results),
         prefix_query_tokens=sum(r.prefix_query_tokens for r in results),
         prefix_hit_tokens=sum(r.prefix_hit_tokens for r in results),
+        host_hit_tokens=sum(r.host_hit_tokens for r in results),
         policy_errors=sum(r.policy_errors for r in results) + router.error_count,
         policy_errors_by_hook=dict(errors),
         slow_hook_calls=dict(slow),

@@ -137,7 +137,8 @@ class SimEngine(DecodeStretches, PrefillCadence, HostTierLoads):
             next_arrival = pending[nxt].record.arrival_s if nxt < len(pending) else until
             if limit is not None and len(self.running) + len(self.waiting) >= limit:
                 next_arrival = until  # none is sent before a request in flight ends
-            next_arrival = self._next_landing(next_arrival)
+            if self.loading:
+                next_arrival = self._next_landing(next_arrival)
             budget = self._budget()
             # a host tier is written through step by step, so no stretches with one
             stretch = self.stretch and self.host is None

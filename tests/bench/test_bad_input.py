@@ -208,17 +208,7 @@ def test_real_engine_refuses_settings_it_does_not_pass(tmp_path: Path) -> None:
         " --cache-aware-admission-threshold, --kv-offloading-size, --kv-offloading-bandwidth,"
         " --kv-offloading-latency-ms), or use --engine sim, which honours every setting"
     )
-    args = (
-        "--workload",
-        SMALL,
-        "--policy",
-        "fcfs",
-        "--engine",
-        "vllm",
-        "--kv-offloading-size",
-        "8",
-    )
-    message = bench_error(tmp_path, *args)
+    message = bench_error(tmp_path, *args[:6], "--kv-offloading-size", "8")
     assert "--kv-offloading-size 8.0 (the in-process engine runs without KV offloading" in message
     # SGLang batches by its own rules: the simulator's SGLang schedule is not an SGLang knob
     args = ("--workload", SMALL, "--policy", "fcfs", "--engine", "sglang", "--no-mixed-prefill")

@@ -197,3 +197,26 @@ def test_a_tier_loses_no_request_and_conserves_kv_blocks(
     assert eng.host is not None and eng.host.used <= host
     finished: list[RequestRecord] = [r for r in result.records if not r.rejected]
     assert all(r.output_tokens == r.max_tokens for r in finished)
+
+
+def test_a_cluster_counts_every_replicas_host_hits() -> None:
+    from schedkit.bench.engines.sim import simulate
+    from schedkit.config import SchedkitConfig
+
+    # round-robin: each replica gets a, b and c of its own copy of COMEBACK
+    requests = [
+        req(
+            f"{r.request_id}{copy}",
+            r.arrival_s,
+            r.prompt_tokens,
+            r.output_tokens,
+            hash_ids=r.hash_ids,
+        )
+        for r in COMEBACK
+        for copy in (1, 2)
+    ]
+    config = SchedkitConfig.model_validate({"policy": ["fcfs"]})
+    one, _ = run(COMEBACK, tier(100))
+    both = simulate(requests, COST, tier(100), config, replicas=2)
+    assert one.host_hit_tokens > 0
+    assert both.host_hit_tokens == 2 * one.host_hit_tokens

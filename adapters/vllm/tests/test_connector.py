@@ -16,24 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 from conftest import BLOCK_SIZE, Run, make_request
 from schedkit import Policy, PolicyOptions, RequestView, hookimpl
-from vllm.config import (
-    CacheConfig,
-    DeviceConfig,
-    KVTransferConfig,
-    ModelConfig,
-    SchedulerConfig,
-    VllmConfig,
-)
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler as VllmAsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler as VllmScheduler
-from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
-from vllm.v1.structured_output import StructuredOutputManager
 
 from schedkit_vllm import AsyncScheduler, Scheduler
-from schedkit_vllm.harness.modelless import model_less_device, model_runner_output
+from schedkit_vllm.harness.modelless import build_scheduler, model_runner_output
 
 # name -> (schedkit class, stock vLLM class, batch queue depth)
 DRIVERS = {
@@ -56,44 +45,21 @@ def build(
     vLLM's ``--scheduling-policy`` ``policy``."""
     kv_transfer = None
     if storage is not None:
-        kv_transfer = KVTransferConfig(
-            kv_connector="ExampleConnector",
-            kv_role="kv_both",
-            kv_connector_extra_config={"shared_storage_path": str(storage)},
-        )
-    vllm_config = VllmConfig(
-        model_config=ModelConfig(
-            model=str(model_dir), skip_tokenizer_init=True, max_model_len=1024, dtype="float32"
-        ),
-        scheduler_config=SchedulerConfig(
-            max_num_seqs=16,
-            max_num_batched_tokens=512,
-            max_model_len=1024,
-            is_encoder_decoder=False,
-            enable_chunked_prefill=True,
-            async_scheduling=issubclass(cls, VllmAsyncScheduler),
-            policy=policy,
-        ),
-        cache_config=CacheConfig(block_size=BLOCK_SIZE, enable_prefix_caching=True),
-        device_config=DeviceConfig(device=model_less_device()),
-        kv_transfer_config=kv_transfer,
-        additional_config={"schedkit": schedkit} if schedkit is not None else {},
-    )
-    spec = FullAttentionSpec(
-        block_size=BLOCK_SIZE, num_kv_heads=1, head_size=1, dtype=torch.float32
-    )
-    kv_cache_config = KVCacheConfig(
+        kv_transfer = {
+            "kv_connector": "ExampleConnector",
+            "kv_role": "kv_both",
+            "kv_connector_extra_config": {"shared_storage_path": str(storage)},
+        }
+    scheduler = build_scheduler(
         num_blocks=num_blocks,
-        kv_cache_tensors=[],
-        kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)],
-    )
-    vllm_config.cache_config.num_gpu_blocks = num_blocks
-    scheduler = cls(
-        vllm_config=vllm_config,
-        kv_cache_config=kv_cache_config,
-        structured_output_manager=StructuredOutputManager(vllm_config),
         block_size=BLOCK_SIZE,
-        log_stats=True,
+        max_num_seqs=16,
+        max_num_batched_tokens=512,
+        policy=policy,
+        schedkit=schedkit,
+        cls=cls,
+        model_dir=model_dir,
+        kv_transfer=kv_transfer,
     )
     assert (scheduler.connector is None) is (storage is None)
     return scheduler
