@@ -29,7 +29,8 @@ from typing import Any
 import numpy as np
 
 from schedkit.bench.results import Results
-from schedkit.bench.stats.metrics import latencies_ms, meets_slo, slo_applies
+from schedkit.bench.stats.metrics import LATENCIES
+from schedkit.bench.stats.request_table import RequestTable, nullable
 from schedkit.errors import SchedkitError, quote
 from schedkit.records import RunResult
 
@@ -106,35 +107,40 @@ def provenance(spec: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+#: Columns of the per-request table taken as they are from each request's record.
+_RAW = ("request_id", "tenant", "priority", "arrival_s", "prompt_tokens", "max_tokens",
+        "output_tokens", "finish_reason", "reject_reason", "preemptions", "recomputed_tokens",
+        "cached_tokens")  # fmt: skip
+
+
 def request_rows(
-    runs: Sequence[RunResult], *, slo_ttft_ms: float | None, slo_tpot_ms: float | None
+    runs: Sequence[RunResult],
+    *,
+    slo_ttft_ms: float | None,
+    slo_tpot_ms: float | None,
+    tables: Sequence[RequestTable] | None = None,
 ) -> dict[str, list[Any]]:
     """The per-request table as columns (:data:`REQUEST_COLUMNS`); latencies in ms, None
-    where undefined; ``met_slo`` None when no target applies."""
+    where undefined; ``met_slo`` None when no target applies. ``tables``: the arms'
+    :class:`RequestTable`, when built already."""
     table: dict[str, list[Any]] = {column: [] for column in REQUEST_COLUMNS}
-    for run in runs:
-        applies = slo_applies(run.records, slo_ttft_ms, slo_tpot_ms)
-        for r in run.records:
-            lat = latencies_ms(r)
-            row = {
-                "arm": run.policy,
-                "request_id": r.request_id,
-                "tenant": r.tenant,
-                "priority": r.priority,
-                "arrival_s": r.arrival_s,
-                "prompt_tokens": r.prompt_tokens,
-                "max_tokens": r.max_tokens,
-                "output_tokens": r.output_tokens,
-                "outcome": r.finish_reason or "unfinished",
-                "reject_reason": r.reject_reason,
-                **lat,
-                "preemptions": r.preemptions,
-                "recomputed_tokens": r.recomputed_tokens,
-                "cached_tokens": r.cached_tokens,
-                "met_slo": meets_slo(r, slo_ttft_ms, slo_tpot_ms) if applies else None,
-            }
-            for column in REQUEST_COLUMNS:
-                table[column].append(row[column])
+    for index, run in enumerate(runs):
+        n = len(run.records)
+        if not n:
+            continue
+        t = tables[index] if tables is not None else RequestTable.of(run)
+        raw = {name: [getattr(r, name) for r in run.records] for name in _RAW}
+        columns: dict[str, Sequence[Any]] = {
+            "arm": [run.policy] * n,
+            **raw,
+            "outcome": [reason or "unfinished" for reason in raw["finish_reason"]],
+            **{key: nullable(t.latency(key)) for key in LATENCIES},
+            "met_slo": t.met_slo(slo_ttft_ms, slo_tpot_ms).tolist()
+            if t.slo_applies(slo_ttft_ms, slo_tpot_ms)
+            else [None] * n,
+        }
+        for column in REQUEST_COLUMNS:
+            table[column].extend(columns[column])
     return table
 
 
@@ -286,10 +292,12 @@ def write_outputs(
     slo_ttft_ms: float | None,
     slo_tpot_ms: float | None,
     replace: bool = False,
+    tables: Sequence[RequestTable] | None = None,
 ) -> list[Path]:
     """Write results.json, the per-request table and the reports into ``out_dir``, all or
     nothing; return the paths written. ``replace`` (``--overwrite``): also remove what
-    other commands' runs left there."""
+    other commands' runs left there. ``tables``: the arms' :class:`RequestTable`, when
+    built already (each request's latencies are computed once, for every file)."""
     from schedkit.bench.report.render import write_report
     from schedkit.bench.report.vllm_format import write_vllm_bench
 
@@ -301,15 +309,15 @@ def write_outputs(
             f"cannot write the results to --out {quote(str(out_dir))}: {exc.strerror or exc};"
             " pass a directory you can write to"
         ) from None
+    slos = {"slo_ttft_ms": slo_ttft_ms, "slo_tpot_ms": slo_tpot_ms}
     try:
         (staging / "results.json").write_text(
             json.dumps(results.to_json(), indent=2, default=str), encoding="utf-8"
         )
-        write_requests(
-            staging, request_rows(runs, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms)
-        )
-        write_report(staging, results, runs)
-        write_vllm_bench(staging, results, runs, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms)
+        tables = list(tables) if tables is not None else [RequestTable.of(r) for r in runs]
+        write_requests(staging, request_rows(runs, **slos, tables=tables))
+        write_report(staging, results, runs, tables)
+        write_vllm_bench(staging, results, runs, **slos, tables=tables)
         written = []
         stale = {"requests.csv", "requests.parquet"}  # one of them is from an older run
         stale.update(p.name for p in out_dir.glob("vllm-bench-*.json"))  # an older run's arms

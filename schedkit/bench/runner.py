@@ -32,6 +32,7 @@ from schedkit.bench.stats.compare import (
 )
 from schedkit.bench.stats.flags import run_flags
 from schedkit.bench.stats.metrics import compute_metrics
+from schedkit.bench.stats.request_table import RequestTable
 from schedkit.bench.workers import fork_pool
 from schedkit.capabilities import matrix_engine, warn_unsupported
 from schedkit.config import SchedkitConfig
@@ -663,17 +664,24 @@ def run_bench(spec: BenchSpec, out_dir: Path, *, overwrite: bool = False) -> Res
         bench.engine_info.update({k: first[k] for k in ("gpu", "real") if k in first})
         if "cost_model" not in first:
             bench.engine_info.pop("cost_model", None)
-    results = _results(bench, runs, arm_metrics)
+    tables = [RequestTable.of(run) for run in runs]  # each request's latencies, once
+    results = _results(bench, runs, arm_metrics, tables)
     slos = spec.stats
     write_outputs(
         out_dir, results, runs, slo_ttft_ms=slos.slo_ttft_ms, slo_tpot_ms=slos.slo_tpot_ms,
-        replace=overwrite,
+        replace=overwrite, tables=tables,
     )  # fmt: skip
     return results
 
 
-def _results(bench: Bench, runs: list[RunResult], arm_metrics: list[dict[str, Any]]) -> Results:
-    """What the run says: the workload, engine and arms, their flags and comparisons."""
+def _results(
+    bench: Bench,
+    runs: list[RunResult],
+    arm_metrics: list[dict[str, Any]],
+    tables: Sequence[RequestTable] | None = None,
+) -> Results:
+    """What the run says: the workload, engine and arms, their flags and comparisons
+    (``tables``: the arms' :class:`RequestTable`, when built already)."""
     spec = bench.spec
     arms = [
         {
@@ -685,13 +693,12 @@ def _results(bench: Bench, runs: list[RunResult], arm_metrics: list[dict[str, An
         }
         for arm, engine, metrics in zip(bench.arms, bench.arm_engines, arm_metrics, strict=True)
     ]
-    workload = bench.workload(spec.workload.rate_scale)
     window = list(spec.workload.window) if spec.workload.window else None
     fields: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "provenance": provenance(spec.model_dump(mode="json")),
         "workload": {
-            **workload.summary(),
+            **_workload_summary(bench.base, spec.workload.rate_scale),
             "rate_scale": spec.workload.rate_scale,
             "seed": spec.workload.seed,
             "window_s": window,
@@ -703,7 +710,7 @@ def _results(bench: Bench, runs: list[RunResult], arm_metrics: list[dict[str, An
         "slo": {"ttft_ms": spec.stats.slo_ttft_ms, "tpot_ms": spec.stats.slo_tpot_ms},
         "arms": arms,
         "warnings": bench.warnings,
-        "flags": bench.flags + run_flags(runs),
+        "flags": bench.flags + run_flags(runs, tables),
     }
     fields["comparisons"] = compare_arms(
         runs,
@@ -714,8 +721,26 @@ def _results(bench: Bench, runs: list[RunResult], arm_metrics: list[dict[str, An
         # the trace's seconds of an episode; none when the arrivals are no longer the trace's
         rate_scale=None if _sent_otherwise(spec) else spec.workload.rate_scale,
         window_s=window,
+        tables=tables,
     )
     return Results.model_validate(fields)
+
+
+def _workload_summary(base: Workload, rate_scale: float) -> dict[str, object]:
+    """``base.scaled(rate_scale).summary()`` without rescaling every request: the
+    arrivals' rate changes only the first and last arrival, the source and the rate."""
+    if rate_scale == 1.0 or not base.requests:
+        return base.scaled(rate_scale).summary()
+    ends = dataclasses.replace(base, requests=(base.requests[0], base.requests[-1]))
+    scaled = ends.scaled(rate_scale).summary()
+    span = scaled["span_s"]
+    assert isinstance(span, float)  # arrivals over a rate scale
+    return {
+        **base.summary(),
+        "source": scaled["source"],
+        "span_s": span,
+        "rate_rps": len(base.requests) / span if span > 0 else 0.0,
+    }
 
 
 def _given(**values: Any) -> dict[str, Any]:

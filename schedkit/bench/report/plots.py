@@ -1,6 +1,7 @@
 """The bench report's figures: what each plot shows, drawn from the arms' raw results.
 
-Latency plots use the metrics' definitions (:func:`schedkit.bench.stats.metrics.latencies_ms`):
+Latency plots use the metrics' definitions (:func:`schedkit.bench.stats.metrics.latencies_ms`,
+computed once per arm in a :class:`~schedkit.bench.stats.request_table.RequestTable`):
 only completed requests have a TTFT, and each caption says how many did not complete.
 """
 
@@ -11,6 +12,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
+
 from schedkit.bench.report.svg import (
     Point,
     bar_chart,
@@ -20,7 +23,8 @@ from schedkit.bench.report.svg import (
     scatter_chart,
 )
 from schedkit.bench.results import ArmMetrics, GroupMetrics, Results
-from schedkit.bench.stats.metrics import is_completed, latencies_ms
+from schedkit.bench.stats.estimators import FloatArray
+from schedkit.bench.stats.request_table import IntArray, RequestTable
 from schedkit.records import RunResult, TimelinePoint
 
 SCATTER_POINTS = 1200  # requests per arm in the TTFT-vs-prompt scatter
@@ -37,23 +41,34 @@ class Figure:
     caption: str
 
 
-def _ttfts(run: RunResult) -> list[tuple[int, float]]:
-    """``(record index, TTFT ms)`` of the run's completed requests."""
-    return [
-        (i, ttft)
-        for i, r in enumerate(run.records)
-        if (ttft := latencies_ms(r)["ttft_ms"]) is not None
+def _ttfts(table: RequestTable) -> tuple[IntArray, FloatArray]:
+    """Positions and TTFTs (ms) of the run's completed requests, in record order."""
+    positions = np.flatnonzero(~np.isnan(table.ttft_ms))
+    return positions, table.ttft_ms[positions]
+
+
+def _not_completed(runs: Sequence[RunResult], tables: Sequence[RequestTable]) -> str:
+    counts = [
+        (r.policy, len(t) - int(np.count_nonzero(t.completed)))
+        for r, t in zip(runs, tables, strict=True)
     ]
-
-
-def _not_completed(runs: Sequence[RunResult]) -> str:
-    counts = [(r.policy, sum(not is_completed(x) for x in r.records)) for r in runs]
     missing = [f"{name} {n:,}" for name, n in counts if n]
     return f" Not completed, so not shown: {', '.join(missing)}." if missing else ""
 
 
-def ttft_ccdf(runs: Sequence[RunResult], slo_ttft_ms: float | None) -> Figure:
-    series = [(r.policy, ccdf_points(t for _, t in _ttfts(r))) for r in runs]
+def _tables(runs: Sequence[RunResult], tables: Sequence[RequestTable] | None) -> list[RequestTable]:
+    return list(tables) if tables is not None else [RequestTable.of(r) for r in runs]
+
+
+def ttft_ccdf(
+    runs: Sequence[RunResult],
+    slo_ttft_ms: float | None,
+    tables: Sequence[RequestTable] | None = None,
+) -> Figure:
+    tables = _tables(runs, tables)
+    series = [
+        (r.policy, ccdf_points(_ttfts(t)[1].tolist())) for r, t in zip(runs, tables, strict=True)
+    ]
     refs = [(slo_ttft_ms, f"SLO {slo_ttft_ms:,.0f} ms")] if slo_ttft_ms else []
     svg = line_chart(
         series,
@@ -67,28 +82,30 @@ def ttft_ccdf(runs: Sequence[RunResult], slo_ttft_ms: float | None) -> Figure:
     caption = (
         "Fraction of completed requests that waited at least x for their first token, both "
         "axes logarithmic: a line further right at the bottom is a heavier tail; the lowest "
-        "step is the single slowest request." + _not_completed(runs)
+        "step is the single slowest request." + _not_completed(runs, tables)
     )
     return Figure("ttft-ccdf", svg, caption)
 
 
-def ttft_vs_prompt(runs: Sequence[RunResult]) -> Figure:
+def ttft_vs_prompt(
+    runs: Sequence[RunResult], tables: Sequence[RequestTable] | None = None
+) -> Figure:
     """The starvation picture: TTFT against prompt length, the same requests in every arm."""
+    tables = _tables(runs, tables)
     ids: set[str] = set()
     if runs:
         base = runs[0].records
         step = max(1, math.ceil(len(base) / SCATTER_POINTS))
         ids = {r.request_id for r in base[::step]}
     series: list[tuple[str, Sequence[Point]]] = []
-    for run in runs:
-        ttfts = _ttfts(run)
-        slowest = {i for i, _ in sorted(ttfts, key=lambda p: p[1])[-SCATTER_SLOWEST:]}
-        points = [
-            (float(run.records[i].prompt_tokens), t)
-            for i, t in ttfts
-            if i in slowest or run.records[i].request_id in ids
-        ]
-        series.append((run.policy, points))
+    for run, table in zip(runs, tables, strict=True):
+        positions, ttfts = _ttfts(table)
+        shown = np.array([r.request_id in ids for r in run.records], dtype=np.bool_)
+        # the slowest by a stable sort, as sorted() picks them among equal TTFTs
+        shown[positions[np.argsort(ttfts, kind="stable")[-SCATTER_SLOWEST:]]] = True
+        kept = shown[positions]
+        prompts = table.prompt_tokens[positions[kept]].astype(np.float64).tolist()
+        series.append((run.policy, list(zip(prompts, ttfts[kept].tolist(), strict=True))))
     svg = scatter_chart(
         series,
         title="TTFT vs prompt length",
@@ -100,7 +117,7 @@ def ttft_vs_prompt(runs: Sequence[RunResult]) -> Figure:
     caption = (
         f"One dot per request: the same sample of at most {SCATTER_POINTS:,} requests in "
         f"every policy, plus each policy's {SCATTER_SLOWEST} slowest. Long prompts pushed "
-        "to the top are requests a policy starves." + _not_completed(runs)
+        "to the top are requests a policy starves." + _not_completed(runs, tables)
     )
     return Figure("ttft-prompt", svg, caption)
 
@@ -146,40 +163,60 @@ def _timeline(
     return [(r.policy, downsample([(p.t, value(p)) for p in r.timeline])) for r in runs]
 
 
-def throughput_series(runs: Sequence[RunResult]) -> list[tuple[str, Sequence[Point]]]:
+def throughput_series(
+    runs: Sequence[RunResult], tables: Sequence[RequestTable] | None = None
+) -> list[tuple[str, Sequence[Point]]]:
     """Output tokens per second in :data:`THROUGHPUT_BINS` bins over the longest arm, at
     the bins' centres. A request's first token counts at its first-token time; the rest,
     which the records do not time one by one, are spread evenly up to its finish."""
     end = max((r.duration_s for r in runs), default=0.0)
     if end <= 0:
         return [(r.policy, []) for r in runs]
-    width, last = end / THROUGHPUT_BINS, THROUGHPUT_BINS - 1
+    width = end / THROUGHPUT_BINS
     series: list[tuple[str, Sequence[Point]]] = []
-    for run in runs:
-        tokens = [0.0] * THROUGHPUT_BINS
-        for r in run.records:
-            first, finish = r.first_token_s, r.finish_s
-            if r.output_tokens <= 0 or first is None:
-                continue
-            tokens[min(int(first / width), last)] += 1.0
-            rest = r.output_tokens - 1
-            if rest <= 0:
-                continue
-            if finish is None or finish <= first:
-                tokens[min(int((finish or first) / width), last)] += rest
-                continue
-            rate = rest / (finish - first)
-            for b in range(min(int(first / width), last), min(int(finish / width), last) + 1):
-                lo = max(first, b * width)
-                hi = finish if b == last else min(finish, (b + 1) * width)
-                tokens[b] += rate * max(hi - lo, 0.0)
-        series.append((run.policy, [((b + 0.5) * width, t / width) for b, t in enumerate(tokens)]))
+    for run, table in zip(runs, _tables(runs, tables), strict=True):
+        bins, tokens = _token_events(table, width, THROUGHPUT_BINS - 1)
+        per_bin = np.bincount(bins, weights=tokens, minlength=THROUGHPUT_BINS).tolist()
+        series.append((run.policy, [((b + 0.5) * width, t / width) for b, t in enumerate(per_bin)]))
     return series
 
 
-def throughput(runs: Sequence[RunResult]) -> Figure:
+def _token_events(table: RequestTable, width: float, last: int) -> tuple[IntArray, FloatArray]:
+    """Each request's output tokens as (bin, tokens) additions, in request order and, within
+    a request, its first token, then its other tokens bin by bin (or all in one bin when
+    its finish is unknown or not after its first token): ``np.bincount`` sums them in
+    this order, so each bin's float sum is the one a loop over the records gives."""
+    live = np.flatnonzero((table.output_tokens > 0) & ~np.isnan(table.first_token_s))
+    first, finish = table.first_token_s[live], table.finish_s[live]
+    rest = table.output_tokens[live] - 1
+    first_bin = np.minimum((first / width).astype(np.int64), last)
+    spread = (rest > 0) & (finish > first)  # False where the finish is unknown (NaN)
+    lump_at = np.where(np.isnan(finish) | (finish == 0.0), first, finish)  # ``finish or first``
+    lump_bin = np.minimum((lump_at / width).astype(np.int64), last)
+    last_at = np.where(spread, finish, first)  # no NaN to cast
+    last_bin = np.minimum((last_at / width).astype(np.int64), last)
+    count = 1 + np.where(spread, last_bin - first_bin + 1, rest > 0)
+    owner = np.repeat(np.arange(live.size), count)
+    step = np.arange(owner.size) - np.repeat(np.cumsum(count) - count, count)  # 0: first token
+    b = first_bin[owner] + step - 1
+    in_spread = (step > 0) & spread[owner]
+    bins = np.where(step == 0, first_bin[owner], np.where(in_spread, b, lump_bin[owner]))
+    f, g = first[owner], finish[owner]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rate = rest[owner] / (g - f)
+        lo = np.maximum(f, b * width)
+        hi = np.where(b == last, g, np.minimum(g, (b + 1) * width))
+        spread_tokens = rate * np.maximum(hi - lo, 0.0)
+    tokens = np.where(step == 0, 1.0, np.where(in_spread, spread_tokens, rest[owner]))
+    return bins, tokens
+
+
+def throughput(runs: Sequence[RunResult], tables: Sequence[RequestTable] | None = None) -> Figure:
     svg = line_chart(
-        throughput_series(runs), title="Output throughput", x_label="time (s)", y_label="tokens/s"
+        throughput_series(runs, tables),
+        title="Output throughput",
+        x_label="time (s)",
+        y_label="tokens/s",
     )
     caption = (
         f"Output tokens per second in {THROUGHPUT_BINS} time bins. Records keep no per-token "
@@ -189,15 +226,15 @@ def throughput(runs: Sequence[RunResult]) -> Figure:
     return Figure("throughput", svg, caption)
 
 
-def preemptions(runs: Sequence[RunResult]) -> Figure:
+def preemptions(runs: Sequence[RunResult], tables: Sequence[RequestTable] | None = None) -> Figure:
     """Cumulative preemptions, each request's count placed at its finish: the records say
     how often a request was preempted, not when."""
     series: list[tuple[str, Sequence[Point]]] = []
-    for run in runs:
+    for run, table in zip(runs, _tables(runs, tables), strict=True):
+        preempted = [run.records[i] for i in np.flatnonzero(table.preemptions).tolist()]
         events = sorted(
             (r.finish_s if r.finish_s is not None else run.duration_s, r.preemptions)
-            for r in run.records
-            if r.preemptions
+            for r in preempted
         )
         points, total = [(0.0, 0.0)], 0
         for t, n in events:
@@ -220,9 +257,16 @@ def preemptions(runs: Sequence[RunResult]) -> Figure:
     return Figure("preemptions", svg, caption)
 
 
-def figures(results: Results, runs: Sequence[RunResult], slo_ttft_ms: float | None) -> list[Figure]:
-    """Every figure of the report, in reading order (pairs sit side by side)."""
-    out = [ttft_ccdf(runs, slo_ttft_ms), ttft_vs_prompt(runs)]
+def figures(
+    results: Results,
+    runs: Sequence[RunResult],
+    slo_ttft_ms: float | None,
+    tables: Sequence[RequestTable] | None = None,
+) -> list[Figure]:
+    """Every figure of the report, in reading order (pairs sit side by side); ``tables``:
+    the arms' :class:`RequestTable`, when built already."""
+    tables = _tables(runs, tables)
+    out = [ttft_ccdf(runs, slo_ttft_ms, tables), ttft_vs_prompt(runs, tables)]
     out += [f for f in (group_ttft(results, "tenants", "tenant"),) if f]
     out += [f for f in (group_ttft(results, "priorities", "priority"),) if f]
     time = "time (s)"
@@ -239,26 +283,23 @@ def figures(results: Results, runs: Sequence[RunResult], slo_ttft_ms: float | No
                        y_label="running requests"),
             "Requests in the running batch, sampled after every engine step.",
         ),
-        throughput(runs),
-        preemptions(runs),
+        throughput(runs, tables),
+        preemptions(runs, tables),
         Figure(
             "kv-usage",
             line_chart(_timeline(runs, _kv_pct), title="KV cache usage", x_label=time,
                        y_label="KV blocks in use (%)", y_max=100.0),
             "Share of KV-cache blocks referenced by requests, sampled after every engine step.",
         ),
-        tpot_ccdf(runs),
+        tpot_ccdf(runs, tables),
     ]  # fmt: skip
     return out
 
 
-def tpot_ccdf(runs: Sequence[RunResult]) -> Figure:
+def tpot_ccdf(runs: Sequence[RunResult], tables: Sequence[RequestTable] | None = None) -> Figure:
     samples = [
-        (
-            r.policy,
-            ccdf_points(t for x in r.records if (t := latencies_ms(x)["tpot_ms"]) is not None),
-        )
-        for r in runs
+        (r.policy, ccdf_points(t.tpot_ms[~np.isnan(t.tpot_ms)].tolist()))
+        for r, t in zip(runs, _tables(runs, tables), strict=True)
     ]
     svg = line_chart(
         samples,

@@ -28,6 +28,7 @@ from schedkit.bench.report.tables import (
 )
 from schedkit.bench.report.verdicts import ComparisonSummary, Flag, comparison_summaries, run_flags
 from schedkit.bench.results import TONES, WORSE, Results
+from schedkit.bench.stats.request_table import RequestTable
 from schedkit.records import RunResult
 
 __all__ = ["render_html", "render_markdown", "write_report"]
@@ -321,15 +322,19 @@ def _html_tables(results: Results) -> str:
     return f'<section id="metrics"><h2>Metrics</h2>{grid}{columns}</div></section>'
 
 
-def render_html(results: Results, runs: Sequence[RunResult]) -> str:
-    """The whole report as one self-contained HTML page with inline SVG plots."""
+def render_html(
+    results: Results, runs: Sequence[RunResult], tables: Sequence[RequestTable] | None = None
+) -> str:
+    """The whole report as one self-contained HTML page with inline SVG plots; ``tables``:
+    the arms' :class:`RequestTable`, when built already."""
     parts = [
         f'<header><h1>schedkit bench report</h1><p class="context">{escape(context(results))}</p>'
         f"{_html_differing(results)}</header>",
         _html_summary(results),
     ]
     if runs:
-        plots = "".join(_html_figure(f) for f in figures(results, runs, results.slo.ttft_ms))
+        drawn = figures(results, runs, results.slo.ttft_ms, tables)
+        plots = "".join(_html_figure(f) for f in drawn)
         parts.append(f'<section id="plots"><h2>Plots</h2><div class="grid">{plots}</div></section>')
     parts.append(_html_tables(results))
     sections = settings(results)
@@ -354,14 +359,19 @@ def render_html(results: Results, runs: Sequence[RunResult]) -> str:
     )
 
 
-def write_report(out_dir: Path, results: Results, runs: Sequence[RunResult]) -> tuple[Path, Path]:
+def write_report(
+    out_dir: Path,
+    results: Results,
+    runs: Sequence[RunResult],
+    tables: Sequence[RequestTable] | None = None,
+) -> tuple[Path, Path]:
     """Write ``report.md`` and ``report.html`` into ``out_dir``; return their paths.
 
     ``results`` is the bench's results (what results.json holds); ``runs`` are the arms'
-    raw results, in the same order, for the plots.
+    raw results, in the same order, for the plots (``tables``: theirs, when built).
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     md, html = out_dir / "report.md", out_dir / "report.html"
     md.write_text(render_markdown(results), encoding="utf-8")
-    html.write_text(render_html(results, runs), encoding="utf-8")
+    html.write_text(render_html(results, runs, tables), encoding="utf-8")
     return md, html

@@ -23,23 +23,20 @@ per second (vLLM's ``--goodput``), None without targets.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
+from json.encoder import encode_basestring_ascii
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from schedkit.bench.results import Results, percentile_key
-from schedkit.bench.stats.metrics import (
-    is_completed,
-    latencies_ms,
-    meets_slo,
-    slo_applies,
-)
-from schedkit.records import RequestRecord, RunResult
+from schedkit.bench.stats.estimators import FloatArray
+from schedkit.bench.stats.request_table import RequestTable
+from schedkit.records import RunResult
 
-__all__ = ["vllm_bench_result", "write_vllm_bench"]
+__all__ = ["dumps_indented", "vllm_bench_result", "write_vllm_bench"]
 
 NOTE = (
     "written by schedkit: itls are kept per arm, not per request, so each request's list is"
@@ -48,9 +45,9 @@ NOTE = (
 
 
 def _stats(
-    name: str, values_ms: Sequence[float], percentiles: Sequence[float], out: dict[str, Any]
+    name: str, values_ms: FloatArray, percentiles: Sequence[float], out: dict[str, Any]
 ) -> None:
-    values = np.asarray(values_ms or [0.0], dtype=float)
+    values = values_ms if values_ms.size else np.zeros(1)
     out[f"mean_{name}_ms"] = float(values.mean())
     out[f"median_{name}_ms"] = float(np.median(values))
     out[f"std_{name}_ms"] = float(values.std())
@@ -63,7 +60,7 @@ def _weighted_stats(
 ) -> None:
     """``_stats`` of inter-token gaps given as (seconds, how many tokens had it)."""
     if not gaps:
-        _stats(name, [], percentiles, out)
+        _stats(name, np.zeros(0), percentiles, out)
         return
     values = np.array([g for g, _ in gaps], dtype=float) * 1e3
     weights = np.array([w for _, w in gaps], dtype=float)
@@ -81,21 +78,28 @@ def _weighted_stats(
         out[f"{percentile_key(q)}_{name}_ms"] = float(values[at])
 
 
-def _per_request(
-    records: Sequence[RequestRecord], lats: Sequence[dict[str, float | None]]
-) -> dict[str, list[Any]]:
+def _seconds(values_ms: FloatArray) -> list[float]:
+    """Latencies in ms as vLLM's seconds, 0.0 where there is none."""
+    none = np.isnan(values_ms) | (values_ms == 0.0)  # as ``(ms or 0.0) / 1e3``: never -0.0
+    seconds: list[float] = (np.where(none, 0.0, values_ms) / 1e3).tolist()
+    return seconds
+
+
+def _per_request(table: RequestTable) -> dict[str, list[Any]]:
     """vLLM's per-request lists, in workload order (seconds; 0.0 and an error's text for
     a request that did not complete)."""
+    records = table.records
+    done = table.completed.tolist()
     return {
         "input_lens": [r.prompt_tokens for r in records],
-        "output_lens": [r.output_tokens if is_completed(r) else 0 for r in records],
-        "ttfts": [(lat["ttft_ms"] or 0.0) / 1e3 for lat in lats],
+        "output_lens": np.where(table.completed, table.output_tokens, 0).tolist(),
+        "ttfts": _seconds(table.ttft_ms),
         "itls": [[] for _ in records],
-        "latencies": [(lat["e2e_ms"] or 0.0) / 1e3 for lat in lats],
+        "latencies": _seconds(table.e2e_ms),
         "start_times": [r.arrival_s for r in records],
         "errors": [
-            "" if is_completed(r) else (r.reject_reason or r.finish_reason or "unfinished")
-            for r in records
+            "" if ok else (r.reject_reason or r.finish_reason or "unfinished")
+            for r, ok in zip(records, done, strict=True)
         ],
     }
 
@@ -106,20 +110,21 @@ def vllm_bench_result(
     *,
     slo_ttft_ms: float | None,
     slo_tpot_ms: float | None,
+    table: RequestTable | None = None,
 ) -> dict[str, Any]:
-    """``run`` (one arm of ``results``) as ``vllm bench serve`` would have saved it."""
+    """``run`` (one arm of ``results``) as ``vllm bench serve`` would have saved it;
+    ``table``: ``run``'s :class:`RequestTable`, when built already."""
     records = run.records
+    table = table if table is not None else RequestTable.of(run)
     spec, engine = results.provenance.spec, results.engine
     duration = run.duration_s
-    done = [r for r in records if is_completed(r)]
-    lats = [latencies_ms(r) for r in records]
-    span = max((r.arrival_s for r in records), default=0.0) - min(
-        (r.arrival_s for r in records), default=0.0
-    )
-    total_in = sum(r.prompt_tokens for r in done)
-    total_out = sum(r.output_tokens for r in done)
-    met = sum(meets_slo(r, slo_ttft_ms, slo_tpot_ms) for r in records)
-    applies = slo_applies(records, slo_ttft_ms, slo_tpot_ms)
+    done = int(np.count_nonzero(table.completed))
+    arrivals = table.arrival_s
+    span = float(arrivals.max() - arrivals.min()) if arrivals.size else 0.0
+    total_in = int(table.prompt_tokens[table.completed].sum())
+    total_out = int(table.output_tokens[table.completed].sum())
+    met = int(np.count_nonzero(table.met_slo(slo_ttft_ms, slo_tpot_ms)))
+    applies = table.slo_applies(slo_ttft_ms, slo_tpot_ms)
     out: dict[str, Any] = {
         "date": datetime.now().strftime("%Y%m%d-%H%M%S"),
         "backend": f"schedkit-{engine.get('engine', 'sim')}",
@@ -134,19 +139,26 @@ def vllm_bench_result(
         "burstiness": spec.get("burstiness", 1.0),
         "max_concurrency": results.workload.max_concurrency,
         "duration": duration,
-        "completed": len(done),
-        "failed": len(records) - len(done),
+        "completed": done,
+        "failed": len(records) - done,
         "total_input_tokens": total_in,
         "total_output_tokens": total_out,
-        "request_throughput": len(done) / duration if duration > 0 else 0.0,
+        "request_throughput": done / duration if duration > 0 else 0.0,
         "request_goodput": met / duration if applies and duration > 0 else None,
         "output_throughput": total_out / duration if duration > 0 else 0.0,
         "total_token_throughput": (total_in + total_out) / duration if duration > 0 else 0.0,
-        **_per_request(records, lats),
+        **_per_request(table),
         "workload": results.workload.name,
         "schedkit_note": NOTE,
     }
-    stats = spec.get("stats", {})
+    _latency_stats(run, table, spec.get("stats", {}), out)
+    return out
+
+
+def _latency_stats(
+    run: RunResult, table: RequestTable, stats: dict[str, Any], out: dict[str, Any]
+) -> None:
+    """vLLM's ``mean_``/``median_``/``std_``/``p<q>_`` of each latency, into ``out``."""
     asked = stats.get("percentile_metrics", ["ttft", "tpot", "itl"])
     qs = stats.get("metric_percentiles", [99.0])
 
@@ -157,8 +169,8 @@ def vllm_bench_result(
         if name == "itl":  # vLLM's order
             _weighted_stats(name, run.itl, percentiles(name), out)
         else:
-            _stats(name, [v for lat in lats if (v := lat[key]) is not None], percentiles(name), out)
-    return out
+            values = table.latency(key)
+            _stats(name, values[~np.isnan(values)], percentiles(name), out)
 
 
 def write_vllm_bench(
@@ -168,13 +180,46 @@ def write_vllm_bench(
     *,
     slo_ttft_ms: float | None,
     slo_tpot_ms: float | None,
+    tables: Sequence[RequestTable] | None = None,
 ) -> list[Path]:
-    """``vllm-bench-<arm>.json`` per arm in ``directory``."""
+    """``vllm-bench-<arm>.json`` per arm in ``directory``; ``tables``: the arms'
+    :class:`RequestTable`, when built already."""
     written = []
     for index, run in enumerate(runs):
         safe = "".join(c if c.isalnum() or c in "._+-" else "_" for c in run.policy)
         path = directory / f"vllm-bench-{index}-{safe}.json"
-        data = vllm_bench_result(run, results, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms)
-        path.write_text(json.dumps(data, indent=1), encoding="utf-8")
+        table = tables[index] if tables is not None else None
+        data = vllm_bench_result(
+            run, results, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, table=table
+        )
+        path.write_text(dumps_indented(data), encoding="utf-8")
         written.append(path)
     return written
+
+
+def dumps_indented(data: Mapping[str, Any]) -> str:
+    """``json.dumps(data, indent=1)``, the same text, with the long per-request lists
+    written by C code: json's indenting encoder is pure Python, one call per element.
+
+    A value at depth 1 is its own ``json.dumps(..., indent=1)`` with every line after the
+    first indented one more (JSON text has newlines only between tokens); a list of
+    numbers is ``json.dumps`` of it, one number a line; a list of strings, each string
+    encoded as json encodes it; a list of empty lists, ``[]`` a line.
+    """
+    if not data or not all(isinstance(key, str) for key in data):
+        return json.dumps(data, indent=1)
+    items = [f"{json.dumps(key)}: {_dump_value(value)}" for key, value in data.items()]
+    return "{\n " + ",\n ".join(items) + "\n}"
+
+
+def _dump_value(value: Any) -> str:
+    """``value`` as ``json.dumps(data, indent=1)`` writes it at depth 1."""
+    if isinstance(value, list) and value:
+        kinds = set(map(type, value))
+        if kinds <= {int, float}:  # numbers hold no ", ": the compact text splits on it
+            return "[\n  " + json.dumps(value)[1:-1].replace(", ", ",\n  ") + "\n ]"
+        if kinds == {str}:
+            return "[\n  " + ",\n  ".join(map(encode_basestring_ascii, value)) + "\n ]"
+        if kinds == {list} and not any(value):
+            return "[\n  " + ",\n  ".join(["[]"] * len(value)) + "\n ]"
+    return json.dumps(value, indent=1).replace("\n", "\n ")

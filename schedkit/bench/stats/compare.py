@@ -53,6 +53,7 @@ from schedkit.bench.stats.episodes import (
 from schedkit.bench.stats.estimators import FloatArray, Mean, Quantile, Ratio, Statistic, Total
 from schedkit.bench.stats.flags import comparison_flags
 from schedkit.bench.stats.paired import Index, paired, samples
+from schedkit.bench.stats.request_table import RequestTable
 from schedkit.bench.stats.sectioning import (
     MAX_SECTIONS,
     Diff,
@@ -287,13 +288,15 @@ def compare_pair(
     metrics: Sequence[str] | None = None,
     rate_scale: float | None = None,
     window_s: Sequence[float] | None = None,
+    tables: tuple[RequestTable, RequestTable] | None = None,
 ) -> dict[str, Any]:
     """``other`` against the baseline ``base``: rows, summary, flags and the method.
     ``rate_scale`` and ``window_s`` (the bench's) turn an episode's simulated seconds into
-    the ``--window`` that replays it."""
+    the ``--window`` that replays it. ``tables``: both arms', when built already."""
     keys = check_metrics(metrics)
-    sa = samples(base, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms)
-    sb = samples(other, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms)
+    ta, tb = tables if tables is not None else (RequestTable.of(base), RequestTable.of(other))
+    sa = samples(base, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, table=ta)
+    sb = samples(other, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms, table=tb)
     ia, ib = paired(base, other)
     pa = {k: v[ia] for k, v in sa.items()}
     pb = {k: v[ib] for k, v in sb.items()}
@@ -302,7 +305,7 @@ def compare_pair(
         judged = [m for m in judged if m.sample != "met_slo"]
     if TENANT_METRIC.key in keys:
         judged += _tenant_metrics(base, ia, pa, pb)
-    arrivals = np.array([base.records[i].arrival_s for i in ia], dtype=np.float64)
+    arrivals = ta.arrival_s[ia]
     rows = []
     for m in judged:
         r = interval(m, pa[m.sample], pb[m.sample], min_effect)
@@ -411,8 +414,10 @@ def compare_arms(
     n_boot: int | None = None,
     rate_scale: float | None = None,
     window_s: Sequence[float] | None = None,
+    tables: Sequence[RequestTable] | None = None,
 ) -> list[dict[str, Any]]:
-    """Every arm after the first against the first (see :func:`compare_pair`).
+    """Every arm after the first against the first (see :func:`compare_pair`); ``tables``:
+    the arms' :class:`RequestTable`, when built already.
 
     ``seed`` and ``n_boot`` set the bootstrap the verdicts used before paired sectioning;
     they are ignored, with a ``DeprecationWarning``.
@@ -426,6 +431,7 @@ def compare_arms(
         )
     out = []
     for i, run in enumerate(runs[1:], start=1):
+        pair = (tables[0], tables[i]) if tables is not None else None
         out.append(
             compare_pair(
                 runs[0],
@@ -436,6 +442,7 @@ def compare_arms(
                 metrics=metrics,
                 rate_scale=rate_scale,
                 window_s=window_s,
+                tables=pair,
             )
         )
         if progress:

@@ -35,7 +35,7 @@ def _check_q(q: float) -> None:
         raise ValueError(f"percentile q={q!r} is outside 0..100; pass a percentage")
 
 
-def percentile(sorted_values: Sequence[float], q: float) -> float:
+def percentile(sorted_values: Sequence[float] | FloatArray, q: float) -> float:
     """The ``q``-th percentile (0..100) of ``sorted_values``, as ``np.percentile``."""
     _check_q(q)
     if len(sorted_values) == 0:
@@ -59,9 +59,15 @@ def _counted_percentile(
 
 
 def _weighted(
-    pairs: Iterable[tuple[float, float]],
+    pairs: Iterable[tuple[float, float]] | FloatArray,
 ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
-    data = np.array([(v, w) for v, w in pairs if w > 0], dtype=np.float64).reshape(-1, 2)
+    """Values and weights, ascending by value then weight, without zero weights; ``pairs``
+    may be an array of rows of two."""
+    if isinstance(pairs, np.ndarray):
+        data = pairs.reshape(-1, 2)
+        data = data[data[:, 1] > 0]
+    else:
+        data = np.array([(v, w) for v, w in pairs if w > 0], dtype=np.float64).reshape(-1, 2)
     order = np.lexsort((data[:, 1], data[:, 0]))
     return data[order, 0], data[order, 1]
 
@@ -75,17 +81,23 @@ def weighted_percentile(pairs: Iterable[tuple[float, float]], q: float) -> float
     return _counted_percentile(values, np.cumsum(weights), q)
 
 
-def summary(values: Iterable[float]) -> dict[str, float | None]:
+def summary(values: Iterable[float] | FloatArray) -> dict[str, float | None]:
     """``{"mean", "p50", "p90", "p99"}`` of ``values``; every entry is None when empty."""
-    data = np.fromiter(values, dtype=np.float64)
+    if isinstance(values, np.ndarray):
+        data = np.ascontiguousarray(values, dtype=np.float64)
+    else:
+        data = np.fromiter(values, dtype=np.float64)
     if not data.size:
         return {"mean": None, "p50": None, "p90": None, "p99": None}
     p50, p90, p99 = np.percentile(data, [50, 90, 99])
     return {"mean": float(data.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
 
 
-def weighted_summary(pairs: Iterable[tuple[float, float]]) -> dict[str, float | None]:
-    """:func:`summary` for ``(value, weight)`` pairs: weighted mean and percentiles."""
+def weighted_summary(
+    pairs: Iterable[tuple[float, float]] | FloatArray,
+) -> dict[str, float | None]:
+    """:func:`summary` for ``(value, weight)`` pairs (or an array of such rows): weighted
+    mean and percentiles."""
     values, weights = _weighted(pairs)
     if not values.size:
         return {"mean": None, "p50": None, "p90": None, "p99": None}

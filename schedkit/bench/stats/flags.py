@@ -15,8 +15,8 @@ import numpy as np
 
 from schedkit.bench.spec import DEFAULT_MIN_EFFECT
 from schedkit.bench.stats.estimators import FloatArray
-from schedkit.bench.stats.metrics import latencies_ms
-from schedkit.records import RequestRecord, RunResult
+from schedkit.bench.stats.request_table import RequestTable
+from schedkit.records import RunResult
 
 __all__ = [
     "comparison_flags",
@@ -91,38 +91,33 @@ def starvation(
     )
 
 
-def _backlog(records: Sequence[RequestRecord], t: float) -> int:
+def _backlog(table: RequestTable, t: float) -> int:
     """Requests that had arrived by ``t`` and not yet left (finished or rejected)."""
-    count = 0
-    for r in records:
-        if r.arrival_s > t:
-            continue
-        left = r.finish_s if r.finish_s is not None else (r.arrival_s if r.rejected else None)
-        if left is None or left > t:
-            count += 1
-    return count
+    arrival, finish = table.arrival_s, table.finish_s
+    left = np.where(np.isnan(finish), np.where(table.rejected, arrival, np.inf), finish)
+    return int(np.count_nonzero((arrival <= t) & (left > t)))
 
 
 OVERLOAD_MIN_BACKLOG = 0.05  # of the requests, and at least 10
 
 
-def overload(run: RunResult) -> dict[str, Any] | None:
+def overload(run: RunResult, table: RequestTable | None = None) -> dict[str, Any] | None:
     """A flag when the engine never caught up with its arrivals: the requests in the
     system at the last arrival are many (5% of all, at least 10) and kept growing
-    (mid-trace < three quarters in < last arrival)."""
-    records = run.records
-    if not records:
+    (mid-trace < three quarters in < last arrival). ``table``: ``run``'s, when built."""
+    if not run.records:
         return None
-    first = min(r.arrival_s for r in records)
-    last = max(r.arrival_s for r in records)
+    table = table if table is not None else RequestTable.of(run)
+    first = float(table.arrival_s.min())
+    last = float(table.arrival_s.max())
     if last <= first:
         return None
     points = [first + (last - first) * f for f in (0.5, 0.75, 1.0)]
-    mid, late, end = (_backlog(records, t) for t in points)
-    if end < max(10, OVERLOAD_MIN_BACKLOG * len(records)) or not mid < late < end:
+    mid, late, end = (_backlog(table, t) for t in points)
+    if end < max(10, OVERLOAD_MIN_BACKLOG * len(table)) or not mid < late < end:
         return None
-    ttft = [v for r in records if (v := latencies_ms(r)["ttft_ms"]) is not None]
-    p50 = f"; p50 TTFT {np.median(ttft) / 1000:,.1f} s" if ttft else ""
+    ttft = table.ttft_ms[~np.isnan(table.ttft_ms)]
+    p50 = f"; p50 TTFT {np.median(ttft) / 1000:,.1f} s" if ttft.size else ""
     return _flag(
         "overload",
         f"{run.policy}: arrivals outpace completions: {end} requests in the system at the"
@@ -163,8 +158,14 @@ def slow_hooks(run: RunResult) -> dict[str, Any] | None:
     )
 
 
-def run_flags(runs: Sequence[RunResult]) -> list[dict[str, Any]]:
-    """Per-arm flags: policy faults, slow hooks and overload."""
+def run_flags(
+    runs: Sequence[RunResult], tables: Sequence[RequestTable] | None = None
+) -> list[dict[str, Any]]:
+    """Per-arm flags: policy faults, slow hooks and overload. ``tables``: the arms'
+    :class:`RequestTable`, when built already."""
     found = [policy_faults(r) for r in runs] + [slow_hooks(r) for r in runs]
-    found += [overload(r) for r in runs]
+    if tables is None:
+        found += [overload(r) for r in runs]
+    else:
+        found += [overload(r, t) for r, t in zip(runs, tables, strict=True)]
     return [f for f in found if f is not None]

@@ -34,25 +34,30 @@ import re
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
+
+import numpy as np
 
 from schedkit.bench.results import percentile_key
 from schedkit.bench.stats.estimators import (
+    FloatArray,
     jain,
     percentile,
     summary,
     weighted_percentile,
     weighted_summary,
 )
+from schedkit.bench.stats.request_table import COMPLETED_REASONS, RequestTable, nullable
 from schedkit.records import RequestRecord, RunResult
 
-COMPLETED_REASONS = frozenset({"length", "stop"})
 #: Service weights of one prompt token and one output token, VTC's defaults
 #: (``plugins/vtc``: ``input_weight`` 1, ``output_weight`` 2).
 SERVICE_INPUT_WEIGHT = 1.0
 SERVICE_OUTPUT_WEIGHT = 2.0
 LATENCIES = ("ttft_ms", "tpot_ms", "e2e_ms", "queue_ms")
 
+
+_Key = TypeVar("_Key", str, int)
 
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")  # numbers in rejection reasons, grouped as N
 
@@ -113,13 +118,12 @@ def per_request_samples(
     Keys: ``ttft_ms``, ``tpot_ms``, ``e2e_ms``, ``queue_ms`` (None where undefined or the
     request did not complete) and ``met_slo`` (1.0/0.0; all None when no target applies).
     """
-    out: dict[str, list[float | None]] = {key: [] for key in (*LATENCIES, "met_slo")}
-    applies = slo_applies(run.records, slo_ttft_ms, slo_tpot_ms)
-    for record in run.records:
-        for key, value in latencies_ms(record).items():
-            out[key].append(value)
-        met = float(meets_slo(record, slo_ttft_ms, slo_tpot_ms)) if applies else None
-        out["met_slo"].append(met)
+    table = RequestTable.of(run)
+    out: dict[str, list[float | None]] = {key: nullable(table.latency(key)) for key in LATENCIES}
+    if table.slo_applies(slo_ttft_ms, slo_tpot_ms):
+        out["met_slo"] = table.met_slo(slo_ttft_ms, slo_tpot_ms).astype(np.float64).tolist()
+    else:
+        out["met_slo"] = [None] * len(table)
     return out
 
 
@@ -288,31 +292,52 @@ def _served_while_backlogged(
 
 
 def _group(
-    records: Sequence[RequestRecord], slo_ttft_ms: float | None, slo_tpot_ms: float | None
+    table: RequestTable, slo_ttft_ms: float | None, slo_tpot_ms: float | None
 ) -> dict[str, Any]:
     """Counts, latency summaries and attainment of a subset of requests."""
-    lats = [latencies_ms(r) for r in records]
-    queue = [q for lat in lats if (q := lat["queue_ms"]) is not None]
-    met = sum(meets_slo(r, slo_ttft_ms, slo_tpot_ms) for r in records)
-    applies = slo_applies(records, slo_ttft_ms, slo_tpot_ms)
+    done = table.completed
+    queue = _present(table.queue_ms)
+    applies = table.slo_applies(slo_ttft_ms, slo_tpot_ms)
+    met = int(np.count_nonzero(table.met_slo(slo_ttft_ms, slo_tpot_ms))) if applies else 0
+    n = len(table)
     return {
-        "requests": len(records),
-        "completed": sum(is_completed(r) for r in records),
-        "rejected": sum(r.rejected for r in records),
-        "output_tokens": sum(r.output_tokens for r in records if is_completed(r)),
-        "ttft_ms": summary(v for lat in lats if (v := lat["ttft_ms"]) is not None),
-        "tpot_ms": summary(v for lat in lats if (v := lat["tpot_ms"]) is not None),
+        "requests": n,
+        "completed": int(np.count_nonzero(done)),
+        "rejected": int(np.count_nonzero(table.rejected)),
+        "output_tokens": int(table.output_tokens[done].sum()),
+        "ttft_ms": summary(_present(table.ttft_ms)),
+        "tpot_ms": summary(_present(table.tpot_ms)),
         "queue_ms": summary(queue),
-        "queue_ms_max": max(queue, default=None),
-        "slo_attainment": met / len(records) if applies and records else None,
+        "queue_ms_max": float(queue.max()) if queue.size else None,
+        "slo_attainment": met / n if applies and n else None,
         "slo_met": met if applies else None,
     }
 
 
+def _present(values: FloatArray) -> FloatArray:
+    """The samples of ``values`` (NaN: none), in request order."""
+    present: FloatArray = values[~np.isnan(values)]
+    return present
+
+
 def _breakdown(
-    groups: Mapping[str, list[RequestRecord]], slo_ttft_ms: float | None, slo_tpot_ms: float | None
+    table: RequestTable,
+    groups: Mapping[str, list[int]],
+    slo_ttft_ms: float | None,
+    slo_tpot_ms: float | None,
 ) -> dict[str, dict[str, Any]]:
-    return {key: _group(recs, slo_ttft_ms, slo_tpot_ms) for key, recs in groups.items()}
+    """:func:`_group` of each group of requests (positions in ``table``)."""
+    return {
+        key: _group(table.take(np.array(rows, dtype=np.intp)), slo_ttft_ms, slo_tpot_ms)
+        for key, rows in groups.items()
+    }
+
+
+def itl_ms(run: RunResult) -> FloatArray:
+    """The run's inter-token gaps in ms and their weights (tokens), as rows of two."""
+    pairs = np.array(run.itl, dtype=np.float64).reshape(-1, 2)
+    pairs[:, 0] *= 1000.0
+    return pairs
 
 
 #: vllm bench serve's names of the latencies (``--percentile-metrics``) -> schedkit's keys
@@ -321,15 +346,18 @@ SUMMARY_PERCENTILES = (50.0, 90.0, 99.0)  # every latency summary has these
 
 
 def more_percentiles(
-    run: RunResult, metrics: Sequence[str], percentiles: Sequence[float]
+    run: RunResult,
+    metrics: Sequence[str],
+    percentiles: Sequence[float],
+    table: RequestTable | None = None,
 ) -> dict[str, dict[str, float | None]]:
     """The ``percentiles`` a summary does not have already, of the latencies ``metrics``
     (vLLM's names), keyed by schedkit's latency key and :func:`percentile_key`; empty when
-    every one asked for is in every summary."""
+    every one asked for is in every summary. ``table``: ``run``'s, when built already."""
     extra = [q for q in dict.fromkeys(percentiles) if q not in SUMMARY_PERCENTILES]
     if not extra:
         return {}
-    lats = [latencies_ms(r) for r in run.records]
+    table = table if table is not None else RequestTable.of(run)
     out: dict[str, dict[str, float | None]] = {}
     for name in dict.fromkeys(metrics):
         key = VLLM_LATENCIES[name]
@@ -337,8 +365,8 @@ def more_percentiles(
             pairs = [(gap * 1000.0, float(w)) for gap, w in run.itl if w > 0]
             values = [weighted_percentile(pairs, q) if pairs else None for q in extra]
         else:
-            samples = sorted(v for lat in lats if (v := lat[key]) is not None)
-            values = [percentile(samples, q) if samples else None for q in extra]
+            samples = np.sort(_present(table.latency(key)))
+            values = [percentile(samples, q) if samples.size else None for q in extra]
         out[key] = {percentile_key(q): v for q, v in zip(extra, values, strict=True)}
     return out
 
@@ -364,19 +392,22 @@ def compute_metrics(
     all the waiting; it calls equal waiting fair even when one tenant caused it. With
     more than one priority value, adds ``priorities`` keyed by the value as a string.
     """
-    metrics = _arm_metrics(run, slo_ttft_ms, slo_tpot_ms)
-    for key, values in more_percentiles(run, percentile_metrics, metric_percentiles).items():
+    table = RequestTable.of(run)
+    metrics = _arm_metrics(run, table, slo_ttft_ms, slo_tpot_ms)
+    more = more_percentiles(run, percentile_metrics, metric_percentiles, table)
+    for key, values in more.items():
         metrics[key] = {**metrics[key], "percentiles": values}
     if run.routed:  # a cluster: requests per replica
         metrics["routed"] = list(run.routed)
-    metrics.update(_breakdowns(run.records, run.duration_s, slo_ttft_ms, slo_tpot_ms))
+    metrics.update(_breakdowns(table, run.duration_s, slo_ttft_ms, slo_tpot_ms))
     return metrics
 
 
-def _rejections(run: RunResult) -> dict[str, int]:
+def _rejections(run: RunResult, table: RequestTable) -> dict[str, int]:
     """Rejections per reason, reasons that differ only in their numbers counted as one."""
+    rejected = np.flatnonzero(table.rejected).tolist()
     by_reason = dict(run.rejections) or dict(
-        Counter(r.reject_reason or "unspecified" for r in run.records if r.rejected)
+        Counter(run.records[i].reject_reason or "unspecified" for i in rejected)
     )
     rejections: Counter[str] = Counter()
     for reason, count in by_reason.items():  # "needs 7 blocks" and "needs 9 blocks" are one
@@ -385,30 +416,28 @@ def _rejections(run: RunResult) -> dict[str, int]:
 
 
 def _arm_metrics(
-    run: RunResult, slo_ttft_ms: float | None, slo_tpot_ms: float | None
+    run: RunResult, table: RequestTable, slo_ttft_ms: float | None, slo_tpot_ms: float | None
 ) -> dict[str, Any]:
     """The arm's counts, latencies, throughput, cache, SLO and policy health, over all
     its requests."""
-    records = run.records
-    overall = _group(records, slo_ttft_ms, slo_tpot_ms)
-    lats = [latencies_ms(r) for r in records]
+    overall = _group(table, slo_ttft_ms, slo_tpot_ms)
     duration = run.duration_s
     per_s = 1.0 / duration if duration > 0 else 0.0
-    prompt_tokens = sum(r.prompt_tokens for r in records if is_completed(r))
+    prompt_tokens = int(table.prompt_tokens[table.completed].sum())
     met = overall["slo_met"]
     return {
         "policy": run.policy,
         "requests": overall["requests"],
         "completed": overall["completed"],
         "rejected": overall["rejected"],
-        "unfinished": sum(r.finish_reason == "" for r in records),
-        "rejections": _rejections(run),
-        "failed": sum(r.finish_reason == "error" for r in records),
+        "unfinished": table.finish_reasons.count(""),
+        "rejections": _rejections(run, table),
+        "failed": table.finish_reasons.count("error"),
         "errors": dict(run.errors),
         "ttft_ms": overall["ttft_ms"],
         "tpot_ms": overall["tpot_ms"],
-        "itl_ms": weighted_summary((gap * 1000.0, weight) for gap, weight in run.itl),
-        "e2e_ms": summary(v for lat in lats if (v := lat["e2e_ms"]) is not None),
+        "itl_ms": weighted_summary(itl_ms(run)),
+        "e2e_ms": summary(_present(table.e2e_ms)),
         "queue_ms": overall["queue_ms"],
         "queue_ms_max": overall["queue_ms_max"],
         "output_tokens": overall["output_tokens"],
@@ -435,25 +464,35 @@ def _arm_metrics(
 
 
 def _breakdowns(
-    records: Sequence[RequestRecord],
+    table: RequestTable,
     duration_s: float,
     slo_ttft_ms: float | None,
     slo_tpot_ms: float | None,
 ) -> dict[str, Any]:
     """``tenants`` with the fairness indexes, and ``priorities``, each where the requests
     have more than one."""
-    tenants: dict[str, list[RequestRecord]] = {}
-    priorities: dict[int, list[RequestRecord]] = {}
-    for r in records:
-        tenants.setdefault(r.tenant, []).append(r)
-        priorities.setdefault(r.priority, []).append(r)
+    records = table.records
     out: dict[str, Any] = {}
+    tenants = _positions([r.tenant for r in records])
     if len(tenants) > 1:
-        out["tenants"] = _breakdown(dict(sorted(tenants.items())), slo_ttft_ms, slo_tpot_ms)
+        by_tenant = dict(sorted(tenants.items()))
+        out["tenants"] = _breakdown(table, by_tenant, slo_ttft_ms, slo_tpot_ms)
         means = [m for t in out["tenants"].values() if (m := t["ttft_ms"]["mean"]) is not None]
         out["jain_fairness"] = service_jain(records, duration_s)
         out["jain_ttft"] = jain(means) if means else None
+    priorities = _positions([r.priority for r in records])
     if len(priorities) > 1:
-        by_priority = {str(p): recs for p, recs in sorted(priorities.items())}
-        out["priorities"] = _breakdown(by_priority, slo_ttft_ms, slo_tpot_ms)
+        by_priority = {str(p): rows for p, rows in sorted(priorities.items())}
+        out["priorities"] = _breakdown(table, by_priority, slo_ttft_ms, slo_tpot_ms)
+    return out
+
+
+def _positions(keys: list[_Key]) -> dict[_Key, list[int]]:
+    """The positions of each distinct key, in order; one entry without looping when all
+    are alike (the common case)."""
+    if len(set(keys)) <= 1:
+        return {keys[0]: list(range(len(keys)))} if keys else {}
+    out: dict[_Key, list[int]] = {}
+    for i, key in enumerate(keys):
+        out.setdefault(key, []).append(i)
     return out

@@ -7,11 +7,12 @@ import numpy as np
 import numpy.typing as npt
 
 from schedkit.bench.stats.estimators import FloatArray
-from schedkit.bench.stats.metrics import is_completed, latencies_ms, meets_slo, slo_applies
+from schedkit.bench.stats.metrics import LATENCIES
+from schedkit.bench.stats.request_table import RequestTable
 from schedkit.errors import SchedkitError
 from schedkit.records import RequestRecord, RunResult
 
-__all__ = ["Index", "paired", "samples", "wait_s"]
+__all__ = ["Index", "paired", "samples", "wait_s", "waits_s"]
 
 Index = npt.NDArray[np.intp]
 
@@ -30,7 +31,11 @@ def wait_s(record: RequestRecord, end_s: float) -> float:
 
 
 def samples(
-    run: RunResult, *, slo_ttft_ms: float | None = None, slo_tpot_ms: float | None = None
+    run: RunResult,
+    *,
+    slo_ttft_ms: float | None = None,
+    slo_tpot_ms: float | None = None,
+    table: RequestTable | None = None,
 ) -> dict[str, FloatArray]:
     """Per-request samples of one arm, aligned with ``run.records`` (NaN: none).
 
@@ -39,42 +44,43 @@ def samples(
     over the run's duration: they sum to the throughput), ``preemptions``,
     ``recomputed`` (NaN when the engine counts recomputed tokens only per run),
     ``prefix`` (cached and prompt tokens of requests that were scheduled), and
-    ``wait_s`` (:func:`wait_s`, every request).
+    ``wait_s`` (:func:`wait_s`, every request). ``table``: ``run``'s, when built already.
     """
-    records = run.records
-    n = len(records)
-    lat = {key: np.full(n, np.nan) for key in ("ttft_ms", "tpot_ms", "e2e_ms", "queue_ms")}
-    for i, r in enumerate(records):
-        for key, value in latencies_ms(r).items():
-            if value is not None:
-                lat[key][i] = value
-    applies = slo_applies(records, slo_ttft_ms, slo_tpot_ms)
-    met = np.array(
-        [float(meets_slo(r, slo_ttft_ms, slo_tpot_ms)) if applies else np.nan for r in records]
-    )
+    t = table if table is not None else RequestTable.of(run)
+    n = len(t)
+    if t.slo_applies(slo_ttft_ms, slo_tpot_ms):
+        met = t.met_slo(slo_ttft_ms, slo_tpot_ms).astype(np.float64)
+    else:
+        met = np.full(n, np.nan)
     duration = run.duration_s
-    tokens = np.array([float(r.output_tokens) if is_completed(r) else 0.0 for r in records])
-    recomputed = np.array([float(r.recomputed_tokens) for r in records])
+    tokens = np.where(t.completed, t.output_tokens.astype(np.float64), 0.0)
+    recomputed = t.recomputed_tokens.astype(np.float64)
     if recomputed.sum() != run.recomputed_tokens:  # counted per run only: no interval
         recomputed = np.full(n, np.nan)
-    prefix = np.array(
-        [
-            (float(r.cached_tokens), float(r.prompt_tokens))
-            if r.scheduled_s is not None
-            else (0.0, 0.0)
-            for r in records
-        ]
-    ).reshape(n, 2)
+    scheduled = ~np.isnan(t.scheduled_s)
+    prefix = np.zeros((n, 2))
+    prefix[scheduled, 0] = t.cached_tokens[scheduled]
+    prefix[scheduled, 1] = t.prompt_tokens[scheduled]
     return {
-        **lat,
+        **{key: t.latency(key).copy() for key in LATENCIES},
         "met_slo": met,
-        "rejected": np.array([float(r.rejected) for r in records]),
+        "rejected": t.rejected.astype(np.float64),
         "throughput": tokens / duration if duration > 0 else np.zeros(n),
-        "preemptions": np.array([float(r.preemptions) for r in records]),
+        "preemptions": t.preemptions.astype(np.float64),
         "recomputed": recomputed,
         "prefix": prefix,
-        "wait_s": np.array([wait_s(r, duration) for r in records]),
+        "wait_s": waits_s(t, duration),
     }
+
+
+def waits_s(table: RequestTable, end_s: float) -> FloatArray:
+    """:func:`wait_s` of every request of ``table``."""
+    arrival = table.arrival_s
+    left = np.where(table.rejected, arrival, np.maximum(end_s, arrival))
+    left = np.where(np.isnan(table.finish_s), left, table.finish_s)
+    left = np.where(np.isnan(table.scheduled_s), left, table.scheduled_s)
+    waits: FloatArray = np.maximum(0.0, left - arrival)
+    return waits
 
 
 def paired(base: RunResult, other: RunResult) -> tuple[Index, Index]:
