@@ -32,7 +32,7 @@ from schedkit.bench.results import Results
 from schedkit.bench.stats.metrics import LATENCIES
 from schedkit.bench.stats.request_table import RequestTable, nullable
 from schedkit.errors import SchedkitError, quote
-from schedkit.records import RunResult
+from schedkit.records import RequestRecord, RunResult
 
 #: Columns of requests.parquet / requests.csv, one row per request per arm.
 REQUEST_COLUMNS: tuple[str, ...] = (
@@ -107,10 +107,22 @@ def provenance(spec: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-#: Columns of the per-request table taken as they are from each request's record.
-_RAW = ("request_id", "tenant", "priority", "arrival_s", "prompt_tokens", "max_tokens",
-        "output_tokens", "finish_reason", "reject_reason", "preemptions", "recomputed_tokens",
-        "cached_tokens")  # fmt: skip
+def _record_columns(records: Sequence[RequestRecord]) -> dict[str, list[Any]]:
+    """The per-request table's columns taken as they are from the records (one attribute a
+    comprehension: several times faster than ``getattr`` by name)."""
+    return {
+        "request_id": [r.request_id for r in records],
+        "tenant": [r.tenant for r in records],
+        "priority": [r.priority for r in records],
+        "arrival_s": [r.arrival_s for r in records],
+        "prompt_tokens": [r.prompt_tokens for r in records],
+        "max_tokens": [r.max_tokens for r in records],
+        "output_tokens": [r.output_tokens for r in records],
+        "reject_reason": [r.reject_reason for r in records],
+        "preemptions": [r.preemptions for r in records],
+        "recomputed_tokens": [r.recomputed_tokens for r in records],
+        "cached_tokens": [r.cached_tokens for r in records],
+    }
 
 
 def request_rows(
@@ -129,11 +141,10 @@ def request_rows(
         if not n:
             continue
         t = tables[index] if tables is not None else RequestTable.of(run)
-        raw = {name: [getattr(r, name) for r in run.records] for name in _RAW}
         columns: dict[str, Sequence[Any]] = {
             "arm": [run.policy] * n,
-            **raw,
-            "outcome": [reason or "unfinished" for reason in raw["finish_reason"]],
+            **_record_columns(run.records),
+            "outcome": [reason or "unfinished" for reason in t.finish_reasons],
             **{key: nullable(t.latency(key)) for key in LATENCIES},
             "met_slo": t.met_slo(slo_ttft_ms, slo_tpot_ms).tolist()
             if t.slo_applies(slo_ttft_ms, slo_tpot_ms)

@@ -47,6 +47,13 @@ def _ttfts(table: RequestTable) -> tuple[IntArray, FloatArray]:
     return positions, table.ttft_ms[positions]
 
 
+def _ascending(values: FloatArray) -> list[float]:
+    """The samples of ``values`` (NaN: none) in ascending order: numpy sorts them faster
+    than ``sorted`` in :func:`ccdf_points`, which then finds them in order."""
+    ordered: list[float] = np.sort(values[~np.isnan(values)]).tolist()
+    return ordered
+
+
 def _not_completed(runs: Sequence[RunResult], tables: Sequence[RequestTable]) -> str:
     counts = [
         (r.policy, len(t) - int(np.count_nonzero(t.completed)))
@@ -67,7 +74,7 @@ def ttft_ccdf(
 ) -> Figure:
     tables = _tables(runs, tables)
     series = [
-        (r.policy, ccdf_points(_ttfts(t)[1].tolist())) for r, t in zip(runs, tables, strict=True)
+        (r.policy, ccdf_points(_ascending(t.ttft_ms))) for r, t in zip(runs, tables, strict=True)
     ]
     refs = [(slo_ttft_ms, f"SLO {slo_ttft_ms:,.0f} ms")] if slo_ttft_ms else []
     svg = line_chart(
@@ -298,7 +305,7 @@ def figures(
 
 def tpot_ccdf(runs: Sequence[RunResult], tables: Sequence[RequestTable] | None = None) -> Figure:
     samples = [
-        (r.policy, ccdf_points(t.tpot_ms[~np.isnan(t.tpot_ms)].tolist()))
+        (r.policy, ccdf_points(_ascending(t.tpot_ms)))
         for r, t in zip(runs, _tables(runs, tables), strict=True)
     ]
     svg = line_chart(

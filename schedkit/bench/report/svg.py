@@ -74,6 +74,12 @@ def _el(tag: str, text: str | None = None, **attrs: object) -> str:
     return f"<{head}/>" if text is None else f"<{head}>{escape(text)}</{tag}>"
 
 
+def _dot(cx: float, cy: float, r: float) -> str:
+    """``_el("circle", cx=cx, cy=cy, r=r)``, the same text without its general formatting
+    (a scatter plot draws thousands): numbers need no escaping."""
+    return f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="{r:.1f}"/>'
+
+
 def _open(title: str) -> list[str]:
     return [
         f'<svg class="plot" role="img" viewBox="0 0 {W} {H}" width="{W}" height="{H}">',
@@ -263,7 +269,7 @@ def line_chart(
         ax.parts.append(_el("polyline", points=coords, stroke=color, class_="line"))
     for i, pts in enumerate(dots):
         color = PALETTE[i % len(PALETTE)]
-        rings = [_el("circle", cx=ax.sx(x), cy=ax.sy(y), r=2.2) for x, y in pts if ax.visible(x, y)]
+        rings = [_dot(ax.sx(x), ax.sy(y), 2.2) for x, y in pts if ax.visible(x, y)]
         ax.parts += [f'<g class="dots" fill="{color}">', *rings, "</g>"]
     for i, bars in enumerate(whiskers):
         color = PALETTE[i % len(PALETTE)]
@@ -302,7 +308,7 @@ def scatter_chart(
     )  # fmt: skip
     for i, (_, pts) in enumerate(series):
         color = PALETTE[i % len(PALETTE)]
-        dots = [_el("circle", cx=ax.sx(x), cy=ax.sy(y), r=1.8) for x, y in pts if ax.visible(x, y)]
+        dots = [_dot(ax.sx(x), ax.sy(y), 1.8) for x, y in pts if ax.visible(x, y)]
         ax.parts += [f'<g class="dots" fill="{color}">', *dots, "</g>"]
     ax.legend([name for name, _ in series], _dot_mark)
     return ax.done()

@@ -60,6 +60,7 @@ from schedkit.bench.stats.sectioning import (
     point_diff,
     section_edges,
     sectioned_diff,
+    sections_for,
 )
 from schedkit.errors import SchedkitError
 from schedkit.records import RunResult
@@ -307,8 +308,9 @@ def compare_pair(
         judged += _tenant_metrics(base, ia, pa, pb)
     arrivals = ta.arrival_s[ia]
     rows = []
+    blocks: dict[int, int] = {}  # each sample's dependence length, found once
     for m in judged:
-        r = interval(m, pa[m.sample], pb[m.sample], min_effect)
+        r = interval(m, pa[m.sample], pb[m.sample], min_effect, blocks)
         if r["episode"] is not None:
             _locate(r["episode"], arrivals, (base.policy, other.policy))
         rows.append(_row(m, r, other, base, min_effect))
@@ -331,10 +333,17 @@ def compare_pair(
     }
 
 
-def interval(metric: Compared, a: FloatArray, b: FloatArray, min_effect: float) -> Diff:
+def interval(
+    metric: Compared,
+    a: FloatArray,
+    b: FloatArray,
+    min_effect: float,
+    blocks: dict[int, int] | None = None,
+) -> Diff:
     """The metric's change between paired samples with the interval its verdict prints:
     paired sectioning, tested for an episode; a maximum's observed values alone. The
-    coverage study (``benchmarks/stats/interval_coverage.py``) checks what this gives."""
+    coverage study (``benchmarks/stats/interval_coverage.py``) checks what this gives.
+    ``blocks``: the samples' dependence lengths found so far (``sections_for``)."""
     if metric.statistic is None:
         return _point_only(a, b)
     return sectioned_diff(
@@ -342,6 +351,7 @@ def interval(metric: Compared, a: FloatArray, b: FloatArray, min_effect: float) 
         b,
         metric.statistic,
         confidence=CONFIDENCE,
+        sections=sections_for(a, b, metric.statistic, blocks),
         min_effect=min_effect,
         in_points=metric.unit == "rate",
     )

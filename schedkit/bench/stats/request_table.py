@@ -31,8 +31,8 @@ _NAN = math.nan
 
 
 def _optional(values: Sequence[float | None]) -> FloatArray:
-    """Floats with None as NaN."""
-    return np.array([_NAN if v is None else v for v in values], dtype=np.float64)
+    """Floats with None as NaN (numpy's conversion to a float array makes None NaN)."""
+    return np.array(values, dtype=np.float64)
 
 
 def _counts(values: Sequence[int]) -> IntArray:

@@ -96,23 +96,36 @@ class Diff(TypedDict):
     episode: Episode | None  # the stretch that carries the difference (then no interval)
 
 
-def sections_for(a: FloatArray, b: FloatArray, statistic: Statistic) -> int:
+def sections_for(
+    a: FloatArray, b: FloatArray, statistic: Statistic, blocks: dict[int, int] | None = None
+) -> int:
     """How many sections to cut a paired series into, 0 when too few for an interval.
 
     At most :data:`MAX_SECTIONS`; each section must span :data:`SECTION_BLOCKS` of the
     longer of the two arms' dependence lengths (:func:`block_length` of their ranks)
     and hold :data:`MIN_TAIL` samples beyond the statistic's quantile. Fewer than
     :data:`MIN_SECTIONS` gives 0. These constants were tuned by the A/A coverage check in
-    ``benchmarks/stats/interval_coverage.md``.
+    ``benchmarks/stats/interval_coverage.md``. ``blocks`` keeps each series' dependence
+    length by the array's ``id`` for the next call on it (several statistics of one
+    sample: p50, p90 and p99 TTFT); the caller keeps the arrays alive while it is used.
     """
     present = min(int(np.count_nonzero(~np.isnan(x))) for x in (a, b))
     if present < MIN_SECTIONS:
         return 0
-    block = max(block_length(ranks(x)) for x in (a, b) if x.ndim == 1) if a.ndim == 1 else 1
+    block = max(_dependence(x, blocks) for x in (a, b) if x.ndim == 1) if a.ndim == 1 else 1
     by_dependence = a.shape[0] // (SECTION_BLOCKS * block)
     by_tail = int(present * statistic.tail // MIN_TAIL)
     k = min(MAX_SECTIONS, by_dependence, by_tail)
     return k if k >= MIN_SECTIONS else 0
+
+
+def _dependence(x: FloatArray, blocks: dict[int, int] | None) -> int:
+    """:func:`block_length` of ``x``'s ranks, once per array when ``blocks`` is given."""
+    if blocks is None:
+        return block_length(ranks(x))
+    if id(x) not in blocks:
+        blocks[id(x)] = block_length(ranks(x))
+    return blocks[id(x)]
 
 
 def ranks(values: FloatArray) -> FloatArray:
