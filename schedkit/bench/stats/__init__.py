@@ -1,4 +1,4 @@
-"""What the numbers say: each arm's metrics (:mod:`.metrics`), the estimators (:mod:`.estimators`), per-request samples paired between arms (:mod:`.paired`), paired intervals (:mod:`.sectioning`), the episodes that leave a difference without one (:mod:`.episodes`), comparisons with the baseline (:mod:`.compare`) and what no interval can say (:mod:`.flags`)."""
+"""What the numbers say: each arm's requests as columns, their latencies computed once (:mod:`.request_table`), each arm's metrics (:mod:`.metrics`), the estimators (:mod:`.estimators`), per-request samples paired between arms (:mod:`.paired`), paired intervals (:mod:`.sectioning`), the episodes that leave a difference without one (:mod:`.episodes`), comparisons with the baseline (:mod:`.compare`) and what no interval can say (:mod:`.flags`)."""
 
 from typing import Any
 
