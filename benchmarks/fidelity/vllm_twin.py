@@ -62,7 +62,7 @@ class Trace:
 class ObservedSim(SimEngine):
     trace: Trace
 
-    def _execute(self, scheduled: Any, preempted: Any) -> None:
+    def _execute(self, scheduled: Any, preempted: Any, lane: int = 0) -> None:
         if scheduled or preempted:
             self.trace.steps.append(
                 (
@@ -71,13 +71,18 @@ class ObservedSim(SimEngine):
                 )
             )
             self.trace.clocks.append(self.view.clock)
-        super()._execute(scheduled, preempted)
+        super()._execute(scheduled, preempted, lane)
 
 
 def run_sim(bench: Bench, policy: int) -> tuple[RunResult, Trace]:
     facade = PolicyFacade.from_config(bench.configs[policy])
-    engine = ObservedSim(
-        bench.workload(1.0).requests, bench.cost, bench.sim_config, facade, stretch=False
+    engine = ObservedSim(  # every step's whole batch: no decode lane
+        bench.workload(1.0).requests,
+        bench.cost,
+        bench.sim_config,
+        facade,
+        stretch=False,
+        lane=False,
     )
     engine.trace = Trace()
     with no_cyclic_gc():

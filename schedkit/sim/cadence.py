@@ -52,6 +52,8 @@ class PrefillCadence:
         running: list[SimRequest]
         waiting: FifoWaiting[SimRequest] | KeyedWaiting[SimRequest]
 
+        def _any_decoding(self) -> bool: ...
+
     def _init_cadence(self) -> None:
         cfg = self.cfg
         self.prefill_interval = cfg.prefill_schedule_interval
@@ -69,7 +71,7 @@ class PrefillCadence:
         return (
             not self.capacity_bound
             and self.executed_steps + 1 - self.last_prefill_step < self.prefill_interval
-            and not all(in_prefill(r) for r in self.running)
+            and self._any_decoding()
         )
 
     def _count_step(self, scheduled: bool, prefill: bool) -> None:

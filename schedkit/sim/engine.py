@@ -32,6 +32,7 @@ from schedkit.sim.cadence import PrefillCadence, in_prefill
 from schedkit.sim.config import SimConfig, StepCost
 from schedkit.sim.kv.blocks import blocks_for
 from schedkit.sim.kv.cache import KVCache
+from schedkit.sim.lane import LaneSteps, by_seq
 from schedkit.sim.offload import HostTierLoads
 from schedkit.sim.recorder import Recorder
 from schedkit.sim.request import SimRequest, TraceLike
@@ -44,7 +45,7 @@ __all__ = ["SimConfig", "SimEngine", "StepCost", "no_cyclic_gc"]
 GAPS_KEPT = 1 << 16  # single-token gaps listed before the recorder counts them
 
 
-class SimEngine(DecodeStretches, PrefillCadence, HostTierLoads):
+class SimEngine(DecodeStretches, LaneSteps, PrefillCadence, HostTierLoads):
     """Replays requests through the selected policies; ``run()`` returns a RunResult."""
 
     def __init__(
@@ -55,6 +56,7 @@ class SimEngine(DecodeStretches, PrefillCadence, HostTierLoads):
         facade: PolicyFacade,
         *,
         stretch: bool = True,
+        lane: bool = True,
         check_invariants: bool = False,
     ) -> None:
         self.cfg = config
@@ -83,6 +85,7 @@ class SimEngine(DecodeStretches, PrefillCadence, HostTierLoads):
             group_blocks=per_group,
         )
         self._init_host(per_group)  # vLLM's KV offloading to host memory, when sized
+        self._init_lane(lane)  # requests decoding in step, advanced together
         self.pending = [
             SimRequest.from_trace(i, r, config.block_size, config.hash_block_tokens)
             for i, r in enumerate(requests)
@@ -225,18 +228,25 @@ class SimEngine(DecodeStretches, PrefillCadence, HostTierLoads):
         # a step vLLM's prefill cadence holds runs no chunk either
         cadence = self.prefill_interval > 1
         defer = cadence and self._defer_prefills()
-        skip_chunks = defer or (not mixed and not all(in_prefill(r) for r in running))
-        token_budget, prefill = self._schedule_running(
-            scheduled, preempted, token_budget, chunk, skip_chunks, cadence
-        )
+        skip_chunks = defer or (not mixed and self._any_decoding())
+        lane = self.lane
+        plan = self._lane_plan(token_budget, chunk, skip_chunks) if lane.n else None
+        if plan is not None:
+            token_budget, prefill = self._lane_schedule(plan, scheduled, token_budget, cadence)
+        else:
+            if lane.n:  # a step the lane cannot take: every request steps on its own
+                self._flush_lane()
+            token_budget, prefill = self._schedule_running(
+                scheduled, preempted, token_budget, chunk, skip_chunks, cadence
+            )
         if not preempted and mixed:
             admitted = self._admit_waiting(scheduled, token_budget, budget, chunk, defer)
             prefill = prefill or admitted
         if cadence:
-            self._count_step(bool(scheduled), prefill)
+            self._count_step(bool(scheduled) or lane.n > 0, prefill)
         if not scheduled and not preempted and self.loading and self._wait_for_loads():
             return
-        self._execute(scheduled, preempted)
+        self._execute(scheduled, preempted, lane.n)
 
     def _schedule_running(
         self,
@@ -299,7 +309,7 @@ class SimEngine(DecodeStretches, PrefillCadence, HostTierLoads):
         False when there is nothing to prefill, and the caller runs a decode step."""
         token_budget, chunk = budget.token_budget, budget.prefill_chunk
         scheduled: dict[SimRequest, int] = {}
-        for req in self.running:
+        for req in self.explicit:  # a lane's requests decode
             if token_budget <= 0 or not in_prefill(req):
                 continue
             num_new = req.num_tokens - req._num_computed_tokens
@@ -358,7 +368,7 @@ class SimEngine(DecodeStretches, PrefillCadence, HostTierLoads):
                 break
             waiting.popleft()
             self._admit(req, hit, own, computed, need)
-            running.append(req)
+            self._enter(req)
             scheduled[req] = num_new
             self._publish(req, num_new)
             token_budget -= num_new
@@ -367,6 +377,14 @@ class SimEngine(DecodeStretches, PrefillCadence, HostTierLoads):
         if self.prefill_interval > 1 and not defer:  # a release: was it capacity-bound?
             self.capacity_bound = bool(waiting)
         return prefill
+
+    def _enter(self, req: SimRequest) -> None:
+        """``req`` joins the running batch, last in its order."""
+        self.running.append(req)
+        req._seq = self.admissions
+        self.admissions += 1
+        if self.lane_on:
+            self.explicit.append(req)
 
     def _order_waiting(self) -> None:
         """The policy's order of the waiting queue (the queue is left as is without one)."""
@@ -441,6 +459,8 @@ class SimEngine(DecodeStretches, PrefillCadence, HostTierLoads):
 
     def _preempt(self, req: SimRequest) -> None:
         self.running.remove(req)
+        if self.lane_on:  # the lane was flushed first
+            self.explicit.remove(req)
         self._requeue(req)
 
     def _requeue(self, req: SimRequest) -> None:
@@ -455,7 +475,11 @@ class SimEngine(DecodeStretches, PrefillCadence, HostTierLoads):
             req._block_hashes = req.hash_blocks(self.cfg.block_size)
         self.waiting.appendleft(req)
 
-    def _execute(self, scheduled: dict[SimRequest, int], preempted: list[SimRequest]) -> None:
+    def _execute(
+        self, scheduled: dict[SimRequest, int], preempted: list[SimRequest], lane: int = 0
+    ) -> None:
+        """Run the step: ``scheduled`` computes its tokens, the ``lane`` requests of the
+        decode lane one each (sim/lane.py)."""
         prefill = decode = kv_tokens = attn = 0
         for req, n in scheduled.items():
             c = req._num_computed_tokens
@@ -466,8 +490,14 @@ class SimEngine(DecodeStretches, PrefillCadence, HostTierLoads):
                 prefill += n
                 attn += n * c + n * (n + 1) // 2
             kv_tokens += c + n
-        duration = self.cost.step_time(prefill, decode, kv_tokens, attn) if scheduled else 0.0
-        if not scheduled and not preempted:
+        if lane:  # each computes one token after its computed ones
+            tokens = self.lane.tokens + lane
+            decode += lane
+            attn += tokens
+            kv_tokens += tokens
+        ran = scheduled or lane
+        duration = self.cost.step_time(prefill, decode, kv_tokens, attn) if ran else 0.0
+        if not ran and not preempted:
             raise RuntimeError(f"simulator made no progress at t={self.clock}: {self.running=}")
         self.recorder.kv_usage(duration, self.kv.num_used / self.kv.num_blocks)
         self.clock += duration
@@ -488,12 +518,19 @@ class SimEngine(DecodeStretches, PrefillCadence, HostTierLoads):
                     finished.append(req)
         if len(gaps) > GAPS_KEPT:
             self.recorder.count_gaps()
+        if lane:
+            self.recorder.count_gap(clock - self.lane.last_token_s, lane)
+            done = self.lane.advance(1, clock)
+            if done:
+                finished = by_seq(finished, done)
         self._finish(finished)
         if self.facade.has_step_observer:
             report = StepReport(
                 1, duration, prefill, decode, list(scheduled), list(scheduled.values()), preempted
             )
             self._observe(report)
+        if self.lane_on:
+            self._lane_join()
         self._sample()
 
     # -- bookkeeping ----------------------------------------------------------------
@@ -501,8 +538,11 @@ class SimEngine(DecodeStretches, PrefillCadence, HostTierLoads):
     def _finish(self, finished: list[SimRequest]) -> None:
         clock = self.clock
         self.ended = len(finished)
+        explicit = self.explicit if self.lane_on else None
         for req in finished:
             self.running.remove(req)
+            if explicit is not None and req in explicit:  # else it left the lane finishing
+                explicit.remove(req)
             self.kv.release(req.blocks, clock)
             rec = req.record
             rec.finish_reason = "length"
@@ -523,6 +563,7 @@ class SimEngine(DecodeStretches, PrefillCadence, HostTierLoads):
 
     def check(self) -> None:
         """Assert KV block conservation and queue consistency (used by tests)."""
+        self._check_lane()
         live = (*self.running, *self.waiting, *(req for _, req, _ in self.loading))
         self.kv.check([r.blocks for r in live])
         assert all(not r.blocks.nblocks for r in self.waiting), "a waiting request holds blocks"

@@ -35,6 +35,10 @@ class Recorder:
         key = round(seconds, 6)
         self._gaps[key] = self._gaps.get(key, 0) + tokens
 
+    def count_gap(self, seconds: float, tokens: int) -> None:
+        """``tokens`` one-token gaps of exactly ``seconds`` (the decode lane's)."""
+        self._exact[seconds] += tokens
+
     def count_gaps(self) -> None:
         """Count the listed one-token gaps (by exact value) and empty the list."""
         self._exact.update(self.gaps)

@@ -9,6 +9,13 @@ from schedkit.records import RequestRecord
 from schedkit.sim.kv.blocks import BlockTable, blocks_for, group_key, own_block_hash
 
 
+class Lane(Protocol):
+    """What a request reads of the decode lane it is in (``schedkit.sim.lane``)."""
+
+    @property
+    def steps(self) -> int: ...
+
+
 class TraceLike(Protocol):
     """What the engine needs of a trace request (``schedkit.workload.TraceRequest``)."""
 
@@ -48,10 +55,15 @@ class SimRequest:
 
     __slots__ = (
         "_block_hashes",
+        "_lane",
+        "_lane_base",
+        "_lane_own",
+        "_lane_phase",
         "_num_cached_tokens",
         "_num_computed_tokens",
         "_num_output_tokens",
         "_num_preemptions",
+        "_seq",
         "blocks",
         "index",
         "last_token_s",
@@ -87,6 +99,11 @@ class SimRequest:
         self.blocks = BlockTable(-(index + 1), groups, num_shared)
         self.lost_tokens = 0  # computed tokens thrown away by the last preemption
         self.last_token_s = 0.0
+        # a member of the engine's decode lane (sim/lane.py) reads its counts through it
+        self._lane: Lane | None = None
+        self._lane_base = self._lane_phase = 0
+        self._lane_own = False
+        self._seq = 0  # its place in the running order (the engine's admissions counted)
 
     @classmethod
     def from_trace(
@@ -161,11 +178,17 @@ class SimRequest:
 
     @property
     def num_computed_tokens(self) -> int:
-        return self._num_computed_tokens
+        lane = self._lane
+        if lane is None:
+            return self._num_computed_tokens
+        return self._num_computed_tokens + lane.steps - self._lane_base
 
     @property
     def num_output_tokens(self) -> int:
-        return self._num_output_tokens
+        lane = self._lane
+        if lane is None:
+            return self._num_output_tokens
+        return self._num_output_tokens + lane.steps - self._lane_base
 
     @property
     def num_preemptions(self) -> int:
@@ -177,7 +200,7 @@ class SimRequest:
 
     def __repr__(self) -> str:
         return (
-            f"SimRequest({self.request_id!r}, computed={self._num_computed_tokens},"
-            f" output={self._num_output_tokens}/{self.max_tokens},"
+            f"SimRequest({self.request_id!r}, computed={self.num_computed_tokens},"
+            f" output={self.num_output_tokens}/{self.max_tokens},"
             f" preemptions={self._num_preemptions}, blocks={self.blocks.nblocks})"
         )

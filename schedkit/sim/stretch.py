@@ -14,6 +14,7 @@ from schedkit.facade import PolicyFacade
 from schedkit.sim.config import SimConfig, StepCost
 from schedkit.sim.kv.blocks import blocks_for
 from schedkit.sim.kv.cache import KVCache
+from schedkit.sim.lane import DecodeLane, by_seq
 from schedkit.sim.recorder import Recorder
 from schedkit.sim.request import SimRequest
 from schedkit.sim.waiting import FifoWaiting, KeyedWaiting
@@ -34,6 +35,9 @@ class DecodeStretches:
     kv: KVCache
     recorder: Recorder
     running: list[SimRequest]
+    explicit: list[SimRequest]
+    lane: DecodeLane
+    lane_on: bool
     waiting: FifoWaiting[SimRequest] | KeyedWaiting[SimRequest]
     clock: float
     step_index: int
@@ -45,16 +49,17 @@ class DecodeStretches:
         def _observe(self, report: StepReport) -> None: ...
         def _sample(self) -> None: ...
         def _count_decode_run(self, k: int) -> None: ...
+        def _lane_join(self) -> None: ...
 
         cache_window: int
         prefill_interval: int
 
     def _advance_decode_stretch(self, next_arrival: float, budget: BatchBudget) -> bool:
         """Advance k >= 2 identical pure-decode steps at once, if nothing changes sooner."""
-        running, bs = self.running, self.cfg.block_size
+        running, explicit, lane = self.running, self.explicit, self.lane
         if not running:
             return False
-        for req in running:
+        for req in explicit:  # the lane's requests decode
             if req.num_tokens - req._num_computed_tokens != 1 or not req._num_output_tokens:
                 return False  # only decoding requests (a last prompt token emits the first)
         n = len(running)
@@ -62,23 +67,25 @@ class DecodeStretches:
             return False
         if self.waiting and not self._waiting_blocked(n, budget):
             return False
-        k = min(r.record.max_tokens - r._num_output_tokens for r in running)
-        kv0 = sum(r.num_tokens for r in running)
+        k = min(r.record.max_tokens - r._num_output_tokens for r in explicit) if explicit else 0
+        if lane.n:
+            k = min(k, lane.steps_left()) if explicit else lane.steps_left()
+        kv0 = sum(r.num_tokens for r in explicit) + lane.tokens + lane.n
         if next_arrival != float("inf"):
             budget_s = next_arrival - self.clock - TIME_EPS
             k = self.cost.decode_steps_before(n, kv0, budget_s, k)
         free = self.kv.num_free
-        need = _blocks_needed(running, k, bs)
+        need = self._stretch_blocks(k)
         if need > free:
             lo, hi = 0, k  # largest k whose block needs fit
             while lo < hi:
                 mid = (lo + hi + 1) // 2
-                if _blocks_needed(running, mid, bs) <= free:
+                if self._stretch_blocks(mid) <= free:
                     lo = mid
                 else:
                     hi = mid - 1
             k = lo
-            need = _blocks_needed(running, k, bs)
+            need = self._stretch_blocks(k)
         if k < 2:
             return False
         self._decode_stretch(k, kv0, need)
@@ -104,9 +111,14 @@ class DecodeStretches:
         need = blocks_for(computed + num_new, bs) - hit - own
         need = max(need, self._reserve(head, hit + own))
         if mixed:  # the decodes grow in the same step
-            need += _blocks_needed(self.running, 1, bs)
+            need += self._stretch_blocks(1)
         # Decoding only shrinks the free pool, so a head that does not fit now never will.
         return not self.kv.can_allocate(reclaim + own, need)
+
+    def _stretch_blocks(self, k: int) -> int:
+        """New blocks the running requests need to decode ``k`` more tokens each."""
+        need = _blocks_needed(self.explicit, k, self.cfg.block_size)
+        return need + self.lane.blocks_needed(k) if self.lane.n else need
 
     def _decode_stretch(self, k: int, kv0: int, need: int) -> None:
         """Advance ``k`` decode steps; ``need`` is the new blocks they take (checked to fit)."""
@@ -118,7 +130,7 @@ class DecodeStretches:
         clock = self.clock + duration
         caching = self.cfg.enable_prefix_caching
         finished = []
-        for req in running:
+        for req in self.explicit:  # the lane's requests advance together, below
             before, table = req._num_computed_tokens, req.blocks
             grow = blocks_for(before + k, bs) - table.nblocks
             if grow > 0:
@@ -131,6 +143,10 @@ class DecodeStretches:
             req.last_token_s = clock
             if req._num_output_tokens >= req.record.max_tokens:
                 finished.append(req)
+        if self.lane.n:
+            done = self.lane.advance(k, clock)
+            if done:
+                finished = by_seq(finished, done)
         self.recorder.token_gap(duration / k, n * k)
         self.recorder.kv_usage(duration, (used_before + kv.num_used) / 2 / kv.num_blocks)
         self.clock = clock
@@ -143,6 +159,8 @@ class DecodeStretches:
         self._finish(finished)
         if report is not None:
             self._observe(report)
+        if self.lane_on:
+            self._lane_join()
         self._sample()
 
 

@@ -580,17 +580,22 @@ def run_sim(
     facade = facade_of(policies, outcome.recorder)
 
     class Observed(SimEngine):
-        def _execute(self, scheduled: Any, preempted: Any) -> None:
+        def _execute(self, scheduled: Any, preempted: Any, lane: int = 0) -> None:
             if scheduled or preempted:
                 outcome.steps.append({r.request_id: n for r, n in scheduled.items()})
                 outcome.preempted.append(sorted(r.request_id for r in preempted))
                 for r in scheduled:
                     if r.request_id not in outcome.admitted:
                         outcome.admitted.append(r.request_id)
-            super()._execute(scheduled, preempted)
+            super()._execute(scheduled, preempted, lane)
 
-    engine = Observed(
-        scenario.requests, FixedStep(scenario.step_s), scenario.config, facade, stretch=False
+    engine = Observed(  # every step's whole batch: no decode lane
+        scenario.requests,
+        FixedStep(scenario.step_s),
+        scenario.config,
+        facade,
+        stretch=False,
+        lane=False,
     )
     if late_s:
         object.__setattr__(engine.view, "__class__", _late_view(late_s))

@@ -80,9 +80,11 @@ class ProbedEngine(SimEngine):
         super()._step(budget)
         self._after_step()
 
-    def _execute(self, scheduled: dict[SimRequest, int], preempted: list[SimRequest]) -> None:
-        self.peak_running = max(self.peak_running, len(scheduled))
-        super()._execute(scheduled, preempted)
+    def _execute(
+        self, scheduled: dict[SimRequest, int], preempted: list[SimRequest], lane: int = 0
+    ) -> None:
+        self.peak_running = max(self.peak_running, len(scheduled) + lane)
+        super()._execute(scheduled, preempted, lane)
 
     def _decode_stretch(self, k: int, kv0: int, need: int) -> None:
         self.iterations += 1

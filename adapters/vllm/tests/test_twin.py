@@ -103,9 +103,9 @@ def test_raising_policy_loses_nothing(register_policy: Callable[[str, type], Non
 class _ObservedSim(SimEngine):
     steps: list[frozenset[tuple[str, int]]]
 
-    def _execute(self, scheduled: Any, preempted: Any) -> None:
+    def _execute(self, scheduled: Any, preempted: Any, lane: int = 0) -> None:
         self.steps.append(frozenset((r.request_id, n) for r, n in scheduled.items()))
-        super()._execute(scheduled, preempted)
+        super()._execute(scheduled, preempted, lane)
 
 
 @pytest.mark.parametrize("kv_blocks", [None, 300])
@@ -124,6 +124,7 @@ def test_twin_matches_simulator_step_by_step(kv_blocks: int | None) -> None:
         bench.sim_config,
         PolicyFacade.from_config(bench.configs[0]),
         stretch=False,
+        lane=False,  # every step's whole batch
     )
     sim.steps = []
     sim_run = sim.run()

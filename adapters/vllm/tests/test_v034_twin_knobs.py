@@ -31,9 +31,9 @@ needs = {
 class _ObservedSim(SimEngine):
     steps: list[frozenset[tuple[str, int]]]
 
-    def _execute(self, scheduled: Any, preempted: Any) -> None:
+    def _execute(self, scheduled: Any, preempted: Any, lane: int = 0) -> None:
         self.steps.append(frozenset((r.request_id, n) for r, n in scheduled.items()))
-        super()._execute(scheduled, preempted)
+        super()._execute(scheduled, preempted, lane)
 
 
 def _same_batches(spec: BenchSpec) -> int:
@@ -43,7 +43,7 @@ def _same_batches(spec: BenchSpec) -> int:
     requests = bench.workload(bench.spec.workload.rate_scale).requests
     sim = _ObservedSim(
         requests, bench.cost, bench.sim_config, PolicyFacade.from_config(bench.configs[0]),
-        stretch=False,
+        stretch=False, lane=False,  # every step's whole batch
     )  # fmt: skip
     sim.steps = []
     sim_run = sim.run()
