@@ -185,7 +185,7 @@ class SimEngine(DecodeStretches, LaneSteps, PrefillCadence, HostTierLoads):
             )
             return
         if self.cfg.enable_prefix_caching:
-            req._block_hashes = req.hash_blocks(self.cfg.block_size)
+            req.mark_hashes(self.cfg.block_size)
         decision = self.facade.admit(req, self.view)
         if not decision.admitted:
             self._reject(req, decision.reason)
@@ -472,7 +472,7 @@ class SimEngine(DecodeStretches, LaneSteps, PrefillCadence, HostTierLoads):
         req.record.preemptions += 1
         self.result.preemptions += 1
         if self.cfg.enable_prefix_caching:  # its output is prompt now, cached in its own run
-            req._block_hashes = req.hash_blocks(self.cfg.block_size)
+            req.mark_hashes(self.cfg.block_size)
         self.waiting.appendleft(req)
 
     def _execute(

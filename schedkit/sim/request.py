@@ -55,6 +55,7 @@ class SimRequest:
 
     __slots__ = (
         "_block_hashes",
+        "_hashed",
         "_lane",
         "_lane_base",
         "_lane_own",
@@ -87,7 +88,8 @@ class SimRequest:
         self._num_computed_tokens = 0
         self._num_output_tokens = 0
         self._num_preemptions = 0
-        self._block_hashes: tuple[int, ...] = ()
+        self._block_hashes: tuple[int, ...] | None = ()  # None: to be listed (``_hashed``)
+        self._hashed = (0, 0)  # the tokens and block size its hashes are listed for
         self.num_tokens = record.prompt_tokens  # prompt + generated so far
         self.per_group = per_group  # engine blocks per trace hash id; 0 = nothing shared
         num_shared = min(len(hash_ids) * per_group, record.prompt_tokens // block_size)
@@ -123,16 +125,23 @@ class SimRequest:
         per_group = hash_block_tokens // block_size if shared else 0
         return cls(index, record, trace.hash_ids if shared else (), per_group, block_size)
 
-    def hash_blocks(self, block_size: int) -> tuple[int, ...]:
-        """Hashes of its full blocks so far, as the prefix cache names them: the shared
-        blocks' (group and block within it), then its own (``own_block_hash``), which only
-        it can hit again, after a preemption. Output blocks count once generated, as in
-        vLLM."""
+    def mark_hashes(self, block_size: int) -> None:
+        """``block_hashes`` is ``hash_blocks(block_size)`` as of now, listed when first
+        read (only a policy reads it: most runs never list a request's thousands)."""
+        self._block_hashes = None
+        self._hashed = (self.num_tokens, block_size)
+
+    def hash_blocks(self, block_size: int, num_tokens: int | None = None) -> tuple[int, ...]:
+        """Hashes of its full blocks so far (or of its first ``num_tokens``), as the
+        prefix cache names them: the shared blocks' (group and block within it), then its
+        own (``own_block_hash``), which only it can hit again, after a preemption. Output
+        blocks count once generated, as in vLLM."""
         table, per = self.blocks, self.per_group
         shared = tuple(chain.from_iterable(range(g * per, g * per + per) for g in table.groups))
         if len(shared) > table.num_shared:  # the last group only in part
             shared = shared[: table.num_shared]
-        num_own = self.num_tokens // block_size - table.num_shared
+        tokens = self.num_tokens if num_tokens is None else num_tokens
+        num_own = tokens // block_size - table.num_shared
         if num_own <= 0:
             return shared
         first = own_block_hash(table.key, 0)
@@ -196,7 +205,11 @@ class SimRequest:
 
     @property
     def block_hashes(self) -> tuple[int, ...]:
-        return self._block_hashes
+        hashes = self._block_hashes
+        if hashes is None:
+            tokens, block_size = self._hashed
+            hashes = self._block_hashes = self.hash_blocks(block_size, tokens)
+        return hashes
 
     def __repr__(self) -> str:
         return (
