@@ -151,7 +151,8 @@ class KVCache:
             k = per if left > per else left
             left -= k
             spans = groups[g]
-            self._cut(spans, k)
+            if spans[0].lo < k < spans[-1].hi:  # else no span holds k inside it
+                self._cut(spans, k)
             for s in spans:
                 if s.lo >= k:
                     break
@@ -236,8 +237,10 @@ class KVCache:
             groups = self.groups
             for g, lo, hi in reversed(table.refs):
                 spans = groups[g]
-                self._cut(spans, lo)
-                self._cut(spans, hi)
+                if spans[0].lo < lo:  # (a cut outside every span's inside changes nothing)
+                    self._cut(spans, lo)
+                if hi < spans[-1].hi:
+                    self._cut(spans, hi)
                 for i in range(len(spans) - 1, -1, -1):
                     s = spans[i]
                     if s.lo >= hi:
