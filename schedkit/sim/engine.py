@@ -11,7 +11,9 @@ Cost grows with events, not decode steps: when every running request is decoding
 nothing waiting could be admitted, the stretch of identical steps up to the next event (an
 arrival, a completion, KV blocks running out) is advanced in one go, with the same
 outcome as stepping one by one (``stretch=False`` does that, for tests;
-``schedkit.sim.stretch``).
+``schedkit.sim.stretch``). Nor does a step's cost grow with the requests decoding in it:
+those that decode one token every step are advanced together, in the decode lane
+(``schedkit.sim.lane``; ``lane=False`` steps each request, for observers of whole batches).
 
 The policies' decisions are asked for in one method each: ``_order_waiting``,
 ``_policy_victims`` and, in the KV cache, ``KVCache._evict_by_policy``.
