@@ -10,6 +10,15 @@ assumption in the table. A deployment costs replicas x TP x the GPU's hourly pri
 (``--price``), or its GPU count when no prices are given. The candidates are listed in
 that order, each saying why it is not the chosen one (exactly one is).
 
+What the probes share is prepared once (``prepare``): the workload, read and rescaled,
+each candidate's cost model and simulator config, the policies' registry. A probe stops
+as soon as it can no longer reach the target (``schedkit.bench.plan_probe``; its
+attainment is then reported as below the target, its other figures not measured); the
+probe at each candidate's size meets the target, so it always runs to its end. The
+probes of all candidates run on a pool of processes (``schedkit.bench.plan_search``),
+asking for the same probes in the same order, and so reaching the same answers, as one
+search after another in this process.
+
 The rule of thumb it is checked against (docs/planning.md): per-GPU concurrency =
 (memory - weights - reserve) / (KV bytes per token x tokens per request). By Little's
 law, replicas = arrival rate x mean E2E / (concurrency per replica).
@@ -17,26 +26,32 @@ law, replicas = arrival rate x mean E2E / (concurrency per replica).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import multiprocessing as mp
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from schedkit.bench.arms import EngineSettings
-from schedkit.bench.engines.sim import simulate, trusted_requests
+from schedkit.bench.engines.sim import trusted_requests
+from schedkit.bench.plan_probe import Deployment, Stopped, run_probe
+from schedkit.bench.plan_search import fewest_meeting, probe_all
 from schedkit.bench.progress import tracking
 from schedkit.bench.runner import Bench, arrival_rate
 from schedkit.bench.spec import BenchSpec
 from schedkit.bench.stats.metrics import compute_metrics
 from schedkit.bench.workers import fork_pool
 from schedkit.errors import SchedkitError
+from schedkit.plugins import PolicyRegistry
 from schedkit.sim.cost.profiles import ACTIVATION_RESERVE_BYTES_PER_GPU, get_gpu, get_model
+from schedkit.workload import TraceRequest
 
-__all__ = ["PlanSpec", "rank", "rule_of_thumb", "run_plan"]
+__all__ = ["Candidate", "PlanSpec", "prepare", "probe", "rank", "rule_of_thumb", "run_plan"]
 
 
 class PlanSpec(BaseModel):
@@ -61,6 +76,11 @@ class PlanSpec(BaseModel):
         " rescaled to it), as schedkit bench --request-rate.",
     )
     prices: dict[str, float] = Field(default_factory=dict)  # GPU name -> $ per GPU-hour
+    early_stop: bool = Field(
+        default=True,
+        description="Stop a probe once it can no longer reach the target (its attainment"
+        " then reported as below it); False runs every probe to its end.",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -115,83 +135,124 @@ def rule_of_thumb(bench: Bench, gpu_name: str, tp: int, utilization: float) -> d
     return {"tokens_per_request": tokens, "concurrency_per_gpu": max(0.0, per_gpu)}
 
 
-_PLAN: PlanSpec | None = None
+@dataclass
+class Candidate:
+    """One candidate as its probes need it, prepared once before any probe runs: what
+    the plan reports of it (``out``), and its deployment (None: it does not fit)."""
+
+    out: dict[str, Any]
+    bench: Bench | None = None
+    deployment: Deployment | None = None
 
 
-def _candidate(job: tuple[str, int, int]) -> dict[str, Any]:
-    assert _PLAN is not None
-    return search(_PLAN, *job)
+def prepare(plan: PlanSpec) -> list[Candidate]:
+    """Every candidate with its own cost model and simulator config. The workload is
+    read, rescaled and passed through the trust settings once: the candidates differ in
+    engine settings only, which the requests do not depend on."""
+    registry = PolicyRegistry.discover()  # once, not per probe and replica
+    requests: Sequence[TraceRequest] | None = None
+    load: dict[str, Any] = {}
+    candidates = []
+    for gpu, tp, variant in _jobs(plan):
+        settings = plan.settings[variant].overrides()
+        spec = plan.bench.with_settings({"gpu": gpu, "tp": tp, **settings})
+        out: dict[str, Any] = {"gpu": gpu, "tp": tp, "settings": settings, "probes": []}
+        candidates.append(Candidate(out))
+        try:
+            bench = Bench(spec)
+        except SchedkitError as exc:  # the model does not fit, the TP does not split it
+            out["error"] = str(exc)
+            continue
+        _, cost, sim_config = bench.arm_engines[0]
+        config = bench.configs[0]
+        if requests is None:
+            scale = plan.rate_scale(bench)
+            offered = bench.workload(scale).requests
+            load = {"rate_scale": scale, "offered_rps": arrival_rate(offered)}
+            requests = trusted_requests(offered, config.trust)
+        out.update(load)
+        slos = spec.stats.slo_ttft_ms, spec.stats.slo_tpot_ms
+        deployment = Deployment(requests, cost, sim_config, config, *slos, registry)
+        candidates[-1] = Candidate(out, bench, deployment)
+    return candidates
 
 
-def search(plan: PlanSpec, gpu: str, tp: int, variant: int) -> dict[str, Any]:
-    """One candidate: every probe and the fewest replicas meeting the target (or why
-    none does)."""
-    settings = plan.settings[variant].overrides()
-    spec = plan.bench.with_settings({"gpu": gpu, "tp": tp, **settings})
-    out: dict[str, Any] = {"gpu": gpu, "tp": tp, "settings": settings, "probes": []}
-    try:
-        bench = Bench(spec)
-    except SchedkitError as exc:  # the model does not fit, the TP does not split it
-        out["error"] = str(exc)
-        return out
-    _, cost, sim_config = bench.arm_engines[0]
-    config = bench.configs[0]
-    scale = plan.rate_scale(bench)
-    offered = bench.workload(scale).requests
-    out.update(rate_scale=scale, offered_rps=arrival_rate(offered))
-    requests = trusted_requests(offered, config.trust)
-    probes: dict[int, dict[str, Any]] = {}
-    price = plan.prices.get(gpu)
+def _jobs(plan: PlanSpec) -> list[tuple[str, int, int]]:
+    """The candidates, in the order given: GPU, then TP, then engine settings."""
+    return [(g, tp, v) for g in plan.gpus for tp in plan.tps for v in range(len(plan.settings))]
 
-    def probe(replicas: int) -> bool:
-        if replicas not in probes:
-            run = simulate(requests, cost, sim_config, config, replicas)
-            m = compute_metrics(
-                run, slo_ttft_ms=spec.stats.slo_ttft_ms, slo_tpot_ms=spec.stats.slo_tpot_ms
-            )
-            probes[replicas] = {
-                "replicas": replicas,
-                "gpus": replicas * tp,
-                "cost_per_hour": replicas * tp * price if price is not None else None,
-                "slo_attainment": m["slo_attainment"] or 0.0,
-                "ttft_p90_ms": m["ttft_ms"]["p90"],
-                "tpot_p90_ms": m["tpot_ms"]["p90"],
-                "e2e_mean_ms": m["e2e_ms"]["mean"],
-                "throughput_tok_s": m["throughput_tok_s"],
-            }
-        return bool(probes[replicas]["slo_attainment"] >= plan.attainment)
 
-    high = _fewest_meeting(probe, plan.max_replicas)
-    out["probes"] = [probes[k] for k in sorted(probes)]
+_PREPARED: tuple[PlanSpec, list[Candidate]] | None = None  # also what forked workers see
+
+
+def _probe(index: int, replicas: int) -> dict[str, Any]:
+    """``probe`` of the prepared candidate ``index``, in this process or a worker
+    forked from it."""
+    assert _PREPARED is not None
+    plan, candidates = _PREPARED
+    return probe(plan, candidates[index], replicas)
+
+
+def probe(plan: PlanSpec, candidate: Candidate, replicas: int) -> dict[str, Any]:
+    """One probe's figures: ``candidate`` on ``replicas`` replicas, stopped once it
+    cannot reach the target (``plan.early_stop``); its verdict is ``meets``."""
+    d, out = candidate.deployment, candidate.out
+    assert d is not None
+    price = plan.prices.get(out["gpu"])
+    gpus = replicas * out["tp"]
+    figures: dict[str, Any] = {
+        "replicas": replicas,
+        "gpus": gpus,
+        "cost_per_hour": gpus * price if price is not None else None,
+    }
+    run = run_probe(d, replicas, plan.attainment if plan.early_stop else None)
+    if isinstance(run, Stopped):
+        figures.update(dict.fromkeys(PROBE_FIGURES), meets=False)
+        figures["stopped_early"] = {
+            "after_requests": run.routed,
+            "of_requests": run.requests,
+            "slo_attainment_at_least": run.attainment_at_least,
+            "slo_attainment_at_most": run.attainment_at_most,
+        }
+        return figures
+    m = compute_metrics(run, slo_ttft_ms=d.slo_ttft_ms, slo_tpot_ms=d.slo_tpot_ms)
+    figures.update(
+        slo_attainment=m["slo_attainment"] or 0.0,
+        ttft_p90_ms=m["ttft_ms"]["p90"],
+        tpot_p90_ms=m["tpot_ms"]["p90"],
+        e2e_mean_ms=m["e2e_ms"]["mean"],
+        throughput_tok_s=m["throughput_tok_s"],
+    )
+    figures.update(meets=bool(figures["slo_attainment"] >= plan.attainment), stopped_early=None)
+    return figures
+
+
+# A probe's measured figures: None where it stopped early.
+PROBE_FIGURES = ("slo_attainment", "ttft_p90_ms", "tpot_p90_ms", "e2e_mean_ms", "throughput_tok_s")
+
+
+def _finish(plan: PlanSpec, candidate: Candidate, probes: dict[int, dict[str, Any]]) -> None:
+    """The candidate's answer from its probes: the fewest replicas meeting the target
+    (or why none does), and the probes the search asked for, by replica count."""
+    out, bench = candidate.out, candidate.bench
+    asked: list[int] = []
+
+    def meets(replicas: int) -> bool:
+        asked.append(replicas)
+        return bool(probes[replicas]["meets"])
+
+    high = fewest_meeting(meets, plan.max_replicas)
+    out["probes"] = [probes[k] for k in sorted(set(asked))]
     if high is None:
         out["error"] = f"misses the target even with {plan.max_replicas} replicas (--max-replicas)"
-        return out
+        return
+    assert bench is not None
     out["replicas"] = high
-    out["gpus"] = high * tp
+    out["gpus"] = high * out["tp"]
     out["cost_per_hour"] = probes[high]["cost_per_hour"]
-    out["rule_of_thumb"] = _thumb_replicas(bench, spec, tp, probes[high], out["offered_rps"])
-    return out
-
-
-def _fewest_meeting(meets: Callable[[int], bool], max_replicas: int) -> int | None:
-    """The fewest replicas (up to ``max_replicas``) for which ``meets`` holds, or None:
-    doubling from 1 until it holds, then bisecting between the last count that missed and
-    the first that met it (so it assumes one more replica never hurts)."""
-    low, high = 0, 1  # low: a count known to miss (0: none yet); high: the count to try
-    while high <= max_replicas and not meets(high):
-        low, high = high, high * 2
-    if high > max_replicas:
-        if low < max_replicas and meets(max_replicas):
-            high = max_replicas
-        else:
-            return None
-    while high - low > 1:
-        mid = (low + high) // 2
-        if meets(mid):
-            high = mid
-        else:
-            low = mid
-    return high
+    out["rule_of_thumb"] = _thumb_replicas(
+        bench, bench.spec, out["tp"], probes[high], out["offered_rps"]
+    )
 
 
 def _thumb_replicas(
@@ -209,21 +270,41 @@ def _thumb_replicas(
 
 
 def run_plan(plan: PlanSpec) -> dict[str, Any]:
-    """Search every candidate (in parallel processes); the cheapest that meets the target,
-    and every candidate in cost order with why it is not the chosen one."""
-    jobs = [(g, tp, v) for g in plan.gpus for tp in plan.tps for v in range(len(plan.settings))]
-    workers = min(len(jobs), plan.bench.jobs or len(os.sched_getaffinity(0)))
-    global _PLAN
-    _PLAN = plan
-    try:
-        with tracking("plan", len(jobs), "candidates", runs="probes", fine=False) as done:
-            if workers < 2 or "fork" not in mp.get_all_start_methods():
-                candidates = [done(_candidate(j)) for j in jobs]
-            else:
-                with fork_pool(workers) as pool:
-                    candidates = [done(c) for c in pool.map(_candidate, jobs)]
-    finally:
-        _PLAN = None
+    """Search every candidate; the cheapest that meets the target, and every candidate
+    in cost order with why it is not the chosen one. The probes run in parallel
+    processes (``plan.bench.jobs``, default one per CPU core) forked from this one, so
+    that they share the prepared candidates (``schedkit.bench.plan_search``: the same
+    probes and answers as run one by one)."""
+    candidates = prepare(plan)
+    runnable = [c for c in candidates if c.deployment is not None]
+    workers = plan.bench.jobs or len(os.sched_getaffinity(0))
+    forked = workers >= 2 and len(runnable) >= 1 and "fork" in mp.get_all_start_methods()
+    global _PREPARED
+    with tracking("plan", len(candidates), "candidates", runs="probes", fine=False) as track:
+        for c in candidates:  # it does not fit: no search
+            if c.deployment is None:
+                track.item_done()
+        _PREPARED = (plan, runnable)
+        try:
+            pool = fork_pool(workers) if forked else None
+            with pool or contextlib.nullcontext():
+                found = probe_all(
+                    len(runnable),
+                    plan.max_replicas,
+                    _probe,
+                    pool,
+                    lambda i: track.item_done(),
+                    workers,
+                )
+        finally:
+            _PREPARED = None
+    for c, probes in zip(runnable, found, strict=True):
+        _finish(plan, c, probes)
+    return _answer(plan, [c.out for c in candidates])
+
+
+def _answer(plan: PlanSpec, candidates: list[dict[str, Any]]) -> dict[str, Any]:
+    """The plan's result: what was planned for, the answer and the ranked candidates."""
     ranked = rank(candidates)
     offered = next((c for c in candidates if "offered_rps" in c), {})
     return {
@@ -235,6 +316,7 @@ def run_plan(plan: PlanSpec) -> dict[str, Any]:
         "offered_rps": offered.get("offered_rps"),
         "attainment": plan.attainment,
         "max_replicas": plan.max_replicas,
+        "early_stop": plan.early_stop,
         "ranked_by": "cost per hour" if plan.prices else "GPU count",
         "best": ranked[0] if ranked and "replicas" in ranked[0] else None,
         "candidates": ranked,

@@ -102,13 +102,37 @@ def header(result: Result, last: str) -> list[str]:
             "p90 TPOT (ms)", last]  # fmt: skip
 
 
+def _percent(share: float) -> str:
+    """``share`` as a percentage with the digits it has (0.9: 90%, 0.875: 87.5%)."""
+    return f"{share * 100:g}%"
+
+
+def _attained(result: Result, p: Mapping[str, Any]) -> str:
+    """A probe's SLO attainment; one stopped early is below the target, by how much
+    not measured."""
+    if p.get("stopped_early"):
+        return f"< {_percent(result['attainment'])}"
+    return f"{p['slo_attainment']:.1%}"
+
+
 def _cells(result: Result, p: Mapping[str, Any] | None) -> list[str]:
     """A probe's figures, as the header's columns after the candidate's name."""
     if p is None:
         return [NA] * (6 if _priced(result) else 5)
     cost = [_num(p["cost_per_hour"], 2)] if _priced(result) else []
-    return [str(p["replicas"]), str(p["gpus"]), *cost, f"{p['slo_attainment']:.1%}",
+    return [str(p["replicas"]), str(p["gpus"]), *cost, _attained(result, p),
             _num(p["ttft_p90_ms"], 0), _num(p["tpot_p90_ms"], 1)]  # fmt: skip
+
+
+def _verdict(result: Result, p: Mapping[str, Any]) -> str:
+    """``meets`` or ``misses``; for a probe stopped early, after how many requests."""
+    stopped = p.get("stopped_early")
+    if stopped:
+        return (
+            f"misses (stopped after {stopped['after_requests']:,} of"
+            f" {stopped['of_requests']:,} requests)"
+        )
+    return "meets" if p["meets"] else "misses"
 
 
 def candidate_rows(result: Result) -> list[list[str]]:
@@ -121,13 +145,37 @@ def candidate_rows(result: Result) -> list[list[str]]:
 
 def probe_rows(result: Result) -> list[list[str]]:
     """Every probe of the search: candidates in cost order, then by replicas."""
-    target = result["attainment"]
     return [
-        [candidate_name(c), *_cells(result, p),
-         "meets" if p["slo_attainment"] >= target else "misses"]
+        [candidate_name(c), *_cells(result, p), _verdict(result, p)]
         for c in result["candidates"]
         for p in c["probes"]
-    ]  # fmt: skip
+    ]
+
+
+def stopped_note(result: Result) -> str:
+    """What a probe stopped early says, when any did ("" when none did)."""
+    probes = [p for c in result["candidates"] for p in c["probes"]]
+    stopped = sum(1 for p in probes if p.get("stopped_early"))
+    if not stopped:
+        return ""
+    return (
+        f"{stopped} of the {len(probes)} probes stopped early, once so many requests had"
+        " missed an SLO that they could no longer reach the target: their SLO attainment"
+        f" reads < {_percent(result['attainment'])} and their other figures were not"
+        f" measured ({NA}). Each candidate's figures at its size are from a complete run;"
+        " --no-early-stop runs every probe to its end."
+    )
+
+
+def _unmeasured(result: Result, candidates: list[list[str]]) -> bool:
+    """Whether a figure reads n/a other than a stopped probe's (NA_NOTE says why)."""
+    complete = [
+        [candidate_name(c), *_cells(result, p)]
+        for c in result["candidates"]
+        for p in c["probes"]
+        if not p.get("stopped_early")
+    ]
+    return any(NA in row for row in candidates + complete)
 
 
 RANKING = (
@@ -167,7 +215,8 @@ def render_plan_markdown(result: Result) -> str:
     chosen = 0 if result["best"] is not None else None
     candidates = candidate_rows(result)
     probes = probe_rows(result)
-    na = any(NA in row for row in candidates + probes)
+    na = _unmeasured(result, candidates)
+    stopped = stopped_note(result)
     return "\n".join([
         "# schedkit plan", "", headline(result), "", context(result), "",
         "## Candidates, cheapest first", "",
@@ -175,6 +224,7 @@ def render_plan_markdown(result: Result) -> str:
         *([NA_NOTE] if na else []), "",
         "## Every probe of the search", "",
         *_md_table(header(result, "vs target"), probes, None), "",
+        *([stopped, ""] if stopped else []),
         "## Rule of thumb", "", THUMB, "", *(f"- {line}" for line in _thumb(result)), "",
     ])  # fmt: skip
 
@@ -201,18 +251,35 @@ def _html_table(
 
 def plan_chart(result: Result) -> str:
     """SLO attainment against cost ($/h, or GPUs unpriced) for every probe, one line per
-    candidate; the target as a dashed line, the chosen deployment ringed."""
+    candidate through those run to their end; a probe stopped early as a bar from the
+    least to the most its attainment could have been; the target as a dashed line, the
+    chosen deployment ringed."""
     priced = _priced(result)
 
     def x(p: Mapping[str, Any]) -> float:
         return float(p["cost_per_hour"] if priced else p["gpus"])
 
+    probed = [c for c in result["candidates"] if c["probes"]]
     series = [
-        (candidate_name(c), [(x(p), p["slo_attainment"]) for p in c["probes"]])
-        for c in result["candidates"]
-        if c["probes"]
+        (
+            candidate_name(c),
+            [(x(p), p["slo_attainment"]) for p in c["probes"] if not p.get("stopped_early")],
+        )
+        for c in probed
     ]
-    dots = [points for _, points in series]  # a candidate probed once shows as a dot
+    bars = [  # a probe stopped early: its attainment lies somewhere in the bar
+        [
+            (x(p), s["slo_attainment_at_least"], s["slo_attainment_at_most"])
+            for p in c["probes"]
+            if (s := p.get("stopped_early"))
+        ]
+        for c in probed
+    ]
+    # a candidate probed once shows as a dot; a bar has one at its top, the most it can be
+    dots = [
+        [*points, *((at, top) for at, _, top in b)]
+        for (_, points), b in zip(series, bars, strict=True)
+    ]
     best = result["best"]
     probe = _at_size(best) if best is not None else None
     return line_chart(
@@ -222,9 +289,14 @@ def plan_chart(result: Result) -> str:
         y_label="SLO attainment", y_min=0.0, y_max=1.0,
         levels=[(result["attainment"], f"target {result['attainment']:.0%}")],
         marks=[(x(probe), probe["slo_attainment"], "chosen")] if probe else [], dots=dots,
+        whiskers=bars,
     )  # fmt: skip
 
 
+STOPPED_BARS = (
+    " A bar is a probe stopped early: its attainment lies somewhere along it, up to the dot"
+    " at its top, below the target."
+)
 PAGE_CSS = (
     MARK_CSS + "tr.chosen td{background:#dafbe1;font-weight:600} #chart figure{max-width:760px}"
     " code{white-space:nowrap;font-size:.9em} #candidates,#probe-table{width:auto}"
@@ -241,7 +313,8 @@ def prose(text: str) -> str:
 def render_plan_html(result: Result) -> str:
     candidates = candidate_rows(result)
     probes = probe_rows(result)
-    na = any(NA in row for row in candidates + probes)
+    na = _unmeasured(result, candidates)
+    stopped = stopped_note(result)
     chosen = 0 if result["best"] is not None else None
     thumb = "".join(f"<li>{prose(line)}</li>" for line in _thumb(result))
     return (
@@ -256,9 +329,11 @@ def render_plan_html(result: Result) -> str:
         f'<section id="chart"><h2>SLO attainment of every probe</h2><figure>'
         f"{plan_chart(result)}<figcaption>One line per candidate through the replica counts"
         f" the search tried; the dashed line is the target ({result['attainment']:.0%}),"
-        " the ring the chosen deployment.</figcaption></figure></section>\n"
+        f" the ring the chosen deployment.{STOPPED_BARS if stopped else ''}</figcaption>"
+        "</figure></section>\n"
         f'<section id="probes"><h2>Every probe of the search</h2>'
-        f"{_html_table(header(result, 'vs target'), probes, None, 'probe-table')}</section>\n"
+        f"{_html_table(header(result, 'vs target'), probes, None, 'probe-table')}"
+        f"{f'<p class=method>{prose(stopped)}</p>' if stopped else ''}</section>\n"
         f'<section id="thumb"><h2>Rule of thumb</h2><p>{prose(THUMB)}</p><ul>{thumb}</ul>'
         "</section>\n</body></html>\n"
     )

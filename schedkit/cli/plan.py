@@ -105,6 +105,16 @@ RequestRate = Annotated[
     ),
 ]
 
+# how the search runs its probes
+Jobs = Annotated[int | None, typer.Option(help="Probes run at once (default: one per CPU core).")]
+EarlyStop = Annotated[
+    bool,
+    typer.Option(
+        help="Stop a probe once it can no longer reach --attainment (its other figures then"
+        " not measured); --no-early-stop runs every probe to its end."
+    ),
+]
+
 
 def plan(
     ctx: typer.Context,
@@ -131,7 +141,8 @@ def plan(
     max_requests: Annotated[
         int | None, typer.Option(help=_help(WorkloadSpec, "max_requests"))
     ] = None,
-    jobs: Annotated[int | None, typer.Option(help="Candidates searched at once.")] = None,
+    jobs: Jobs = None,
+    early_stop: EarlyStop = True,
     overwrite: Annotated[bool, typer.Option(help="Replace earlier results in --out.")] = False,
 ) -> None:
     """Capacity plan: for each GPU x TP x engine-settings candidate, the fewest replicas
@@ -147,7 +158,7 @@ def plan(
         dict(
             gpus=_list("--gpu", gpu, str), tps=_list("--tp", tp, int), setting=setting,
             max_replicas=max_replicas, attainment=_attainment(ctx, attainment, target),
-            prices=_prices(price or []),
+            prices=_prices(price or []), early_stop=early_stop,
             request_rate=None if request_rate is None else _one_rate("--request-rate", request_rate),
         ),
     )  # fmt: skip
@@ -188,6 +199,7 @@ def _write(out: Path, result: dict[str, Any]) -> None:
         headline,
         render_plan_html,
         render_plan_markdown,
+        stopped_note,
     )
 
     out.mkdir(parents=True, exist_ok=True)
@@ -205,5 +217,7 @@ def _write(out: Path, result: dict[str, Any]) -> None:
         table.add_row(*(Text(row[i]) for i in keep), style="bold green" if chosen else None)
     console.print(table)
     console.print(Text(headline(result)), soft_wrap=True)
+    if stopped := stopped_note(result):
+        console.print(Text(stopped), soft_wrap=True)
     written = ", ".join(str(out / n) for n in ("plan.json", "plan.md", "plan.html"))
     console.print(Text(f"wrote {written}"), soft_wrap=True)

@@ -6,6 +6,10 @@ steps that start before the arrival (``SimEngine.advance``), then the router see
 replica as of its last finished step and chooses one, and that replica receives the
 request (``SimEngine.deliver``). With one replica the run is the single engine's, step
 for step (``tests/sim/test_cluster.py``).
+
+A caller that watches the run as it goes (a plan's probe stops once its verdict is
+decided) routes the requests in batches (``Cluster.route``) and reads each request's
+record and replica between them; ``Cluster.run`` routes what is left and finishes.
 """
 
 from __future__ import annotations
@@ -96,32 +100,56 @@ class Cluster:
         self.views = [SimReplicaView(i, e) for i, e in enumerate(self.replicas)]
         self.router = router
         self.routed = [0] * len(self.replicas)
+        self.records: list[RequestRecord] = []  # the requests routed so far, in order
+        self.placement: list[int] = []  # the replica each of them went to
         self._turn = 0
+        self._started: float | None = None
 
     def run(self) -> RunResult:
-        started = time.perf_counter()
+        """Route every request not routed yet, run each replica to its end, and merge
+        their results."""
         with no_cyclic_gc():
-            return self._run(started)
+            self.route(len(self.requests))
+            for engine in self.replicas:
+                engine.advance(math.inf)
+            assert self._started is not None
+            return merge(
+                [e.finish(self._started) for e in self.replicas],
+                self.records,
+                self.router,
+                self.routed,
+                self.cfg,
+                self._started,
+            )
 
-    def _run(self, started: float) -> RunResult:
-        cfg, replicas, views = self.cfg, self.replicas, self.views
-        records: list[RequestRecord] = []
-        for index, trace in enumerate(self.requests):
-            for engine in replicas:
-                engine.advance(trace.arrival_s)
-            request = SimRequest.from_trace(index, trace, cfg.block_size, cfg.hash_block_tokens)
-            chosen = self.router.route(request, views)
+    def route(self, upto: int) -> None:
+        """Route the requests before index ``upto`` (in arrival order) not routed yet:
+        for each, every replica first runs the steps that start before its arrival."""
+        if self._started is None:
+            self._started = time.perf_counter()
+        with no_cyclic_gc():
+            self._route(len(self.records), min(upto, len(self.requests)))
+
+    def _route(self, first: int, upto: int) -> None:
+        cfg, replicas, views, router = self.cfg, self.replicas, self.views, self.router
+        advances = [engine.advance for engine in replicas]
+        records, placement, routed = self.records, self.placement, self.routed
+        block_size, hash_tokens = cfg.block_size, cfg.hash_block_tokens
+        routing = router.has_route  # else round-robin, without building the call
+        for index in range(first, upto):
+            trace = self.requests[index]
+            arrival = trace.arrival_s
+            for advance in advances:
+                advance(arrival)
+            request = SimRequest.from_trace(index, trace, block_size, hash_tokens)
+            chosen = router.route(request, views) if routing else None
             if chosen is None:
                 chosen = self._turn
                 self._turn = (chosen + 1) % len(replicas)
-            self.routed[chosen] += 1
+            routed[chosen] += 1
             replicas[chosen].deliver_request(request)
             records.append(request.record)
-        for engine in replicas:
-            engine.advance(math.inf)
-        return merge(
-            [e.finish(started) for e in replicas], records, self.router, self.routed, cfg, started
-        )
+            placement.append(chosen)
 
 
 def merge(

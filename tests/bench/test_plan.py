@@ -27,7 +27,10 @@ def plan(**changes: Any) -> PlanSpec:
 def test_each_candidate_gets_the_fewest_replicas_meeting_the_target() -> None:
     result = run_plan(plan(max_replicas=16))
     for c in result["candidates"]:
-        met = {p["replicas"]: p["slo_attainment"] >= 0.9 for p in c["probes"]}
+        met = {p["replicas"]: p["meets"] for p in c["probes"]}
+        for p in c["probes"]:  # measured, or stopped early below the target
+            at_most = (p["stopped_early"] or {}).get("slo_attainment_at_most")
+            assert p["meets"] == (p["slo_attainment"] >= 0.9) if at_most is None else at_most < 0.9
         assert met[c["replicas"]]
         assert all(not ok for n, ok in met.items() if n < c["replicas"])
         if c["replicas"] > 1:  # the search saw the count just below miss

@@ -1,0 +1,147 @@
+"""One probe of a plan's search: a candidate deployment at a replica count, replayed on
+the simulator, and stopped as soon as its verdict is decided.
+
+The search asks of a probe one thing: whether the share of requests meeting every SLO
+reaches the target. That is decided before the replay ends once so many requests are
+certain to miss that even if every other one met its SLOs, the share would stay below
+the target. A request is certain to miss when it ended without meeting them (rejected,
+or its TTFT or TPOT over target), or when its TTFT is already over target: its first
+token came too late, or it has none yet and its replica's clock is past the deadline
+(a first token comes at the end of a step still to run, so no earlier than that clock).
+A request not yet decided counts as one that may still meet.
+
+The requests are routed in batches (``Cluster.route``); between batches the undecided
+ones are looked at again. A stopped probe reports how many requests had been routed and
+the most its attainment could have been; a probe that runs to its end reports the same
+figures as an unwatched replay, as the simulation is the same step for step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from schedkit.bench.progress import per_replica, simulating
+from schedkit.bench.stats.metrics import meets_slo
+from schedkit.config import SchedkitConfig
+from schedkit.facade import PolicyFacade
+from schedkit.plugins import PolicyRegistry
+from schedkit.records import RunResult
+from schedkit.sim.cluster import Cluster
+from schedkit.sim.config import SimConfig, StepCost
+from schedkit.sim.engine import no_cyclic_gc
+from schedkit.workload import TraceRequest
+
+__all__ = ["Deployment", "Stopped", "run_probe"]
+
+CHECKS = 128  # looks at the undecided requests per replay, at most (evenly by arrivals)
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """What every probe of one candidate replays: the requests (rescaled, as trusted),
+    the candidate's cost model and simulator config, the policies and the SLOs."""
+
+    requests: Sequence[TraceRequest]
+    cost: StepCost
+    sim_config: SimConfig
+    config: SchedkitConfig
+    slo_ttft_ms: float | None
+    slo_tpot_ms: float | None
+    registry: PolicyRegistry
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """A probe stopped once it could no longer reach the target: ``routed`` of
+    ``requests`` had been routed; ``missed`` of them were certain to miss, ``met`` had
+    ended meeting every SLO."""
+
+    routed: int
+    requests: int
+    missed: int
+    met: int
+
+    @property
+    def attainment_at_least(self) -> float:
+        """The least its SLO attainment could have been had it run to the end."""
+        return self.met / self.requests
+
+    @property
+    def attainment_at_most(self) -> float:
+        """The most its SLO attainment could have been had it run to the end."""
+        return (self.requests - self.missed) / self.requests
+
+
+class Misses:
+    """Counts the requests of a running ``cluster`` certain to miss their SLOs."""
+
+    def __init__(self, cluster: Cluster, slo_ttft_ms: float | None, slo_tpot_ms: float | None):
+        self.cluster = cluster
+        self.slo_ttft_ms, self.slo_tpot_ms = slo_ttft_ms, slo_tpot_ms
+        self.undecided: list[int] = []  # routed requests that may still meet every SLO
+        self.looked = 0  # routed requests looked at so far
+        self.missed = 0
+        self.met = 0
+
+    def at_most(self, routed: int) -> int:
+        """The most requests that can be certain to miss once ``routed`` are: those
+        counted, those undecided when last counted, and those routed since."""
+        return self.missed + len(self.undecided) + routed - self.looked
+
+    def count(self) -> int:
+        """The requests routed so far that are certain to miss (those decided before
+        are not looked at again: an outcome does not change once certain)."""
+        cluster, ttft = self.cluster, self.slo_ttft_ms
+        records, placement = cluster.records, cluster.placement
+        clocks = [engine.clock for engine in cluster.replicas]
+        undecided = [*self.undecided, *range(self.looked, len(records))]
+        self.looked = len(records)
+        keep = []
+        for i in undecided:
+            record = records[i]
+            if record.finish_reason:  # ended: decided either way
+                if meets_slo(record, ttft, self.slo_tpot_ms):
+                    self.met += 1
+                else:
+                    self.missed += 1
+                continue
+            target = record.slo_ttft_ms if record.slo_ttft_ms is not None else ttft
+            if target is not None:
+                first = record.first_token_s
+                if first is None:
+                    first = clocks[placement[i]]  # the first token comes no earlier
+                if (first - record.arrival_s) * 1000.0 > target:
+                    self.missed += 1
+                    continue
+            keep.append(i)
+        self.undecided = keep
+        return self.missed
+
+
+def run_probe(d: Deployment, replicas: int, target: float | None) -> RunResult | Stopped:
+    """The replay of ``d`` on ``replicas`` replicas behind the policies' router; with a
+    ``target`` attainment, stopped (:class:`Stopped`) once it is certain to stay below it.
+    Progress is shown as for any simulator run (``schedkit.bench.progress``)."""
+    facades = [PolicyFacade.from_config(d.config, registry=d.registry) for _ in range(replicas)]
+    router = PolicyFacade.from_config(d.config, registry=d.registry)
+    cluster = Cluster(d.requests, d.cost, d.sim_config, facades, router)
+    total = len(cluster.requests)
+    with simulating(d.requests) as on_sample, no_cyclic_gc():
+        if on_sample is not None:
+            for engine, hook in zip(
+                cluster.replicas, per_replica(on_sample, replicas), strict=True
+            ):
+                engine.recorder.on_sample = hook
+        # a client's concurrency limit moves arrivals as it holds requests: no watching
+        if target is not None and d.sim_config.max_concurrency is None:
+            misses = Misses(cluster, d.slo_ttft_ms, d.slo_tpot_ms)
+            every = max(1, -(-total // CHECKS))
+            for upto in range(every, total + every, every):
+                cluster.route(upto)
+                if (total - misses.at_most(upto)) / total >= target:
+                    continue  # too few could have missed since: not decided yet
+                missed = misses.count()
+                if (total - missed) / total < target:
+                    return Stopped(min(upto, total), total, missed, misses.met)
+        return cluster.run()
