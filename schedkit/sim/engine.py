@@ -45,6 +45,7 @@ from schedkit.sim.waiting import FifoWaiting, KeyedWaiting, make_waiting
 __all__ = ["SimConfig", "SimEngine", "StepCost", "no_cyclic_gc"]
 
 GAPS_KEPT = 1 << 16  # single-token gaps listed before the recorder counts them
+NO_HASHES = (0, 0)  # a finished request's ``_hashed``: one tuple for them all
 
 
 class SimEngine(DecodeStretches, LaneSteps, PrefillCadence, HostTierLoads):
@@ -209,6 +210,7 @@ class SimEngine(DecodeStretches, LaneSteps, PrefillCadence, HostTierLoads):
         hashes go (the run keeps every request)."""
         if not self.facade.implemented:
             req._block_hashes = ()
+            req._hashed = NO_HASHES
 
     # -- one step -------------------------------------------------------------------
 

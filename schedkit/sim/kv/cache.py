@@ -186,11 +186,12 @@ class KVCache:
         if first < num_shared:
             per, groups, refs = self.group_blocks, self.groups, table.refs
             stop = min(end, num_shared)
+            table_groups = table.groups
             for p in range(first // per, (stop - 1) // per + 1):
                 base = p * per
-                lo = max(first - base, 0)
-                hi = min(stop - base, per)
-                g = table.groups[p]
+                lo = first - base if first > base else 0
+                hi = stop - base if stop - base < per else per
+                g = table_groups[p]
                 spans = groups.get(g)
                 if spans is None:
                     groups[g] = [Span(g, lo, hi, 1, 0, base)]
@@ -234,7 +235,7 @@ class KVCache:
             self._entries += 1
             entry = self._entries
             freed_list: list[Span] = []
-            groups = self.groups
+            groups, seq, freed_blocks = self.groups, self._lru_seq + 1, 0
             for g, lo, hi in reversed(table.refs):
                 spans = groups[g]
                 if spans[0].lo < lo:  # (a cut outside every span's inside changes nothing)
@@ -252,10 +253,11 @@ class KVCache:
                         s.last_access = clock
                         s.entry = entry
                         s.views = None
-                        s.rank = (self._lru_seq + 1, len(freed_list), 0)
+                        s.rank = (seq, len(freed_list), 0)
                         freed_list.append(s)
-                        self.cached_blocks += s.hi - s.lo
+                        freed_blocks += s.hi - s.lo
                 merge_spans(spans)
+            self.cached_blocks += freed_blocks
             if freed_list:
                 cached_free[entry] = freed_list
                 self._lru_seq += 1
