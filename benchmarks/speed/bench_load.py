@@ -67,11 +67,16 @@ def env(tree: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}
 
 
+CORE = "0"  # the core pinned runs take (--core)
+
+
 def run(tree: Path, argv: list[str], *, pin: bool = False) -> str:
-    prefix = ["taskset", "-c", "1"] if pin else []
+    """``python argv`` on ``tree``'s schedkit, from a folder holding no checkout (``-m``
+    and ``-c`` put the current folder first on the path)."""
+    prefix = ["taskset", "-c", CORE] if pin else []
     done = subprocess.run(
         [*prefix, sys.executable, *argv], env=env(tree), capture_output=True, text=True,
-        check=True, cwd=ROOT,
+        check=True, cwd=tempfile.gettempdir(),
     )  # fmt: skip
     return done.stdout
 
@@ -102,7 +107,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", type=Path, required=True, help="a checkout to compare")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--core", default=CORE, help="the core pinned runs take")
     args = parser.parse_args()
+    globals()["CORE"] = args.core
     trees = {"this tree": ROOT, "baseline": args.baseline.resolve()}
     rows: dict[str, dict[str, str]] = {name: {} for name in trees}
     with tempfile.TemporaryDirectory() as tmp:
