@@ -67,13 +67,10 @@ def env(tree: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}
 
 
-CORE = "0"  # the core pinned runs take (--core)
-
-
-def run(tree: Path, argv: list[str], *, pin: bool = False) -> str:
-    """``python argv`` on ``tree``'s schedkit, from a folder holding no checkout (``-m``
-    and ``-c`` put the current folder first on the path)."""
-    prefix = ["taskset", "-c", CORE] if pin else []
+def run(tree: Path, argv: list[str], *, core: str | None = None) -> str:
+    """``python argv`` on ``tree``'s schedkit (pinned to ``core`` if given), from a folder
+    holding no checkout (``-m`` and ``-c`` put the current folder first on the path)."""
+    prefix = ["taskset", "-c", core] if core is not None else []
     done = subprocess.run(
         [*prefix, sys.executable, *argv], env=env(tree), capture_output=True, text=True,
         check=True, cwd=tempfile.gettempdir(),
@@ -81,12 +78,12 @@ def run(tree: Path, argv: list[str], *, pin: bool = False) -> str:
     return done.stdout
 
 
-def sim_figures(tree: Path, rounds: int) -> dict[str, str]:
+def sim_figures(tree: Path, rounds: int, core: str) -> dict[str, str]:
     """bench_sim.py's figures for ``tree``: requests/s, growth, us per request."""
     script = str(HERE / "bench_sim.py")
-    out = run(tree, [script, "--only", "demo", "mooncake", "--repeat", str(rounds)], pin=True)
+    out = run(tree, [script, "--only", "demo", "mooncake", "--repeat", str(rounds)], core=core)
     rates = re.findall(r"^([\d,]+) requests/s", out, re.M)
-    out += run(tree, [script, "--only", "growth-load", "mooncake-full", "--repeat", "1"], pin=True)
+    out += run(tree, [script, "--only", "growth-load", "mooncake-full", "--repeat", "1"], core=core)
     growth = re.search(r"time\(100k\) / time\(10k\) = ([\d.]+)", out)
     full = re.findall(r"^mooncake-conv (\d+)% .* ([\d.]+) us/req$", out, re.M)
     return {
@@ -107,14 +104,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", type=Path, required=True, help="a checkout to compare")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--core", default=CORE, help="the core pinned runs take")
+    parser.add_argument("--core", default="0", help="the core the replays are pinned to")
     args = parser.parse_args()
-    globals()["CORE"] = args.core
     trees = {"this tree": ROOT, "baseline": args.baseline.resolve()}
     rows: dict[str, dict[str, str]] = {name: {} for name in trees}
     with tempfile.TemporaryDirectory() as tmp:
         for name, tree in trees.items():
-            rows[name].update(sim_figures(tree, args.rounds))
+            rows[name].update(sim_figures(tree, args.rounds, args.core))
             wall(tree, DEMO, Path(tmp) / "warm")  # warm the caches: make demo's "warm"
         demo: dict[str, list[float]] = {name: [] for name in trees}
         for _ in range(args.rounds):

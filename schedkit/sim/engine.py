@@ -45,7 +45,6 @@ from schedkit.sim.waiting import FifoWaiting, KeyedWaiting, make_waiting
 __all__ = ["SimConfig", "SimEngine", "StepCost", "no_cyclic_gc"]
 
 GAPS_KEPT = 1 << 16  # single-token gaps listed before the recorder counts them
-NO_HASHES = (0, 0)  # a finished request's ``_hashed``: one tuple for them all
 
 
 class SimEngine(DecodeStretches, LaneSteps, PrefillCadence, HostTierLoads):
@@ -209,8 +208,7 @@ class SimEngine(DecodeStretches, LaneSteps, PrefillCadence, HostTierLoads):
         request's last state (docs/hooks.md), hashes included; with no policy hook, the
         hashes go (the run keeps every request)."""
         if not self.facade.implemented:
-            req._block_hashes = ()
-            req._hashed = NO_HASHES
+            req.forget_hashes()
 
     # -- one step -------------------------------------------------------------------
 

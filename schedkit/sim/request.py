@@ -131,6 +131,11 @@ class SimRequest:
         self._block_hashes = None
         self._hashed = (self.num_tokens, block_size)
 
+    def forget_hashes(self) -> None:
+        """``block_hashes`` is empty from now on (a finished request no policy reads)."""
+        self._block_hashes = ()
+        self._hashed = (0, 0)
+
     def hash_blocks(self, block_size: int, num_tokens: int | None = None) -> tuple[int, ...]:
         """Hashes of its full blocks so far (or of its first ``num_tokens``), as the
         prefix cache names them: the shared blocks' (group and block within it), then its
