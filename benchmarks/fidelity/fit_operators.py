@@ -1,30 +1,38 @@
-"""Per-operator efficiency fitted to Vidur's measured operator times (issue #41, first step).
+"""Per-operator curves fitted to Vidur's measured kernel times: the simulator's GPU step model (#41).
 
 The roofline charges every step max(FLOPs / (70% of peak), bytes / (85% of bandwidth))
 plus 0.5 ms. Vidur (microsoft/vidur, MIT licence) measured each operator of a transformer
-layer on A100 and H100 per number of tokens and tensor-parallel degree. This script fits,
-per GPU and operator class, a few-parameter curve for the time of that work:
+layer on A100 and H100 per number of tokens and tensor-parallel degree, and NCCL
+all-reduces per size and GPU count. This script fits, per GPU and operator class, the
+few-parameter curves of :mod:`schedkit.sim.cost.operators` (imported, so the fit and the
+simulator evaluate the same functions):
 
 - GEMMs (QKV, output, gated-MLP up and down projections, each TP shard's shape):
   ``t = t0 + ((F / (P * ec(M)))**k + (B / (W * em))**k)**(1/k)`` with the compute
   efficiency ``ec(M) = emax * M / (M + m_half)`` rising with the tokens M; F the FLOPs,
   B the bytes (weights, input and output), P peak FLOP/s, W peak bandwidth.
-- memory-bound elementwise operators (two RMS norms, RoPE, SiLU-and-mul, residual add):
-  ``t = t0 + B / (W * e)``.
-- attention, where ``attention.csv`` is present: prefill by chunk and context
-  (causal pairs, K/V read), decode by batch and KV length (paged K/V read), each
-  ``t = t0 + smoothmax(F / (P * ec), B / (W * em))``.
+- memory-bound operators (two RMS norms, RoPE, SiLU-and-mul, residual add, and from
+  ``attention.csv`` writing the new tokens' K/V into the paged cache): ``t = t0 + B / (W * e)``.
+- attention, from ``attention.csv``: prefill ``t0 + F / (P * emax * c / (c + c_half))`` over
+  the chunk's causal query-key pairs (c the chunk), decode ``t0 + B / (W * emax * n / (n +
+  n_half))`` over the K/V bytes the batch of n requests reads.
+- all-reduce (``network/<gpu>_dgx/all_reduce.csv``, fp16 elements): ``t0 + bytes / bandwidth``
+  per GPU count.
 
 Each fit minimises the log of predicted over measured time (scipy ``least_squares``), so
 errors are relative. Printed and written (``--json``): the fitted numbers, their source
 (Vidur commit, files, GPU, model) and, per class, the median and max absolute error on
 the fit's own data, beside the roofline-with-constants error for the same operators.
+``--fits`` writes the simulator's profile (``schedkit/data/operator-fits.json``).
 
-    git clone https://github.com/microsoft/vidur /tmp/vidur    # data is MIT-licensed
+    git clone https://github.com/microsoft/vidur /tmp/vidur && git -C /tmp/vidur lfs pull
     python benchmarks/fidelity/fit_operators.py /tmp/vidur \\
-        --json benchmarks/fidelity/fit-operators.json
+        --json benchmarks/fidelity/fit-operators.json --fits schedkit/data/operator-fits.json
 
-No Vidur data is copied into this repository; only the fitted figures are.
+``--attention DIR`` reads the ``attention.csv`` files from another tree of Vidur's layout
+(``<gpu>/<org>/<model>/attention.csv``), e.g. rows sampled from a plain-text copy when the
+LFS objects cannot be had. No Vidur data is copied into this repository; only the fitted
+figures are.
 """
 
 from __future__ import annotations
@@ -40,11 +48,17 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import least_squares
 
+from schedkit.sim.cost.operators import (
+    bandwidth_time,
+    decode_attention_time,
+    gemm_time,
+    prefill_attention_time,
+)
 from schedkit.sim.cost.profiles import get_gpu, get_model, load_profile_file
 from schedkit.sim.cost.shape import ModelProfile
 
 HERE = Path(__file__).parent
-PROFILES = (HERE / "costmodel-llama-2-7b.toml", HERE / "costmodel-llama-2-70b.toml")
+PROFILES = tuple(sorted(HERE.glob("costmodel-*.toml")))  # the shapes Vidur profiled
 # (Vidur's GPU folder, schedkit GPU) -> [(Vidur's model folder, schedkit model)]
 SOURCES = {
     ("a100", "A100-80GB"): [
@@ -58,10 +72,15 @@ SOURCES = {
         ("meta-llama/Llama-2-70b-hf", "Llama-2-70B"),
     ],
 }
+SAME_AS = {"H200": "H100-SXM"}  # no Vidur data: H100's efficiencies at H200's peaks
 GEMMS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
 ELEMENTWISE = ("input_layernorm", "post_attention_layernorm", "attn_rope", "mlp_act", "add")
 COMPUTE_EFF, BANDWIDTH_EFF = 0.7, 0.85  # the roofline's constants (schedkit/sim/cost/model.py)
 BYTES = 2  # bf16
+# The step overhead the fits cannot give (operator tables time kernels, not the engine's
+# CPU work); see costmodel.md for where these come from.
+STEP_OVERHEAD_S, STEP_OVERHEAD_PER_REQUEST_S = 0.0005, 0.0
+OVERHEAD_SOURCE = "0.5 ms a step, the roofline's constant (not measured)"
 
 
 @dataclass
@@ -130,38 +149,53 @@ def read_mlp(path: Path, model: ModelProfile, gemm: Samples, elem: Samples) -> i
     return count
 
 
-def read_attention(path: Path, model: ModelProfile, prefill: Samples, decode: Samples) -> int:
-    """Add ``attention.csv``'s rows: the attention kernel alone (prefill or decode), per layer."""
-    kv_per_token = 2 * model.num_kv_heads * model.head_dim * BYTES  # K and V, all shards
+def read_attention(
+    path: Path, model: ModelProfile, prefill: Samples, decode: Samples, elem: Samples
+) -> int:
+    """Add ``attention.csv``'s rows: the attention kernel alone (prefill or decode) and
+    writing the new tokens' K/V into the cache, per layer and shard. The cache write is
+    taken from decode rows only: in prefill rows it takes 19 us for 64 tokens and up to
+    1 ms for 2,240, hundreds of times what its bytes need, so it times something else
+    there (Vidur's FlashInfer wrapper), not the write."""
     count = 0
     with path.open() as f:
         for row in csv.DictReader(f):
             tp = int(row["num_tensor_parallel_workers"])
-            heads, kv_bytes = model.num_heads // tp, kv_per_token // tp
+            heads = model.num_heads // tp
+            kv_bytes = 2 * max(1, model.num_kv_heads // tp) * model.head_dim * BYTES
             batch, ctx = int(row["batch_size"]), int(row["kv_cache_size"])
+            label = f"{model.name}/{{}}/tp{tp}"
             if row["is_prefill"] == "True":
                 c = int(row["prefill_chunk_size"])
                 pairs = c * ctx + c * (c + 1) / 2
                 nbytes = (ctx + c) * kv_bytes + 2 * c * heads * model.head_dim * BYTES
                 ms = float(row["time_stats.attn_prefill.median"])
-                prefill.add(
-                    4.0 * heads * model.head_dim * pairs,
-                    nbytes,
-                    c,
-                    ms,
-                    f"{model.name}/prefill/tp{tp}",
-                )
+                flops = 4.0 * heads * model.head_dim * pairs
+                prefill.add(flops, nbytes, c, ms, label.format("prefill"))
             else:
                 pairs = batch * ctx
-                nbytes = batch * ctx * kv_bytes
                 ms = float(row["time_stats.attn_decode.median"])
-                decode.add(
-                    4.0 * heads * model.head_dim * pairs,
-                    nbytes,
-                    batch,
-                    ms,
-                    f"{model.name}/decode/tp{tp}",
-                )
+                flops = 4.0 * heads * model.head_dim * pairs
+                decode.add(flops, batch * ctx * kv_bytes, batch, ms, label.format("decode"))
+                save = row.get("time_stats.attn_kv_cache_save.median") or ""  # decode rows only
+                if save:  # some files have no such column
+                    kv_save = label.format("kv_cache_save")
+                    elem.add(0.0, float(batch * kv_bytes), batch, float(save), kv_save)
+            count += 1
+    return count
+
+
+def read_all_reduce(path: Path, samples: dict[int, Samples]) -> int:
+    """Add ``all_reduce.csv``'s rows (fp16 elements) to the samples of their GPU count:
+    the rows with every GPU in one node, as tensor parallelism places them."""
+    count = 0
+    with path.open() as f:
+        for row in csv.DictReader(f):
+            if row["collective"] != "all_reduce" or row["devices_per_node"] != row["num_workers"]:
+                continue
+            workers, nbytes = int(row["num_workers"]), 2.0 * int(row["size"])
+            ms = float(row["time_stats.all_reduce.median"])
+            samples.setdefault(workers, Samples()).add(0.0, nbytes, nbytes, ms, f"tp{workers}")
             count += 1
     return count
 
@@ -177,41 +211,46 @@ class Curve:
     predict: Callable[..., np.ndarray]
 
 
-def _roofline_curve(
-    p: np.ndarray, f: np.ndarray, b: np.ndarray, m: np.ndarray, peak: float, bw: float
-) -> np.ndarray:
-    t0, emax, m_half, em, k = p
-    compute = f / (peak * emax * m / (m + m_half))
-    memory = b / (bw * em)
-    return t0 + (compute**k + memory**k) ** (1.0 / k)
-
-
-def _bandwidth_curve(
-    p: np.ndarray, f: np.ndarray, b: np.ndarray, m: np.ndarray, peak: float, bw: float
-) -> np.ndarray:
-    t0, em = p
-    return t0 + b / (bw * em)
-
-
 ROOFLINE = Curve(
     names=("t0_s", "compute_eff_max", "compute_half_size", "bandwidth_eff", "smoothmax_k"),
     lower=(0.0, 0.05, 0.0, 0.05, 1.0),
     upper=(2e-4, 1.0, 1e6, 1.0, 30.0),
     start=(5e-6, 0.8, 64.0, 0.8, 4.0),
-    predict=_roofline_curve,
+    predict=lambda p, f, b, m, peak, bw: gemm_time(p, f, b, m, peak, bw),
 )
 BANDWIDTH = Curve(
     names=("t0_s", "bandwidth_eff"),
     lower=(0.0, 0.05),
     upper=(2e-4, 1.0),
     start=(5e-6, 0.8),
-    predict=_bandwidth_curve,
+    predict=lambda p, f, b, m, peak, bw: bandwidth_time(p, b, bw),
+)
+PREFILL = Curve(
+    names=("t0_s", "compute_eff_max", "compute_half_size"),
+    lower=(0.0, 0.05, 0.0),
+    upper=(2e-4, 1.0, 1e5),
+    start=(1e-5, 0.6, 128.0),
+    predict=lambda p, f, b, m, peak, bw: prefill_attention_time(p, f, m, peak),
+)
+DECODE = Curve(
+    names=("t0_s", "bandwidth_eff_max", "batch_half_size"),
+    lower=(0.0, 0.05, 0.0),
+    upper=(2e-4, 1.0, 1e4),
+    start=(1e-5, 0.7, 2.0),
+    predict=lambda p, f, b, m, peak, bw: decode_attention_time(p, b, m, bw),
+)
+ALL_REDUCE = Curve(
+    names=("t0_s", "gbs"),
+    lower=(0.0, 1.0),
+    upper=(1e-3, 5000.0),
+    start=(2e-5, 100.0),
+    predict=lambda p, f, b, m, peak, bw: p[0] + b / (p[1] * 1e9),
 )
 CLASSES = {  # operator class -> its curve
     "gemm": ROOFLINE,
     "elementwise": BANDWIDTH,
-    "attention_prefill": ROOFLINE,
-    "attention_decode": ROOFLINE,
+    "attention_prefill": PREFILL,
+    "attention_decode": DECODE,
 }
 
 
@@ -226,15 +265,24 @@ def errors(predicted: np.ndarray, measured: np.ndarray) -> dict[str, float]:
 
 
 def _fit(
-    curve: Curve, f: np.ndarray, b: np.ndarray, m: np.ndarray, t: np.ndarray, peak: float, bw: float
+    curve: Curve,
+    f: np.ndarray,
+    b: np.ndarray,
+    m: np.ndarray,
+    t: np.ndarray,
+    peak: float,
+    bw: float,
+    loss: str = "linear",
 ) -> np.ndarray:
-    """The curve's parameters minimising the squared log of predicted over measured time."""
+    """The curve's parameters minimising the squared log of predicted over measured time
+    (``loss="soft_l1"``: a robust loss, for data with outlying rows)."""
 
     def residual(p: np.ndarray) -> np.ndarray:
         return np.log(curve.predict(p, f, b, m, peak, bw) / t)
 
     bounds = (curve.lower, curve.upper)
-    return least_squares(residual, curve.start, bounds=bounds, x_scale="jac").x  # type: ignore[no-any-return]
+    fit = least_squares(residual, curve.start, bounds=bounds, x_scale="jac", loss=loss, f_scale=0.1)
+    return fit.x  # type: ignore[no-any-return]
 
 
 def fit_class(curve: Curve, samples: Samples, peak: float, bw: float) -> dict[str, object]:
@@ -260,6 +308,21 @@ def fit_class(curve: Curve, samples: Samples, peak: float, bw: float) -> dict[st
     }
 
 
+def fit_all_reduce(samples: dict[int, Samples]) -> dict[str, object]:
+    """``t0 + bytes / bandwidth`` per GPU count, with its errors. The fit is robust
+    (soft L1): some of Vidur's A100 rows are several times their neighbours' times."""
+    out: dict[str, object] = {}
+    for workers, s in sorted(samples.items()):
+        f, b, m, t = s.arrays()
+        x = _fit(ALL_REDUCE, f, b, m, t, 1.0, 1.0, loss="soft_l1")
+        out[str(workers)] = {
+            "samples": len(t),
+            "params": {n: float(f"{v:.4g}") for n, v in zip(ALL_REDUCE.names, x, strict=True)},
+            "fit_error": errors(ALL_REDUCE.predict(x, f, b, m, 1.0, 1.0), t),
+        }
+    return out
+
+
 def vidur_commit(root: Path, given: str | None) -> str:
     """The checkout's commit (``git rev-parse``), else ``--vidur-commit``, else unknown."""
     if given:
@@ -270,7 +333,7 @@ def vidur_commit(root: Path, given: str | None) -> str:
     return run.stdout.strip() if run.returncode == 0 else "unknown"
 
 
-def fit_gpu(root: Path, gpu_dir: str, gpu_name: str) -> dict[str, object]:
+def fit_gpu(root: Path, attention_root: Path, gpu_dir: str, gpu_name: str) -> dict[str, object]:
     """Every class's fit on one GPU, from the models Vidur profiled that schedkit knows."""
     gpu = get_gpu(gpu_name)
     peak, bw = gpu.tflops * 1e12, gpu.mem_bw_gbs * 1e9
@@ -278,19 +341,70 @@ def fit_gpu(root: Path, gpu_dir: str, gpu_name: str) -> dict[str, object]:
     files: list[str] = []
     for model_dir, model_name in SOURCES[(gpu_dir, gpu_name)]:
         model = get_model(model_name)
-        folder = root / "data/profiling/compute" / gpu_dir / model_dir
-        for csv_name in ("mlp.csv", "attention.csv"):
-            path = folder / csv_name
-            if not path.exists():
-                continue
-            if csv_name == "mlp.csv":
-                rows = read_mlp(path, model, samples["gemm"], samples["elementwise"])
-            else:
-                prefill, decode = samples["attention_prefill"], samples["attention_decode"]
-                rows = read_attention(path, model, prefill, decode)
-            files.append(f"{path.relative_to(root)} ({model_name}, {rows} rows)")
+        mlp = root / "data/profiling/compute" / gpu_dir / model_dir / "mlp.csv"
+        if mlp.exists():
+            rows = read_mlp(mlp, model, samples["gemm"], samples["elementwise"])
+            files.append(f"{mlp.relative_to(root)} ({model_name}, {rows} rows)")
+        attention = attention_root / gpu_dir / model_dir / "attention.csv"
+        if attention.exists() and not attention.read_text()[:8] == "version ":  # LFS pointer
+            prefill, decode = samples["attention_prefill"], samples["attention_decode"]
+            rows = read_attention(attention, model, prefill, decode, samples["elementwise"])
+            where = attention.relative_to(attention_root)
+            files.append(f"attention {where} ({model_name}, {rows} rows)")
     fits = {name: fit_class(CLASSES[name], s, peak, bw) for name, s in samples.items() if s.seconds}
-    return {"gpu": gpu_name, "vidur_files": files, "classes": fits}
+    reduce: dict[int, Samples] = {}
+    network = root / "data/profiling/network" / f"{gpu_dir}_dgx" / "all_reduce.csv"
+    if network.exists():
+        rows = read_all_reduce(network, reduce)
+        files.append(f"{network.relative_to(root)} ({rows} rows)")
+    return {
+        "gpu": gpu_name,
+        "vidur_files": files,
+        "classes": fits,
+        "all_reduce": fit_all_reduce(reduce),
+    }
+
+
+def simulator_fits(result: dict[str, object], commit: str) -> dict[str, object]:
+    """One GPU's curves as ``schedkit.sim.cost.operators.OperatorFits`` reads them."""
+    classes = result["classes"]  # type: ignore[index]
+    missing = {"gemm", "elementwise", "attention_prefill", "attention_decode"} - set(classes)
+    if missing or not result["all_reduce"]:
+        raise SystemExit(f"{result['gpu']}: no data for {sorted(missing) or 'all-reduce'}")
+    gemm = classes["gemm"]["params"]  # type: ignore[index]
+    elementwise = classes["elementwise"]["params"]  # type: ignore[index]
+    return {
+        "source": f"Vidur {commit[:7]} measured kernels on {result['gpu']}, fitted by"
+        " benchmarks/fidelity/fit_operators.py"
+        + "".join(f"; {f}" for f in result["vidur_files"] if "no rows here" in f),  # type: ignore[attr-defined]
+        "gemm": {op: gemm[op] for op in GEMMS},
+        "elementwise": {op: elementwise[op] for op in (*ELEMENTWISE, "kv_cache_save")},
+        "attention_prefill": classes["attention_prefill"]["params"]["prefill"],  # type: ignore[index]
+        "attention_decode": classes["attention_decode"]["params"]["decode"],  # type: ignore[index]
+        "all_reduce": {w: fit["params"] for w, fit in result["all_reduce"].items()},  # type: ignore[attr-defined]
+        "step_overhead_s": STEP_OVERHEAD_S,
+        "step_overhead_per_request_s": STEP_OVERHEAD_PER_REQUEST_S,
+        "overhead_source": OVERHEAD_SOURCE,
+    }
+
+
+def borrow_missing(results: list[dict[str, object]]) -> None:
+    """A GPU with no attention rows (or no timed K/V cache write) takes the first GPU's
+    curves for them: the same efficiencies at its own peaks. Its files list says so."""
+    for result in results:
+        classes = result["classes"]  # type: ignore[index]
+        for name in ("attention_prefill", "attention_decode"):
+            donor = next((r for r in results if name in r["classes"]), None)  # type: ignore[operator]
+            if name not in classes and donor is not None:
+                classes[name] = donor["classes"][name]  # type: ignore[index]
+                result["vidur_files"].append(f"{name}: {donor['gpu']}'s curve (no rows here)")  # type: ignore[attr-defined]
+        params = classes["elementwise"]["params"]
+        donor = next(
+            (r for r in results if "kv_cache_save" in r["classes"]["elementwise"]["params"]), None
+        )  # type: ignore[index]
+        if "kv_cache_save" not in params and donor is not None:
+            params["kv_cache_save"] = donor["classes"]["elementwise"]["params"]["kv_cache_save"]  # type: ignore[index]
+            result["vidur_files"].append(f"kv_cache_save: {donor['gpu']}'s curve (no rows here)")  # type: ignore[attr-defined]
 
 
 def print_gpu(result: dict[str, object]) -> None:
@@ -307,28 +421,56 @@ def print_gpu(result: dict[str, object]) -> None:
             err = fit["fit_error_by_operator"][op]
             values = ", ".join(f"{k}={v}" for k, v in params.items())
             print(f"    {op:<25} {err['median_pct']:>5.1f} {err['max_pct']:>6.1f}  {values}")
+    for workers, fit in result["all_reduce"].items():  # type: ignore[attr-defined]
+        a = fit["fit_error"]
+        values = ", ".join(f"{k}={v}" for k, v in fit["params"].items())
+        print(
+            f"all_reduce tp{workers:<6} {fit['samples']:>5}  {a['median_pct']:>5.1f} {a['p90_pct']:>5.1f} {a['max_pct']:>6.1f}  {values}"
+        )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("vidur", type=Path, help="a local checkout of microsoft/vidur")
+    parser.add_argument(
+        "--attention",
+        type=Path,
+        default=None,
+        help="a tree of <gpu>/<org>/<model>/attention.csv (default: the checkout's)",
+    )
     parser.add_argument("--vidur-commit", default=None, help="when the checkout has no .git")
-    parser.add_argument("--json", type=Path, default=None, help="write the fits here")
+    parser.add_argument("--json", type=Path, default=None, help="write the fits and errors here")
+    parser.add_argument(
+        "--fits", type=Path, default=None, help="write the simulator's profile here"
+    )
     args = parser.parse_args()
     for profile in PROFILES:
         load_profile_file(profile)
-    results = [fit_gpu(args.vidur, d, g) for d, g in SOURCES]
+    attention_root = args.attention or args.vidur / "data/profiling/compute"
+    results = [fit_gpu(args.vidur, attention_root, d, g) for d, g in SOURCES]
     for result in results:
         print_gpu(result)
+    commit = vidur_commit(args.vidur, args.vidur_commit)
     if args.json is not None:
         document = {
-            "source": "microsoft/vidur data/profiling/compute (MIT licence), time_stats.*.median",
-            "vidur_commit": vidur_commit(args.vidur, args.vidur_commit),
+            "source": "microsoft/vidur data/profiling (MIT licence), time_stats.*.median",
+            "vidur_commit": commit,
+            "attention_files": str(args.attention) if args.attention else "the checkout's",
             "error": "|predicted / measured - 1| on the fit's own rows, in percent",
             "constants": {"compute_efficiency": COMPUTE_EFF, "bandwidth_efficiency": BANDWIDTH_EFF},
             "gpus": results,
         }
         args.json.write_text(json.dumps(document, indent=1) + "\n")
+    if args.fits is not None:
+        borrow_missing(results)
+        profile = {
+            "about": "Per-operator step-time curves (schedkit.sim.cost.operators), fitted to"
+            " Vidur's measured kernels (microsoft/vidur, MIT licence) by"
+            " benchmarks/fidelity/fit_operators.py; see benchmarks/fidelity/costmodel.md",
+            "gpus": {r["gpu"]: simulator_fits(r, commit) for r in results},
+            "same_as": SAME_AS,
+        }
+        args.fits.write_text(json.dumps(profile, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -40,9 +40,19 @@ from schedkit.errors import SchedkitError, quote
 from schedkit.facade import PolicyFacade
 from schedkit.records import RunResult
 from schedkit.sim.config import DEFAULT_EVICTION_WINDOW, SimConfig
-from schedkit.sim.cost.calibration import make_cost_model, profile_mismatch
-from schedkit.sim.cost.model import LinearCostModel, RooflineCostModel
-from schedkit.sim.cost.profiles import DEFAULT_REGISTRY, KV_CACHE_DTYPES, register_model_dir
+from schedkit.sim.cost.calibration import (
+    StepCostModel,
+    default_cost_model,
+    make_cost_model,
+    profile_mismatch,
+)
+from schedkit.sim.cost.model import LinearCostModel
+from schedkit.sim.cost.profiles import (
+    DEFAULT_REGISTRY,
+    KV_CACHE_DTYPES,
+    kv_capacity_tokens,
+    register_model_dir,
+)
 from schedkit.sim.cost.shape import ModelProfile
 from schedkit.workload import TraceRequest, Workload, load_workload
 
@@ -63,7 +73,7 @@ __all__ = [
 log = logging.getLogger("schedkit")
 ENGINE_GROUP = "schedkit.engines"  # entry points: engine name -> ArmRunner
 # An arm's engine: what results.json records of it, its cost model, the simulator config.
-ArmEngine = tuple[dict[str, Any], "RooflineCostModel | LinearCostModel", SimConfig]
+ArmEngine = tuple[dict[str, Any], StepCostModel, SimConfig]
 # Settings that size the KV cache (named when an arm's cache cannot hold a request).
 CAPACITY_KEYS = ("kv_blocks", "gpu_memory_utilization", "block_size", "model", "gpu", "tp")
 
@@ -366,10 +376,10 @@ class Bench:
             raise SchedkitError(f"{where}{exc}") from None
         if s["kv_cache_dtype"] != "auto":  # fewer bytes per token: more blocks, less to read
             model = dataclasses.replace(model, kv_dtype_bytes=KV_CACHE_DTYPES[s["kv_cache_dtype"]])
-            if isinstance(cost, RooflineCostModel):
-                cost = RooflineCostModel(model, gpu, s["tp"])
-        blocks = s["kv_blocks"] or RooflineCostModel(model, gpu, s["tp"]).kv_capacity_blocks(
-            s["block_size"], s["gpu_memory_utilization"]
+            if not isinstance(cost, LinearCostModel):
+                cost = default_cost_model(model, gpu, s["tp"])
+        blocks = s["kv_blocks"] or (
+            kv_capacity_tokens(model, gpu, s["tp"], s["gpu_memory_utilization"]) // s["block_size"]
         )
         if s["profile"] is not None and isinstance(cost, LinearCostModel):
             found = profile_mismatch(s["profile"], model.name, gpu.name, s["tp"])

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from schedkit.config import SchedkitConfig
     from schedkit.records import RunResult
     from schedkit.sim.config import SimConfig
-    from schedkit.sim.cost.model import LinearCostModel, RooflineCostModel
+    from schedkit.sim.cost.calibration import StepCostModel
     from schedkit.workload import Workload
 
 __all__ = [
@@ -276,7 +276,7 @@ class PreparedBench(Protocol):
     spec: BenchSpec
     labels: list[str]
     configs: list[SchedkitConfig]
-    cost: RooflineCostModel | LinearCostModel
+    cost: StepCostModel
     sim_config: SimConfig
     engine_info: dict[str, Any]
     out_dir: Path | None

@@ -26,6 +26,7 @@ from schedkit.inputs import decode_text, parse_document, read_document, read_lin
 from schedkit.records import META_PREFIX, STEP_COLUMNS
 from schedkit.sim.cost.fit import Calibration, StepRow
 from schedkit.sim.cost.model import LinearCostModel, RooflineCostModel
+from schedkit.sim.cost.operators import OperatorCostModel, fits_for, supports
 from schedkit.sim.cost.profiles import (
     GPUProfile,
     ModelProfile,
@@ -42,6 +43,8 @@ __all__ = [
     "META_PREFIX",
     "REQUIRED_COLUMNS",
     "STEP_COLUMNS",
+    "StepCostModel",
+    "default_cost_model",
     "load_cost_profile",
     "make_cost_model",
     "profile_mismatch",
@@ -51,6 +54,8 @@ __all__ = [
 ]
 
 log = logging.getLogger("schedkit")
+
+StepCostModel = RooflineCostModel | OperatorCostModel | LinearCostModel
 
 REQUIRED_COLUMNS = ("prefill_tokens", "decode_tokens", "kv_tokens", "seconds")
 _INTEGERS = frozenset(STEP_COLUMNS) - {"start_s", "end_s", "seconds"}
@@ -251,13 +256,24 @@ def load_cost_profile(path: str | Path) -> LinearCostModel:
     return LinearCostModel(p.c0, p.c_prefill, p.c_decode, p.c_kv, p.c_attn)
 
 
+def default_cost_model(
+    model: ModelProfile, gpu: GPUProfile, tp: int
+) -> OperatorCostModel | RooflineCostModel:
+    """The per-operator model where schedkit has fits for ``gpu`` and they cover ``model``
+    (a dense GQA model); else the roofline (a user's GPU profile, MoE or MLA models)."""
+    if supports(model) and fits_for(gpu) is not None:
+        return OperatorCostModel(model, gpu, tp)
+    return RooflineCostModel(model, gpu, tp)
+
+
 def make_cost_model(
     model_name: str, gpu_name: str, tp: int, profile_path: str | Path | None
-) -> tuple[RooflineCostModel | LinearCostModel, ModelProfile, GPUProfile]:
+) -> tuple[StepCostModel, ModelProfile, GPUProfile]:
     """The bench's cost model and the profiles it sizes the KV cache from.
 
     ``profile_path`` may be a fitted cost profile (JSON with ``"kind": "linear"``), whose
     model then times steps; or a GPU/model profile file, registered before the lookup.
+    Without one, :func:`default_cost_model` times steps.
     """
     timing: LinearCostModel | None = None
     if profile_path is not None:
@@ -267,7 +283,7 @@ def make_cost_model(
             load_profile_file(profile_path)
     model, gpu = get_model(model_name), get_gpu(gpu_name)
     check_tp(model, tp)  # a fitted profile ignores tp, but the KV cache is sized with it
-    return timing if timing is not None else RooflineCostModel(model, gpu, tp), model, gpu
+    return timing if timing is not None else default_cost_model(model, gpu, tp), model, gpu
 
 
 def _is_cost_profile(path: Path) -> bool:
