@@ -18,6 +18,7 @@ from schedkit.sim.cost.calibration import (
 )
 from schedkit.sim.cost.fit import MIN_STEPS, StepRow, fit_steps, with_gaps
 from schedkit.sim.cost.model import CostModel, LinearCostModel, RooflineCostModel
+from schedkit.sim.cost.operators import OperatorCostModel
 from schedkit.sim.cost.profiles import GPUProfile, get_gpu, get_model, tp_degrees
 
 LLAMA_8B = get_model("Llama-3-8B")
@@ -356,7 +357,7 @@ def test_bad_cost_profile_names_the_file(tmp_path: Path) -> None:
 
 def test_make_cost_model(tmp_path: Path) -> None:
     cost, model, gpu = make_cost_model("llama-3-8b", "h100", 2, None)
-    assert isinstance(cost, RooflineCostModel)
+    assert isinstance(cost, OperatorCostModel)  # schedkit has fits for H100-SXM
     assert cost.describe()["tp"] == 2 and model is LLAMA_8B and gpu is H100
     path = tmp_path / "cost.json"
     path.write_text(json.dumps(LinearCostModel(0.01, 0, 0, 0).describe()))  # a 0.2 profile
