@@ -263,17 +263,18 @@ class OperatorCostModel:
         t0_d, emax_d, n_half = self.fits.attention_decode.params()
         self._t0_decode, self._decode_bw, self._n_half = t0_d, self._bw * emax_d, n_half
         self._reduce = self.fits.all_reduce_curve(tp) if tp > 1 else None
-        self._fixed = lru_cache(maxsize=4096)(self._fixed_time)
+        self._t0_prefill = self._prefill[0]
+        self._tokens = lru_cache(maxsize=16384)(self._tokens_time)
+        self._rows = lru_cache(maxsize=4096)(self._rows_time)
 
     def _gemm_seconds(self, p: tuple[float, ...], k: int, n: int, tokens: int) -> float:
         weights = k * n * self._shapes.weight_bytes_per_element
         nbytes = weights + tokens * (k + n) * self.model.dtype_bytes
         return gemm_time(p, 2.0 * tokens * k * n, nbytes, tokens, self._peak, self._bw)
 
-    def _fixed_time(self, tokens: int, rows: int, prefill: int) -> float:
-        """Everything but attention's per-pair and per-KV-byte terms: the GEMMs, the
-        memory-bound operators and the all-reduces of every layer, the attention kernels'
-        fixed costs, the LM head and sampling over ``rows`` rows, the step overhead."""
+    def _tokens_time(self, tokens: int) -> float:
+        """What every layer spends on ``tokens`` tokens outside attention: the GEMMs, the
+        memory-bound operators, the all-reduces."""
         s = self._shapes
         layer = sum(
             self._gemm_seconds(p, k, n, tokens)
@@ -283,21 +284,31 @@ class OperatorCostModel:
             bandwidth_time(p, tokens * b, self._bw)
             for p, b in zip(self._elem, s.elementwise_bytes, strict=True)
         )
-        if prefill:
-            layer += self._prefill[0]
-        if rows > (1 if prefill else 0):
-            layer += self._t0_decode
         reduces = 0.0
         if self._reduce is not None:
             one = self._reduce.t0_s + tokens * s.activation_bytes_per_token / (
                 self._reduce.gbs * 1e9
             )
             reduces = (2 * self._layers + 1) * one  # two a layer, one after the embedding
-        k, n = s.lm_head
+        return self._layers * layer + reduces
+
+    def _rows_time(self, rows: int) -> float:
+        """What a step spends once on its ``rows`` sampled rows: the LM head, sampling, and
+        the step overhead."""
+        k, n = self._shapes.lm_head
         head = self._gemm_seconds(self._lm, k, n, rows)
-        sampling = bandwidth_time(self._sample, rows * s.vocab * LOGIT_BYTES, self._bw)
+        logits = rows * self._shapes.vocab * LOGIT_BYTES
+        sampling = bandwidth_time(self._sample, logits, self._bw)
         overhead = self.fits.step_overhead_s + self.fits.step_overhead_per_request_s * rows
-        return overhead + self._layers * layer + reduces + head + sampling
+        return head + sampling + overhead
+
+    def _fixed(self, tokens: int, rows: int, prefill: bool) -> float:
+        """Everything but attention's per-pair and per-KV-byte terms, its kernels' fixed
+        costs included (each cached by the one size it depends on)."""
+        attention = self._t0_prefill if prefill else 0.0
+        if rows > prefill:  # decoding requests in the step
+            attention += self._t0_decode
+        return self._tokens(tokens) + self._rows(rows) + self._layers * attention
 
     def _kv_seconds_per_token(self, decode_tokens: int) -> float:
         """Seconds every layer spends reading one token of K/V with ``decode_tokens``
@@ -327,7 +338,7 @@ class OperatorCostModel:
             return 0.0
         rows = decode_tokens + (1 if prefill_tokens else 0)
         return (
-            self._fixed(tokens, rows, prefill_tokens)
+            self._fixed(tokens, rows, prefill_tokens > 0)
             + self._prefill_seconds(prefill_tokens, kv_tokens, attn_pairs)
             + self._kv_seconds_per_token(decode_tokens) * kv_tokens
         )
@@ -337,7 +348,7 @@ class OperatorCostModel:
         if n == 0 or k == 0:
             return 0.0
         per_kv = self._kv_seconds_per_token(n)
-        return _sum_linear(self._fixed(n, n, 0) + per_kv * kv0, per_kv * n, 0, k)
+        return _sum_linear(self._fixed(n, n, False) + per_kv * kv0, per_kv * n, 0, k)
 
     def decode_steps_before(self, n: int, kv0: int, budget_s: float, k_max: int) -> int:
         return _steps_before(lambda j: self.decode_run_time(n, kv0, j), budget_s, k_max)
