@@ -165,3 +165,14 @@ def test_bad_step_arguments_raise() -> None:
         cost.step_time(-1, 0, 0, 0)
     with pytest.raises(SchedkitError, match="must be >= 0"):
         cost.decode_run_time(1, -5, 3)
+
+
+def test_the_model_pickles_with_what_it_has_cached() -> None:
+    """A sweep sends the cost model to Ray workers, a plan to its process pool."""
+    import pickle
+
+    cost = OperatorCostModel(get_model("Qwen2.5-7B"), get_gpu("A100-80GB"), 2)
+    before = cost.step_time(300, 20, 20_000, 40_000)
+    copy = pickle.loads(pickle.dumps(cost))
+    assert copy.step_time(300, 20, 20_000, 40_000) == before
+    assert copy.decode_run_time(20, 20_000, 7) == cost.decode_run_time(20, 20_000, 7)

@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cache, lru_cache
+from functools import cache
 from importlib import resources
 from typing import Any, TypeVar
 
@@ -264,8 +264,9 @@ class OperatorCostModel:
         self._t0_decode, self._decode_bw, self._n_half = t0_d, self._bw * emax_d, n_half
         self._reduce = self.fits.all_reduce_curve(tp) if tp > 1 else None
         self._t0_prefill = self._prefill[0]
-        self._tokens = lru_cache(maxsize=16384)(self._tokens_time)
-        self._rows = lru_cache(maxsize=4096)(self._rows_time)
+        # Each step's size is looked up once; a dict (not lru_cache) pickles, for Ray.
+        self._by_tokens: dict[int, float] = {}
+        self._by_rows: dict[int, float] = {}
 
     def _gemm_seconds(self, p: tuple[float, ...], k: int, n: int, tokens: int) -> float:
         weights = k * n * self._shapes.weight_bytes_per_element
@@ -308,7 +309,13 @@ class OperatorCostModel:
         attention = self._t0_prefill if prefill else 0.0
         if rows > prefill:  # decoding requests in the step
             attention += self._t0_decode
-        return self._tokens(tokens) + self._rows(rows) + self._layers * attention
+        by_tokens = self._by_tokens.get(tokens)
+        if by_tokens is None:
+            by_tokens = self._by_tokens[tokens] = self._tokens_time(tokens)
+        by_rows = self._by_rows.get(rows)
+        if by_rows is None:
+            by_rows = self._by_rows[rows] = self._rows_time(rows)
+        return by_tokens + by_rows + self._layers * attention
 
     def _kv_seconds_per_token(self, decode_tokens: int) -> float:
         """Seconds every layer spends reading one token of K/V with ``decode_tokens``
