@@ -77,10 +77,10 @@ GEMMS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
 ELEMENTWISE = ("input_layernorm", "post_attention_layernorm", "attn_rope", "mlp_act", "add")
 COMPUTE_EFF, BANDWIDTH_EFF = 0.7, 0.85  # the roofline's constants (schedkit/sim/cost/model.py)
 BYTES = 2  # bf16
-# The step overhead the fits cannot give (operator tables time kernels, not the engine's
-# CPU work); see costmodel.md for where these come from.
-STEP_OVERHEAD_S, STEP_OVERHEAD_PER_REQUEST_S = 0.0005, 0.0
-OVERHEAD_SOURCE = "0.5 ms a step, the roofline's constant (not measured)"
+# The engine's CPU work per step: Vidur published it for A100 (a vLLM-derived engine,
+# Sarathi) at 6d98aa8 and deleted it a week later; read with `git show`.
+CPU_OVERHEADS = ("6d98aa8", "data/profiling/a100/cpu_overheads.csv")
+CPU_PARTS = ("schedule", "sampler_e2e", "prepare_inputs_e2e", "process_model_outputs")
 
 
 @dataclass
@@ -246,6 +246,13 @@ ALL_REDUCE = Curve(
     start=(2e-5, 100.0),
     predict=lambda p, f, b, m, peak, bw: p[0] + b / (p[1] * 1e9),
 )
+OVERHEAD = Curve(
+    names=("step_overhead_s", "step_overhead_per_request_s"),
+    lower=(0.0, 0.0),
+    upper=(0.05, 0.01),
+    start=(5e-4, 2e-5),
+    predict=lambda p, f, b, m, peak, bw: p[0] + p[1] * m,
+)
 CLASSES = {  # operator class -> its curve
     "gemm": ROOFLINE,
     "elementwise": BANDWIDTH,
@@ -323,6 +330,39 @@ def fit_all_reduce(samples: dict[int, Samples]) -> dict[str, object]:
     return out
 
 
+def read_cpu_overheads(root: Path, path: Path | None) -> tuple[Samples, str]:
+    """Vidur's measured CPU time per step by batch size (every model and TP degree): the
+    medians of scheduling, sampling, input preparation and output processing. Its Ray
+    communication time is left out: that is Sarathi's workers, not vLLM's executor."""
+    where = f"{CPU_OVERHEADS[1]} at {CPU_OVERHEADS[0]}"
+    if path is None:
+        spec = f"{CPU_OVERHEADS[0]}:{CPU_OVERHEADS[1]}"
+        run = subprocess.run(["git", "-C", str(root), "show", spec], capture_output=True, text=True)
+        if run.returncode:
+            raise SystemExit(f"cannot read {where} from {root}: give --cpu-overheads FILE")
+        text = run.stdout
+    else:
+        text = path.read_text()
+    samples = Samples()
+    for row in csv.DictReader(text.splitlines()):
+        ms = sum(float(row[f"{part}_median"]) for part in CPU_PARTS)
+        label = f"{row['model_name']}/overhead/tp{row['tensor_parallel_degree']}"
+        samples.add(0.0, 0.0, float(row["batch_size"]), ms, label)
+    return samples, where
+
+
+def fit_overhead(samples: Samples) -> dict[str, object]:
+    """``c0 + c1 x requests`` to the measured CPU time per step, with its errors."""
+    f, b, m, t = samples.arrays()
+    x = _fit(OVERHEAD, f, b, m, t, 1.0, 1.0)
+    return {
+        "samples": len(t),
+        "batch_sizes": sorted({int(v) for v in m}),
+        "params": {n: float(f"{v:.4g}") for n, v in zip(OVERHEAD.names, x, strict=True)},
+        "fit_error": errors(OVERHEAD.predict(x, f, b, m, 1.0, 1.0), t),
+    }
+
+
 def vidur_commit(root: Path, given: str | None) -> str:
     """The checkout's commit (``git rev-parse``), else ``--vidur-commit``, else unknown."""
     if given:
@@ -346,7 +386,7 @@ def fit_gpu(root: Path, attention_root: Path, gpu_dir: str, gpu_name: str) -> di
             rows = read_mlp(mlp, model, samples["gemm"], samples["elementwise"])
             files.append(f"{mlp.relative_to(root)} ({model_name}, {rows} rows)")
         attention = attention_root / gpu_dir / model_dir / "attention.csv"
-        if attention.exists() and not attention.read_text()[:8] == "version ":  # LFS pointer
+        if attention.exists() and attention.read_text()[:8] != "version ":  # not an LFS pointer
             prefill, decode = samples["attention_prefill"], samples["attention_decode"]
             rows = read_attention(attention, model, prefill, decode, samples["elementwise"])
             where = attention.relative_to(attention_root)
@@ -365,7 +405,9 @@ def fit_gpu(root: Path, attention_root: Path, gpu_dir: str, gpu_name: str) -> di
     }
 
 
-def simulator_fits(result: dict[str, object], commit: str) -> dict[str, object]:
+def simulator_fits(
+    result: dict[str, object], commit: str, overhead: dict[str, object], where: str
+) -> dict[str, object]:
     """One GPU's curves as ``schedkit.sim.cost.operators.OperatorFits`` reads them."""
     classes = result["classes"]  # type: ignore[index]
     missing = {"gemm", "elementwise", "attention_prefill", "attention_decode"} - set(classes)
@@ -382,9 +424,10 @@ def simulator_fits(result: dict[str, object], commit: str) -> dict[str, object]:
         "attention_prefill": classes["attention_prefill"]["params"]["prefill"],  # type: ignore[index]
         "attention_decode": classes["attention_decode"]["params"]["decode"],  # type: ignore[index]
         "all_reduce": {w: fit["params"] for w, fit in result["all_reduce"].items()},  # type: ignore[attr-defined]
-        "step_overhead_s": STEP_OVERHEAD_S,
-        "step_overhead_per_request_s": STEP_OVERHEAD_PER_REQUEST_S,
-        "overhead_source": OVERHEAD_SOURCE,
+        **overhead["params"],  # type: ignore[dict-item]
+        "overhead_source": f"Vidur {where}: CPU time per step of a vLLM-derived engine on an"
+        " A100 host (scheduling, sampling, input preparation, output processing), batch"
+        " 8-128, fitted by benchmarks/fidelity/fit_operators.py",
     }
 
 
@@ -443,6 +486,12 @@ def main() -> None:
     parser.add_argument(
         "--fits", type=Path, default=None, help="write the simulator's profile here"
     )
+    parser.add_argument(
+        "--cpu-overheads",
+        type=Path,
+        default=None,
+        help=f"Vidur's {CPU_OVERHEADS[1]} (default: `git show` it at {CPU_OVERHEADS[0]})",
+    )
     args = parser.parse_args()
     for profile in PROFILES:
         load_profile_file(profile)
@@ -451,6 +500,13 @@ def main() -> None:
     for result in results:
         print_gpu(result)
     commit = vidur_commit(args.vidur, args.vidur_commit)
+    cpu, where = read_cpu_overheads(args.vidur, args.cpu_overheads)
+    overhead = fit_overhead(cpu)
+    a = overhead["fit_error"]
+    print(
+        f"\nstep overhead ({where}): {overhead['params']}, error median {a['median_pct']}%"  # type: ignore[index]
+        f" / p90 {a['p90_pct']}% / max {a['max_pct']}% over {overhead['samples']} rows"
+    )  # type: ignore[index]
     if args.json is not None:
         document = {
             "source": "microsoft/vidur data/profiling (MIT licence), time_stats.*.median",
@@ -459,6 +515,7 @@ def main() -> None:
             "error": "|predicted / measured - 1| on the fit's own rows, in percent",
             "constants": {"compute_efficiency": COMPUTE_EFF, "bandwidth_efficiency": BANDWIDTH_EFF},
             "gpus": results,
+            "step_overhead": {"source": where, **overhead},
         }
         args.json.write_text(json.dumps(document, indent=1) + "\n")
     if args.fits is not None:
@@ -467,7 +524,7 @@ def main() -> None:
             "about": "Per-operator step-time curves (schedkit.sim.cost.operators), fitted to"
             " Vidur's measured kernels (microsoft/vidur, MIT licence) by"
             " benchmarks/fidelity/fit_operators.py; see benchmarks/fidelity/costmodel.md",
-            "gpus": {r["gpu"]: simulator_fits(r, commit) for r in results},
+            "gpus": {r["gpu"]: simulator_fits(r, commit, overhead, where) for r in results},
             "same_as": SAME_AS,
         }
         args.fits.write_text(json.dumps(profile, indent=1) + "\n")

@@ -22,7 +22,6 @@ import argparse
 import json
 import statistics
 import tomllib
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,10 +47,7 @@ MODELS = {  # a published model name -> the schedkit profile of its shape
     "qwen2.5-32b": "Qwen2.5-32B",
     "qwen2.5-72b": "Qwen2.5-72B",
 }
-COSTS: dict[str, Callable[..., StepCostModel]] = {
-    "roofline": RooflineCostModel,
-    "operators": OperatorCostModel,
-}
+COSTS = ("roofline", "operators")
 
 
 def profile_name(published: str) -> str:
@@ -94,10 +90,23 @@ def measure(row: dict[str, Any], records: list[RequestRecord]) -> float:
     return seconds * 1e3 if row["unit"] == "ms" else seconds
 
 
+def overlaps_cpu(row: dict[str, Any]) -> bool:
+    """Whether the row's engine runs its CPU work during the GPU's: vLLM's async
+    scheduling (V1, default on GPUs) does; vLLM 0.6 and earlier (V0) did not. TensorRT-LLM
+    0.13's C++ executor is taken to overlap it too."""
+    if row["engine"] != "vLLM":
+        return True
+    version = row["engine_version"] or "0.5"  # LLM-Inference-Bench: about 0.5 (its API)
+    return tuple(int(v) for v in version.split(".")[:2]) >= (0, 7)
+
+
 def predict(row: dict[str, Any], cost_name: str) -> float:
     model, gpu, tp = profile_name(row["model"]), get_gpu(row["gpu"]), int(row["num_gpus"])
     shape = get_model(model)
-    cost = COSTS[cost_name](shape, gpu, tp)
+    if cost_name == "operators":
+        cost: StepCostModel = OperatorCostModel(shape, gpu, tp, async_scheduling=overlaps_cpu(row))
+    else:
+        cost = RooflineCostModel(shape, gpu, tp)
     utilisation = float(row.get("gpu_memory_utilization", 0.9))
     block = 16
     config = SimConfig(

@@ -17,8 +17,10 @@ and per tensor-parallel shard, the time of each operator:
 - with ``tp > 1``, two all-reduces of the layer's activations, ``t0 + bytes / bandwidth``;
 
 then, once per step, the LM head (a GEMM over the sampled rows, on ``mlp_up_proj``'s
-curve), sampling (memory-bound over the logits, on ``mlp_act``'s curve) and a step
-overhead that grows with the requests in the step. The curves' numbers are fitted per GPU
+curve) and sampling (memory-bound over the logits, on ``mlp_act``'s curve). The engine's
+CPU work per step, ``c0 + c1 x requests``, overlaps the GPU's with async scheduling
+(vLLM's default on GPUs since V1: the step takes the longer of the two) and adds to it
+without (``async_scheduling=False``: vLLM V0, ``--no-async-scheduling``). The curves' numbers are fitted per GPU
 by ``benchmarks/fidelity/fit_operators.py`` and stored, with their sources, in
 ``schedkit/data/operator-fits.json``.
 
@@ -39,7 +41,13 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from schedkit.errors import SchedkitError
-from schedkit.sim.cost.model import _check_run, _check_step, _steps_before, _sum_linear
+from schedkit.sim.cost.model import (
+    _check_run,
+    _check_step,
+    _steps_before,
+    _sum_linear,
+    _sum_max_of_lines,
+)
 from schedkit.sim.cost.profiles import GPUProfile, ModelProfile, check_tp, kv_capacity_tokens
 
 X = TypeVar("X", float, "np.ndarray[Any, Any]")  # a float, or the fit's numpy arrays
@@ -238,7 +246,13 @@ class OperatorCostModel:
     """A step's time from the fitted per-operator curves; see the module docstring."""
 
     def __init__(
-        self, model: ModelProfile, gpu: GPUProfile, tp: int = 1, fits: OperatorFits | None = None
+        self,
+        model: ModelProfile,
+        gpu: GPUProfile,
+        tp: int = 1,
+        fits: OperatorFits | None = None,
+        *,
+        async_scheduling: bool = True,
     ) -> None:
         check_tp(model, tp)
         if not supports(model):
@@ -251,6 +265,7 @@ class OperatorCostModel:
             raise SchedkitError(f"no operator fits for GPU {gpu.name!r}")
         self.model, self.gpu, self.tp = model, gpu, tp
         self.fits, self.measured_on = found
+        self.async_scheduling = async_scheduling
         self._peak = gpu.tflops * 1e12
         self._bw = gpu.mem_bw_gbs * 1e9
         self._shapes = shard_shapes(model, tp)
@@ -294,18 +309,21 @@ class OperatorCostModel:
         return self._layers * layer + reduces
 
     def _rows_time(self, rows: int) -> float:
-        """What a step spends once on its ``rows`` sampled rows: the LM head, sampling, and
-        the step overhead."""
+        """What a step's GPU spends once on its ``rows`` sampled rows: the LM head and
+        sampling."""
         k, n = self._shapes.lm_head
         head = self._gemm_seconds(self._lm, k, n, rows)
         logits = rows * self._shapes.vocab * LOGIT_BYTES
         sampling = bandwidth_time(self._sample, logits, self._bw)
-        overhead = self.fits.step_overhead_s + self.fits.step_overhead_per_request_s * rows
-        return head + sampling + overhead
+        return head + sampling
+
+    def cpu_seconds(self, rows: int) -> float:
+        """The engine's CPU work for a step of ``rows`` requests: ``c0 + c1 x rows``."""
+        return self.fits.step_overhead_s + self.fits.step_overhead_per_request_s * rows
 
     def _fixed(self, tokens: int, rows: int, prefill: bool) -> float:
-        """Everything but attention's per-pair and per-KV-byte terms, its kernels' fixed
-        costs included (each cached by the one size it depends on)."""
+        """The GPU's time but for attention's per-pair and per-KV-byte terms, its kernels'
+        fixed costs included (each part cached by the one size it depends on)."""
         attention = self._t0_prefill if prefill else 0.0
         if rows > prefill:  # decoding requests in the step
             attention += self._t0_decode
@@ -344,18 +362,23 @@ class OperatorCostModel:
         if tokens == 0:
             return 0.0
         rows = decode_tokens + (1 if prefill_tokens else 0)
-        return (
+        gpu = (
             self._fixed(tokens, rows, prefill_tokens > 0)
             + self._prefill_seconds(prefill_tokens, kv_tokens, attn_pairs)
             + self._kv_seconds_per_token(decode_tokens) * kv_tokens
         )
+        cpu = self.cpu_seconds(rows)
+        return max(gpu, cpu) if self.async_scheduling else gpu + cpu
 
     def decode_run_time(self, n: int, kv0: int, k: int) -> float:
         _check_run(n, kv0, k)
         if n == 0 or k == 0:
             return 0.0
         per_kv = self._kv_seconds_per_token(n)
-        return _sum_linear(self._fixed(n, n, False) + per_kv * kv0, per_kv * n, 0, k)
+        gpu0, cpu = self._fixed(n, n, False) + per_kv * kv0, self.cpu_seconds(n)
+        if self.async_scheduling:  # the GPU's time grows step by step; the CPU's does not
+            return _sum_max_of_lines(gpu0, per_kv * n, cpu, 0.0, k)
+        return _sum_linear(gpu0 + cpu, per_kv * n, 0, k)
 
     def decode_steps_before(self, n: int, kv0: int, budget_s: float, k_max: int) -> int:
         return _steps_before(lambda j: self.decode_run_time(n, kv0, j), budget_s, k_max)
@@ -377,4 +400,5 @@ class OperatorCostModel:
             "tp": self.tp,
             "fits": f"{self.measured_on}{same}: {self.fits.source}",
             "step_overhead": self.fits.overhead_source,
+            "cpu_overlaps_gpu": self.async_scheduling,
         }
