@@ -31,7 +31,7 @@ simulator evaluate the same functions.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -370,18 +370,22 @@ class OperatorCostModel:
         cpu = self.cpu_seconds(rows)
         return max(gpu, cpu) if self.async_scheduling else gpu + cpu
 
+    def _decode_run(self, n: int, kv0: int) -> Callable[[int], float]:
+        """The time of a run's first k steps as a function of k (``n`` > 0)."""
+        per_kv = self._kv_seconds_per_token(n)
+        gpu0, slope, cpu = self._fixed(n, n, False) + per_kv * kv0, per_kv * n, self.cpu_seconds(n)
+        if self.async_scheduling:  # the GPU's time grows step by step; the CPU's does not
+            return lambda k: _sum_max_of_lines(gpu0, slope, cpu, 0.0, k)
+        return lambda k: _sum_linear(gpu0 + cpu, slope, 0, k)
+
     def decode_run_time(self, n: int, kv0: int, k: int) -> float:
         _check_run(n, kv0, k)
-        if n == 0 or k == 0:
-            return 0.0
-        per_kv = self._kv_seconds_per_token(n)
-        gpu0, cpu = self._fixed(n, n, False) + per_kv * kv0, self.cpu_seconds(n)
-        if self.async_scheduling:  # the GPU's time grows step by step; the CPU's does not
-            return _sum_max_of_lines(gpu0, per_kv * n, cpu, 0.0, k)
-        return _sum_linear(gpu0 + cpu, per_kv * n, 0, k)
+        return self._decode_run(n, kv0)(k) if n and k else 0.0
 
     def decode_steps_before(self, n: int, kv0: int, budget_s: float, k_max: int) -> int:
-        return _steps_before(lambda j: self.decode_run_time(n, kv0, j), budget_s, k_max)
+        _check_run(n, kv0, max(k_max, 0))
+        run = self._decode_run(n, kv0) if n else (lambda k: 0.0)
+        return _steps_before(run, budget_s, k_max)
 
     def kv_capacity_tokens(self, gpu_memory_utilization: float = 0.9) -> int:
         return kv_capacity_tokens(self.model, self.gpu, self.tp, gpu_memory_utilization)
