@@ -48,7 +48,7 @@ from schedkit.sim.cost.model import (
     _sum_linear,
     _sum_max_of_lines,
 )
-from schedkit.sim.cost.profiles import GPUProfile, ModelProfile, check_tp, kv_capacity_tokens
+from schedkit.sim.cost.profiles import GPUProfile, ModelProfile, check_tp
 
 X = TypeVar("X", float, "np.ndarray[Any, Any]")  # a float, or the fit's numpy arrays
 
@@ -386,14 +386,6 @@ class OperatorCostModel:
         _check_run(n, kv0, max(k_max, 0))
         run = self._decode_run(n, kv0) if n else (lambda k: 0.0)
         return _steps_before(run, budget_s, k_max)
-
-    def kv_capacity_tokens(self, gpu_memory_utilization: float = 0.9) -> int:
-        return kv_capacity_tokens(self.model, self.gpu, self.tp, gpu_memory_utilization)
-
-    def kv_capacity_blocks(self, block_size: int = 16, gpu_memory_utilization: float = 0.9) -> int:
-        if block_size < 1:
-            raise SchedkitError(f"block_size must be >= 1 token, got {block_size}")
-        return self.kv_capacity_tokens(gpu_memory_utilization) // block_size
 
     def describe(self) -> dict[str, Any]:
         same = "" if self.measured_on == self.gpu.name else f" at {self.gpu.name}'s peaks"
