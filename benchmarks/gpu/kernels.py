@@ -39,7 +39,14 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fidelity"))
-from fit_operators import BYTES, CLASSES, elementwise_bytes, gemm_shapes
+from fit_operators import (
+    BYTES,
+    CLASSES,
+    SAME_AS,
+    borrow_missing,
+    elementwise_bytes,
+    gemm_shapes,
+)
 
 from schedkit.sim.cost.profiles import get_gpu, get_model
 from schedkit.sim.cost.shape import ModelProfile
@@ -331,12 +338,14 @@ def predict(fit: dict[str, object], op: str, points: list[dict[str, object]], gp
 def compare(profile: dict[str, object], fits_path: Path, gpu: str) -> list[dict[str, object]]:
     """Per operator: measured against the fitted curve of ``gpu``, point by point."""
     document = json.loads(fits_path.read_text())
+    borrow_missing(document["gpus"])  # the curves the simulator uses where a GPU has no rows
     by_gpu = {g["gpu"]: g["classes"] for g in document["gpus"]}
-    if gpu not in by_gpu:
+    fitted = SAME_AS.get(gpu, gpu)  # H200: H100-SXM's curves at its own peaks
+    if fitted not in by_gpu:
         raise SystemExit(f"{fits_path} has no fit for {gpu!r}; it has {sorted(by_gpu)}")
     rows = []
     for op, points in profile["operators"].items():  # type: ignore[attr-defined]
-        predicted = predict(by_gpu[gpu], op, points, gpu)
+        predicted = predict(by_gpu[fitted], op, points, gpu)
         row: dict[str, object] = {"operator": op, "points": len(points), "fit": FIT_OF.get(op)}
         if predicted is not None:
             ratio = np.asarray(predicted) / np.asarray([p["seconds"] for p in points])
