@@ -32,6 +32,7 @@ _NO_OFFLOAD = "the in-process engine runs without KV offloading (a CPU build has
 _NO_OFFLOAD_TWIN = "the twin's scheduler runs without a KV connector"
 _NO_OFFLOAD_SGLANG = "SGLang's host tier is HiCache, which the simulator does not model"
 _NO_KNOB_SGLANG = "it is vLLM's; SGLang schedules prefill by its own rules"
+_ASYNC = "async_scheduling"
 _OWN_SCHEDULE = (
     "the engine batches prefills by its own rules (vLLM mixes them into decode steps,"
     " SGLang runs prefill-only steps first); --no-mixed-prefill makes the simulator do as"
@@ -50,6 +51,7 @@ IGNORED_SETTINGS: dict[str, dict[str, str]] = {
         "mixed_prefill": _OWN_SCHEDULE,
         **dict.fromkeys(_CADENCE, _NO_KNOB_032),
         **dict.fromkeys(_OFFLOAD, _NO_OFFLOAD),
+        _ASYNC: _WALL_CLOCK,
     },
     "sglang": {
         "tp": _ONE_ENGINE,
@@ -62,6 +64,7 @@ IGNORED_SETTINGS: dict[str, dict[str, str]] = {
         "mixed_prefill": _OWN_SCHEDULE,
         **dict.fromkeys(_CADENCE, _NO_KNOB_SGLANG),
         **dict.fromkeys(_OFFLOAD, _NO_OFFLOAD_SGLANG),
+        _ASYNC: _WALL_CLOCK,
     },
     "vllm-twin": {
         "eviction_window": _OWN_EVICTION,
@@ -85,6 +88,7 @@ IGNORED_SETTINGS: dict[str, dict[str, str]] = {
         "mixed_prefill": _RUNNING,
         **dict.fromkeys(_CADENCE, _RUNNING),
         **dict.fromkeys(_OFFLOAD, _RUNNING),
+        _ASYNC: _RUNNING,
     },
     "import": {
         "tp": _MEASURED,
@@ -102,6 +106,7 @@ IGNORED_SETTINGS: dict[str, dict[str, str]] = {
         "mixed_prefill": _MEASURED,
         **dict.fromkeys(_CADENCE, _MEASURED),
         **dict.fromkeys(_OFFLOAD, _MEASURED),
+        _ASYNC: _MEASURED,
     },
 }
 
@@ -112,6 +117,7 @@ _FLAGS = {
     "kv_blocks": "--num-gpu-blocks-override",
     "prefix_caching": "--no-enable-prefix-caching",
     "mixed_prefill": "--[no-]mixed-prefill",
+    "async_scheduling": "--[no-]async-scheduling",
 }
 
 

@@ -47,9 +47,11 @@ from schedkit.sim.cost.calibration import (
     profile_mismatch,
 )
 from schedkit.sim.cost.model import LinearCostModel
+from schedkit.sim.cost.operators import OperatorCostModel
 from schedkit.sim.cost.profiles import (
     DEFAULT_REGISTRY,
     KV_CACHE_DTYPES,
+    GPUProfile,
     kv_capacity_tokens,
     register_model_dir,
 )
@@ -356,6 +358,42 @@ class Bench:
             warnings.extend(m for m in found if m not in warnings)
         return warnings
 
+    def _cost(
+        self, s: dict[str, Any], where: str
+    ) -> tuple[StepCostModel, ModelProfile, GPUProfile]:
+        """The step-time model of the engine settings ``s``, and the model and GPU profiles
+        the KV cache is sized from."""
+        overlap = s["async_scheduling"]
+        try:
+            model_name = register_model_dir(s["model"]) or s["model"]
+            if self.spec.engine == "openai" and model_name.lower() not in {
+                m.lower() for m in DEFAULT_REGISTRY.model_names()
+            }:
+                model_name = EngineSpec.model_fields["model"].default  # a served model's name:
+                # the replay needs no profile of it, only the simulator's config below
+            cost, model, gpu = make_cost_model(
+                model_name, s["gpu"], s["tp"], s["profile"], async_scheduling=overlap
+            )
+        except SchedkitError as exc:
+            raise SchedkitError(f"{where}{exc}") from None
+        if s["kv_cache_dtype"] != "auto":  # fewer bytes per token: more blocks, less to read
+            model = dataclasses.replace(model, kv_dtype_bytes=KV_CACHE_DTYPES[s["kv_cache_dtype"]])
+            if not isinstance(cost, LinearCostModel):
+                cost = default_cost_model(model, gpu, s["tp"], async_scheduling=overlap)
+        if not overlap and not isinstance(cost, OperatorCostModel):
+            timed = (
+                "the cost profile given with --profile"
+                if isinstance(cost, LinearCostModel)
+                else f"the roofline ({model.name} on {gpu.name} has no per-operator fits:"
+                " a GPU of your own profile, or an MoE or MLA model)"
+            )
+            raise SchedkitError(
+                f"{where}--no-async-scheduling changes only the per-operator GPU model's steps"
+                f" (its CPU work per step adds to the GPU's), and this run's steps are timed by"
+                f" {timed}, which has no CPU work to overlap; drop --no-async-scheduling"
+            )
+        return cost, model, gpu
+
     def _engine(
         self, overrides: dict[str, Any], longest: int, arm: ResolvedArm | None
     ) -> ArmEngine:
@@ -364,20 +402,7 @@ class Bench:
         spec = self.spec
         s = {**spec.settings.model_dump(include=set(ENGINE_KEYS)), **overrides}
         where = f"--arm {arm.label}: " if arm is not None and overrides else ""
-        try:
-            model_name = register_model_dir(s["model"]) or s["model"]
-            if spec.engine == "openai" and model_name.lower() not in {
-                m.lower() for m in DEFAULT_REGISTRY.model_names()
-            }:
-                model_name = EngineSpec.model_fields["model"].default  # a served model's name:
-                # the replay needs no profile of it, only the simulator's config below
-            cost, model, gpu = make_cost_model(model_name, s["gpu"], s["tp"], s["profile"])
-        except SchedkitError as exc:
-            raise SchedkitError(f"{where}{exc}") from None
-        if s["kv_cache_dtype"] != "auto":  # fewer bytes per token: more blocks, less to read
-            model = dataclasses.replace(model, kv_dtype_bytes=KV_CACHE_DTYPES[s["kv_cache_dtype"]])
-            if not isinstance(cost, LinearCostModel):
-                cost = default_cost_model(model, gpu, s["tp"])
+        cost, model, gpu = self._cost(s, where)
         blocks = s["kv_blocks"] or (
             kv_capacity_tokens(model, gpu, s["tp"], s["gpu_memory_utilization"]) // s["block_size"]
         )

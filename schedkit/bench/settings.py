@@ -122,6 +122,12 @@ class EngineSpec(BaseModel):
         description="vLLM --kv-cache-dtype: auto (the model's), bfloat16, float16, fp8,"
         " fp8_e4m3, fp8_e5m2; fp8 holds twice the tokens in the same memory.",
     )
+    async_scheduling: bool = Field(
+        default=True,
+        description="vLLM --[no-]async-scheduling: the engine's CPU work for a step runs while"
+        " the GPU computes (the step takes the longer of the two; vLLM's default on GPUs) or"
+        " before it (their sum). Times steps in the simulator's per-operator GPU model only.",
+    )
     # the simulator's batches, for the whole bench (no arm sets it): None or True mix
     # prefill chunks into decode steps (vLLM); False runs prefill-only steps ahead of
     # decode (SGLang). Real engines run their own.
@@ -158,6 +164,7 @@ class EngineSettings(BaseModel):
     kv_offloading_latency_ms: Millis | None = None
     eviction_window: NonNegative | None = None
     kv_cache_dtype: KvCacheDtype | None = None
+    async_scheduling: bool | None = None
 
     def overrides(self) -> dict[str, Any]:
         return self.model_dump(exclude_none=True)

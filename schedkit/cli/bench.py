@@ -114,6 +114,7 @@ def _spec_options() -> SpecOptions:
             "no_prefix_caching", bool, False, lambda v: not v,
         ),
         "settings.mixed_prefill": Option(("--mixed-prefill/--no-mixed-prefill",)),
+        "settings.async_scheduling": Option(("--async-scheduling/--no-async-scheduling",)),
         "stats.min_effect": Option(convert=check_min_effect),
         "stats.verdict_metrics": Option(("--metrics",), "metrics", str | None, None, metrics),
         "record_steps": Option(cli_type=Path | None, convert=lambda v: v and str(v)),

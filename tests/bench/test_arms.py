@@ -263,3 +263,36 @@ def test_every_output_states_what_each_arm_ran(tmp_path: Path) -> None:
     for key, *values in differing:  # the command's summary, above the metrics
         (line,) = [line for line in table if f" {key} " in line]
         assert [cell.strip() for cell in line.strip("│ ").split("│")] == [key, *values]
+
+
+def test_an_arm_without_async_scheduling_pays_its_cpu_work_on_top(tmp_path: Path) -> None:
+    """vLLM --no-async-scheduling: each step's CPU work adds to the GPU's instead of running
+    during it, so the same stream takes longer; the bench says which it ran."""
+    spec = BenchSpec(
+        workload=LOADED, policies=["fcfs"], arms=[parse_arm("name=sync,async_scheduling=false")]
+    )
+    results = run_bench(spec, tmp_path).to_json()
+    fcfs, sync = results["arms"]
+    assert results["engine"]["cost_model"]["cpu_overlaps_gpu"] is True
+    assert sync["engine"]["cost_model"]["cpu_overlaps_gpu"] is False
+    assert sync["metrics"]["tpot_ms"]["mean"] > fcfs["metrics"]["tpot_ms"]["mean"]
+    assert sync["metrics"]["e2e_ms"]["p90"] > fcfs["metrics"]["e2e_ms"]["p90"]
+
+
+def test_no_async_scheduling_is_refused_where_nothing_models_the_cpu(tmp_path: Path) -> None:
+    """A calibrated cost profile (or the roofline) has no CPU work of its own to overlap."""
+    profile = tmp_path / "cost.json"
+    profile.write_text(json.dumps({"kind": "linear", "c0": 0.01, "c_prefill": 0.0,
+                                   "c_decode": 0.0, "c_kv": 0.0}))  # fmt: skip
+    spec = BenchSpec(
+        workload=LOADED, policies=["fcfs"], profile=str(profile),
+        arms=[parse_arm("name=sync,async_scheduling=false")],
+    )  # fmt: skip
+    with pytest.raises(SchedkitError) as err:
+        Bench(spec)
+    assert str(err.value) == (
+        "--arm sync: --no-async-scheduling changes only the per-operator GPU model's steps"
+        " (its CPU work per step adds to the GPU's), and this run's steps are timed by the"
+        " cost profile given with --profile, which has no CPU work to overlap; drop"
+        " --no-async-scheduling"
+    )

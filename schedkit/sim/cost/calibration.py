@@ -257,17 +257,22 @@ def load_cost_profile(path: str | Path) -> LinearCostModel:
 
 
 def default_cost_model(
-    model: ModelProfile, gpu: GPUProfile, tp: int
+    model: ModelProfile, gpu: GPUProfile, tp: int, *, async_scheduling: bool = True
 ) -> OperatorCostModel | RooflineCostModel:
     """The per-operator model where schedkit has fits for ``gpu`` and they cover ``model``
     (a dense GQA model); else the roofline (a user's GPU profile, MoE or MLA models)."""
     if supports(model) and fits_for(gpu) is not None:
-        return OperatorCostModel(model, gpu, tp)
+        return OperatorCostModel(model, gpu, tp, async_scheduling=async_scheduling)
     return RooflineCostModel(model, gpu, tp)
 
 
 def make_cost_model(
-    model_name: str, gpu_name: str, tp: int, profile_path: str | Path | None
+    model_name: str,
+    gpu_name: str,
+    tp: int,
+    profile_path: str | Path | None,
+    *,
+    async_scheduling: bool = True,
 ) -> tuple[StepCostModel, ModelProfile, GPUProfile]:
     """The bench's cost model and the profiles it sizes the KV cache from.
 
@@ -283,7 +288,9 @@ def make_cost_model(
             load_profile_file(profile_path)
     model, gpu = get_model(model_name), get_gpu(gpu_name)
     check_tp(model, tp)  # a fitted profile ignores tp, but the KV cache is sized with it
-    return timing if timing is not None else default_cost_model(model, gpu, tp), model, gpu
+    if timing is None:
+        return default_cost_model(model, gpu, tp, async_scheduling=async_scheduling), model, gpu
+    return timing, model, gpu
 
 
 def _is_cost_profile(path: Path) -> bool:
