@@ -82,9 +82,11 @@ def order_waiting(waiting: Sequence[RequestView], engine: EngineView) -> list[Re
     Stops at first non-None result.
 
     Called at most once per scheduling step, before the engine admits waiting requests,
-    and only when at least one request waits. The simulated engine may skip calls
-    during a run of identical decode steps in which no waiting request could be admitted
-    in any order.
+    and only when at least one request waits. The simulated engine and vLLM call it only
+    while the running batch has a free seat (fewer than ``max_num_seqs`` requests): with
+    none, no order could admit anyone. The simulated engine may also skip calls during a
+    run of identical decode steps in which no waiting request could be admitted in any
+    order.
 
     :param waiting: the queue in the engine's current order (preempted requests first,
         then by arrival under FCFS). Never empty. Every waiting request that holds no KV

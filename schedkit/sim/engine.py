@@ -343,8 +343,8 @@ class SimEngine(DecodeStretches, LaneSteps, PrefillCadence, HostTierLoads):
             token_budget = self._run_landed(scheduled, token_budget, budget, chunk)
             if self._landed():  # one left without room: no waiting request goes before it
                 token_budget = 0
-        if self.facade.has_order_list and waiting:
-            self._order_waiting()
+        if self.facade.has_order_list and waiting and len(running) < self.cfg.max_num_seqs:
+            self._order_waiting()  # not while the batch is full: none could be admitted
         elif self.cache_window and not defer:
             self._reorder_by_cached_prefix()
         prefill = False
