@@ -6,9 +6,9 @@ length, a fixed batch's latency or throughput), with its source and conditions. 
 script replays the same requests through schedkit's simulated engine, all arriving at
 once, under the engine defaults the row names (else vLLM V1's: 256 sequences, 8,192
 batched tokens, chunked prefill; prefix caching off, as the benchmarks' random prompts
-share nothing), once with the roofline (``--cost roofline``: 70% of peak FLOP/s, 85% of
-bandwidth, 0.5 ms a step) and once with the per-operator model, and prints the error of
-each against the published figure.
+share nothing), once with the roofline (70% of peak FLOP/s, 85% of bandwidth, 0.5 ms a
+step) and once with the per-operator model, and prints the error of each against the
+published figure.
 
     .venv/bin/python benchmarks/fidelity/published.py --json benchmarks/fidelity/published.json
 
@@ -92,12 +92,16 @@ def measure(row: dict[str, Any], records: list[RequestRecord]) -> float:
 
 def overlaps_cpu(row: dict[str, Any]) -> bool:
     """Whether the row's engine runs its CPU work during the GPU's: vLLM's async
-    scheduling (V1, default on GPUs) does; vLLM 0.6 and earlier (V0) did not. TensorRT-LLM
-    0.13's C++ executor is taken to overlap it too."""
+    scheduling, its GPU default in 0.32-0.34 (ENGINES.md), does; the vLLM of these rows,
+    0.6 and earlier (V0), did not (0.6's async output processing overlaps only part of
+    it). TensorRT-LLM 0.13's C++ executor is taken to overlap it."""
     if row["engine"] != "vLLM":
         return True
     version = row["engine_version"] or "0.5"  # LLM-Inference-Bench: about 0.5 (its API)
-    return tuple(int(v) for v in version.split(".")[:2]) >= (0, 7)
+    major_minor = tuple(int(v) for v in version.split(".")[:2])
+    if (0, 6) < major_minor < (0, 32):
+        raise SystemExit(f"row {row['id']}: vLLM {version}: whether it overlaps is not known")
+    return major_minor >= (0, 32)
 
 
 def predict(row: dict[str, Any], cost_name: str) -> float:

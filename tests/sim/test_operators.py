@@ -198,3 +198,22 @@ def test_the_model_pickles_with_what_it_has_cached() -> None:
     copy = pickle.loads(pickle.dumps(cost))
     assert copy.step_time(300, 20, 20_000, 40_000) == before
     assert copy.decode_run_time(20, 20_000, 7) == cost.decode_run_time(20, 20_000, 7)
+
+
+def test_a_broken_fits_profile_is_refused_and_tp_beyond_the_measured_says_so() -> None:
+    from pydantic import ValidationError
+
+    from schedkit.sim.cost.operators import OperatorFits
+
+    good = OperatorCostModel(get_model("Llama-3-8B"), get_gpu("H100-SXM")).fits.model_dump()
+    for broken in (
+        {**good, "all_reduce": {}},
+        {**good, "all_reduce": {1: good["all_reduce"][2]}},
+        {**good, "gemm": {k: v for k, v in good["gemm"].items() if k != "mlp_up_proj"}},
+    ):
+        with pytest.raises(ValidationError):
+            OperatorFits.model_validate(broken)
+    model = get_model("Llama-3-70B")
+    assert "all_reduce" not in OperatorCostModel(model, get_gpu("H100-SXM"), 8).describe()
+    note = OperatorCostModel(model, get_gpu("H100-SXM"), 16).describe()["all_reduce"]
+    assert "measured up to 8 GPUs in one node; tp=16" in note

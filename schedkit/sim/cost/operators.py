@@ -19,10 +19,17 @@ and per tensor-parallel shard, the time of each operator:
 then, once per step, the LM head (a GEMM over the sampled rows, on ``mlp_up_proj``'s
 curve) and sampling (memory-bound over the logits, on ``mlp_act``'s curve). The engine's
 CPU work per step, ``c0 + c1 x requests``, overlaps the GPU's with async scheduling
-(vLLM's default on GPUs since V1: the step takes the longer of the two) and adds to it
-without (``async_scheduling=False``: vLLM V0, ``--no-async-scheduling``). The curves' numbers are fitted per GPU
-by ``benchmarks/fidelity/fit_operators.py`` and stored, with their sources, in
-``schedkit/data/operator-fits.json``.
+(the step takes the longer of the two; vLLM's default on GPUs in 0.32-0.34) and adds to
+it without (``async_scheduling=False``: ``--no-async-scheduling``, vLLM V0). The curves'
+numbers are fitted per GPU by ``benchmarks/fidelity/fit_operators.py`` and stored, with
+their sources, in ``schedkit/data/operator-fits.json``.
+
+Known limits: a step's sampled rows are its decode requests plus one (``step_time`` does
+not say how many prompts a step prefills, so the LM head and the per-request CPU work
+undercount a step that admits many); sampling is charged over the shard's share of the
+vocabulary; the CPU curve includes the sampler's own timing (Vidur's ``sampler_e2e``,
+which syncs on the GPU), so without async scheduling the LM head and sampling are counted
+twice, 0.3-0.9 ms a step (``benchmarks/fidelity/costmodel.md``).
 
 The curves are written once, for floats and numpy arrays alike, so the fit and the
 simulator evaluate the same functions.
@@ -38,7 +45,7 @@ from importlib import resources
 from typing import Any, TypeVar
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from schedkit.errors import SchedkitError
 from schedkit.sim.cost.model import (
@@ -158,6 +165,16 @@ class OperatorFits(_Curve):
     step_overhead_s: float = Field(ge=0, allow_inf_nan=False)
     step_overhead_per_request_s: float = Field(ge=0, allow_inf_nan=False)
     overhead_source: str = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _complete(self) -> OperatorFits:
+        missing = [op for op in GEMMS if op not in self.gemm]
+        missing += [op for op in ELEMENTWISE if op not in self.elementwise]
+        if missing:
+            raise ValueError(f"no curve for {', '.join(missing)}")
+        if not self.all_reduce or min(self.all_reduce) < 2:
+            raise ValueError("all_reduce needs a curve for each of 2 or more GPUs, and only those")
+        return self
 
     def all_reduce_curve(self, tp: int) -> AllReduceCurve:
         """The curve measured at ``tp`` GPUs, else at the nearest degree above, else below."""
@@ -343,8 +360,10 @@ class OperatorCostModel:
         return self._layers * self._shapes.kv_bytes_per_token * efficiency_scale / self._decode_bw
 
     def _prefill_seconds(self, prefill_tokens: int, kv_tokens: int, attn_pairs: int) -> float:
-        """Prefill attention's compute: its query-key pairs are ``attn_pairs`` less the
-        decode tokens' (each adds its context, as it adds to ``kv_tokens``)."""
+        """Prefill attention's compute over ``attn_pairs - kv_tokens + prefill_tokens``
+        pairs: the decode tokens' pairs cancel (each adds its context to both), and of a
+        chunk of n after c cached tokens this counts n*c + n*(n+1)/2 - c, short by c (its
+        reading of the c cached tokens is charged with the KV read instead)."""
         if not prefill_tokens:
             return 0.0
         pairs = max(attn_pairs - kv_tokens, 0) + prefill_tokens
@@ -387,6 +406,17 @@ class OperatorCostModel:
         run = self._decode_run(n, kv0) if n else (lambda k: 0.0)
         return _steps_before(run, budget_s, k_max)
 
+    def _extrapolated(self) -> dict[str, str]:
+        """A note when ``tp`` is beyond every GPU count the all-reduce was measured at
+        (one node, NVLink): its curve is the largest's, which a multi-node TP exceeds."""
+        measured = max(self.fits.all_reduce)
+        if self.tp <= measured:
+            return {}
+        return {
+            "all_reduce": f"measured up to {measured} GPUs in one node; tp={self.tp} uses that"
+            " curve (not measured: across nodes it is slower)"
+        }
+
     def describe(self) -> dict[str, Any]:
         same = "" if self.measured_on == self.gpu.name else f" at {self.gpu.name}'s peaks"
         return {
@@ -397,4 +427,5 @@ class OperatorCostModel:
             "fits": f"{self.measured_on}{same}: {self.fits.source}",
             "step_overhead": self.fits.overhead_source,
             "cpu_overlaps_gpu": self.async_scheduling,
+            **self._extrapolated(),
         }
