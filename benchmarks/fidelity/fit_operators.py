@@ -48,11 +48,14 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import least_squares
 
+from schedkit.sim.cost.operators import ELEMENTWISE as SIM_ELEMENTWISE
 from schedkit.sim.cost.operators import (
+    GEMMS,
     bandwidth_time,
     decode_attention_time,
     gemm_time,
     prefill_attention_time,
+    shard_shapes,
 )
 from schedkit.sim.cost.profiles import get_gpu, get_model, load_profile_file
 from schedkit.sim.cost.shape import ModelProfile
@@ -73,8 +76,7 @@ SOURCES = {
     ],
 }
 SAME_AS = {"H200": "H100-SXM"}  # no Vidur data: H100's efficiencies at H200's peaks
-GEMMS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
-ELEMENTWISE = ("input_layernorm", "post_attention_layernorm", "attn_rope", "mlp_act", "add")
+ELEMENTWISE = SIM_ELEMENTWISE[:-1]  # mlp.csv's; the K/V cache write is attention.csv's
 COMPUTE_EFF, BANDWIDTH_EFF = 0.7, 0.85  # the roofline's constants (schedkit/sim/cost/model.py)
 BYTES = 2  # bf16
 # The engine's CPU work per step: Vidur published it for A100 (a vLLM-derived engine,
@@ -109,27 +111,15 @@ class Samples:
 
 
 def gemm_shapes(m: ModelProfile, tp: int) -> dict[str, tuple[int, int]]:
-    """(K, N) of each GEMM on one of ``tp`` shards: input features, output features."""
-    q, kv = m.num_heads * m.head_dim, m.num_kv_heads * m.head_dim
-    return {
-        "attn_pre_proj": (m.hidden_size, (q + 2 * kv) // tp),
-        "attn_post_proj": (q // tp, m.hidden_size),
-        "mlp_up_proj": (m.hidden_size, 2 * m.intermediate_size // tp),
-        "mlp_down_proj": (m.intermediate_size // tp, m.hidden_size),
-    }
+    """(K, N) of each GEMM on one of ``tp`` shards, as the simulator charges them."""
+    return dict(zip(GEMMS, shard_shapes(m, tp).gemm, strict=True))
 
 
 def elementwise_bytes(m: ModelProfile, tp: int) -> dict[str, int]:
-    """Bytes per token each memory-bound operator reads and writes on one shard."""
-    h = m.hidden_size
-    rope = (m.num_heads + m.num_kv_heads) * m.head_dim // tp
-    return {
-        "input_layernorm": 2 * h * BYTES,
-        "post_attention_layernorm": 2 * h * BYTES,
-        "attn_rope": 2 * rope * BYTES,
-        "mlp_act": 3 * m.intermediate_size // tp * BYTES,
-        "add": 3 * h * BYTES,
-    }
+    """Bytes per token each of ``mlp.csv``'s memory-bound operators reads and writes on
+    one shard, as the simulator charges them."""
+    per_token = dict(zip(SIM_ELEMENTWISE, shard_shapes(m, tp).elementwise_bytes, strict=True))
+    return {op: per_token[op] for op in ELEMENTWISE}
 
 
 def read_mlp(path: Path, model: ModelProfile, gemm: Samples, elem: Samples) -> int:
@@ -161,8 +151,9 @@ def read_attention(
     with path.open() as f:
         for row in csv.DictReader(f):
             tp = int(row["num_tensor_parallel_workers"])
+            shapes = shard_shapes(model, tp)
             heads = model.num_heads // tp
-            kv_bytes = 2 * max(1, model.num_kv_heads // tp) * model.head_dim * BYTES
+            kv_bytes = shapes.kv_bytes_per_token
             batch, ctx = int(row["batch_size"]), int(row["kv_cache_size"])
             label = f"{model.name}/{{}}/tp{tp}"
             if row["is_prefill"] == "True":
@@ -170,12 +161,12 @@ def read_attention(
                 pairs = c * ctx + c * (c + 1) / 2
                 nbytes = (ctx + c) * kv_bytes + 2 * c * heads * model.head_dim * BYTES
                 ms = float(row["time_stats.attn_prefill.median"])
-                flops = 4.0 * heads * model.head_dim * pairs
+                flops = shapes.flops_per_pair * pairs
                 prefill.add(flops, nbytes, c, ms, label.format("prefill"))
             else:
                 pairs = batch * ctx
                 ms = float(row["time_stats.attn_decode.median"])
-                flops = 4.0 * heads * model.head_dim * pairs
+                flops = shapes.flops_per_pair * pairs
                 decode.add(flops, batch * ctx * kv_bytes, batch, ms, label.format("decode"))
                 save = row.get("time_stats.attn_kv_cache_save.median") or ""  # decode rows only
                 if save:  # some files have no such column
@@ -420,7 +411,7 @@ def simulator_fits(
         " benchmarks/fidelity/fit_operators.py"
         + "".join(f"; {f}" for f in result["vidur_files"] if "no rows here" in f),  # type: ignore[attr-defined]
         "gemm": {op: gemm[op] for op in GEMMS},
-        "elementwise": {op: elementwise[op] for op in (*ELEMENTWISE, "kv_cache_save")},
+        "elementwise": {op: elementwise[op] for op in SIM_ELEMENTWISE},
         "attention_prefill": classes["attention_prefill"]["params"]["prefill"],  # type: ignore[index]
         "attention_decode": classes["attention_decode"]["params"]["decode"],  # type: ignore[index]
         "all_reduce": {w: fit["params"] for w, fit in result["all_reduce"].items()},  # type: ignore[attr-defined]

@@ -104,6 +104,10 @@ def decode_attention_time(p: Sequence[float], nbytes: X, batch: X, bw: float) ->
 class _Curve(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    def params(self) -> tuple[float, ...]:
+        """The curve's numbers in field order, as its time function takes them."""
+        return tuple(getattr(self, name) for name in type(self).model_fields)
+
 
 class GemmCurve(_Curve):
     t0_s: float = Field(ge=0, allow_inf_nan=False)
@@ -112,22 +116,10 @@ class GemmCurve(_Curve):
     bandwidth_eff: float = Field(gt=0, le=1)
     smoothmax_k: float = Field(ge=1, allow_inf_nan=False)
 
-    def params(self) -> tuple[float, ...]:
-        return (
-            self.t0_s,
-            self.compute_eff_max,
-            self.compute_half_size,
-            self.bandwidth_eff,
-            self.smoothmax_k,
-        )
-
 
 class BandwidthCurve(_Curve):
     t0_s: float = Field(ge=0, allow_inf_nan=False)
     bandwidth_eff: float = Field(gt=0, le=1)
-
-    def params(self) -> tuple[float, ...]:
-        return (self.t0_s, self.bandwidth_eff)
 
 
 class PrefillCurve(_Curve):
@@ -135,17 +127,11 @@ class PrefillCurve(_Curve):
     compute_eff_max: float = Field(gt=0, le=1)
     compute_half_size: float = Field(ge=0, allow_inf_nan=False)
 
-    def params(self) -> tuple[float, ...]:
-        return (self.t0_s, self.compute_eff_max, self.compute_half_size)
-
 
 class DecodeCurve(_Curve):
     t0_s: float = Field(ge=0, allow_inf_nan=False)
     bandwidth_eff_max: float = Field(gt=0, le=1)
     batch_half_size: float = Field(ge=0, allow_inf_nan=False)
-
-    def params(self) -> tuple[float, ...]:
-        return (self.t0_s, self.bandwidth_eff_max, self.batch_half_size)
 
 
 class AllReduceCurve(_Curve):
@@ -153,8 +139,10 @@ class AllReduceCurve(_Curve):
     gbs: float = Field(gt=0, allow_inf_nan=False)  # bytes of the tensor reduced per second
 
 
-class OperatorFits(_Curve):
+class OperatorFits(BaseModel):
     """One GPU's fitted curves, and where their numbers come from."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     source: str = Field(min_length=1)
     gemm: dict[str, GemmCurve]
