@@ -21,6 +21,22 @@ META_PREFIX = "# schedkit-steps "
 
 
 @dataclass(slots=True)
+class Handoff:
+    """A disaggregated request's way between its prefill and decode instances
+    (``schedkit.sim.disagg``): the instances, and when its prefill ended, the decode
+    instance took KV blocks for it, its KV transfer started and landed, and its decode
+    instance first scheduled it. Seconds on the engine clock; None: not reached."""
+
+    prefill_replica: int
+    decode_replica: int = -1
+    prefill_end_s: float | None = None
+    kv_alloc_s: float | None = None
+    transfer_start_s: float | None = None
+    transfer_end_s: float | None = None
+    decode_start_s: float | None = None
+
+
+@dataclass(slots=True)
 class RequestRecord:
     """One request's life. Times are seconds on the engine clock."""
 
@@ -41,6 +57,7 @@ class RequestRecord:
     cached_tokens: int = 0  # prompt tokens served from the prefix cache at first admission
     preemptions: int = 0
     recomputed_tokens: int = 0  # computed tokens its preemptions threw away and redid
+    handoff: Handoff | None = None  # served disaggregated: its way from prefill to decode
 
     @property
     def rejected(self) -> bool:
@@ -82,3 +99,4 @@ class RunResult:
     kv_usage_mean: float = 0.0  # time-weighted over the run
     wall_s: float = 0.0  # host seconds the run took
     routed: list[int] = field(default_factory=list)  # a cluster's: requests per replica
+    decode_routed: list[int] = field(default_factory=list)  # disaggregated: per decode instance

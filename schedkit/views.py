@@ -130,6 +130,13 @@ class ReplicaView(Protocol):
         ...
 
     @property
+    def role(self) -> str:
+        """What it serves: ``"both"`` (an aggregated replica: prefill and decode),
+        ``"prefill"`` or ``"decode"`` (an instance of a disaggregated deployment's pool;
+        ``route_request`` is asked once per pool, with that pool's instances)."""
+        ...
+
+    @property
     def engine(self) -> EngineView:
         """Its engine's state as of its last finished step: running and waiting
         requests, free KV blocks."""
@@ -225,14 +232,19 @@ class ReplicaState:
     """A ``ReplicaView`` with settable fields, for tests: ``cached`` maps a request id to
     the prompt tokens its prefix cache holds (0 for any other)."""
 
-    __slots__ = ("cached", "engine", "index")
+    __slots__ = ("cached", "engine", "index", "role")
 
     def __init__(
-        self, index: int, engine: EngineView, cached: dict[str, int] | None = None
+        self,
+        index: int,
+        engine: EngineView,
+        cached: dict[str, int] | None = None,
+        role: str = "both",
     ) -> None:
         self.index = index
         self.engine = engine
         self.cached = cached if cached is not None else {}
+        self.role = role
 
     def cached_tokens(self, request: RequestView) -> int:
         return self.cached.get(request.request_id, 0)

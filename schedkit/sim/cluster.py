@@ -33,15 +33,20 @@ __all__ = ["Cluster", "SimReplicaView"]
 class SimReplicaView:
     """What the router sees of one replica (``schedkit.views.ReplicaView``): read-only."""
 
-    __slots__ = ("_engine", "_index")
+    __slots__ = ("_engine", "_index", "_role")
 
-    def __init__(self, index: int, engine: SimEngine) -> None:
+    def __init__(self, index: int, engine: SimEngine, role: str = "both") -> None:
         self._index = index
         self._engine = engine
+        self._role = role
 
     @property
     def index(self) -> int:
         return self._index
+
+    @property
+    def role(self) -> str:
+        return self._role
 
     @property
     def engine(self) -> EngineView:

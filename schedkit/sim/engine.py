@@ -95,6 +95,8 @@ class SimEngine(DecodeStretches, LaneSteps, PrefillCadence, HostTierLoads):
         self.pending.sort(key=lambda r: r.record.arrival_s)  # stable: trace order breaks ties
         self.arrived = 0  # index of the first pending request not yet arrived
         self.holding = False  # max_concurrency: the client holds requests already due
+        self.stalled = False  # nothing can run until another engine acts (sim/disagg.py)
+        self.held: set[SimRequest] = set()  # finished, blocks kept for another engine
         self.ended = 0  # requests that finished with the last step
         self.next_event = math.inf  # the next arrival or landing, as the next step starts
         self._init_cadence()  # vLLM's prefill_schedule_interval, cache-aware admission
@@ -126,7 +128,8 @@ class SimEngine(DecodeStretches, LaneSteps, PrefillCadence, HostTierLoads):
         while nxt < len(pending) or self.running or self.waiting or self.loading:
             if not self.running and not self.waiting and not self._landed():
                 due = pending[nxt].record.arrival_s if nxt < len(pending) else math.inf
-                self.clock = max(self.clock, self._next_landing(due))  # idle until then
+                # idle until then, or until the caller may deliver a request
+                self.clock = max(self.clock, min(self._next_landing(due), until))
             if self.clock + TIME_EPS >= until:  # an arrival not yet delivered may join first
                 break
             while nxt < len(pending) and pending[nxt].record.arrival_s <= self.clock + TIME_EPS:
@@ -145,11 +148,14 @@ class SimEngine(DecodeStretches, LaneSteps, PrefillCadence, HostTierLoads):
             if self.loading:
                 next_arrival = self._next_landing(next_arrival)
             budget = self._budget()
-            # a host tier is written through step by step, so no stretches with one
-            stretch = self.stretch and self.host is None
+            # a host tier is written through step by step, so no stretches with one; nor
+            # while a request whose KV landed waits to run
+            stretch = self.stretch and self.host is None and not self._landed()
             if not (stretch and self._advance_decode_stretch(next_arrival, budget)):
                 self.next_event = next_arrival  # a step that runs nothing waits until then
                 self._step(budget)
+                if self.stalled:  # waits for KV blocks another engine holds (sim/disagg.py)
+                    break
             if self.check_invariants:
                 self.check()
         self.arrived = nxt
@@ -246,7 +252,8 @@ class SimEngine(DecodeStretches, LaneSteps, PrefillCadence, HostTierLoads):
             prefill = prefill or admitted
         if cadence:
             self._count_step(bool(scheduled) or lane.n > 0, prefill)
-        if not scheduled and not preempted and self.loading and self._wait_for_loads():
+        idle = not scheduled and not preempted and not lane.n
+        if idle and self.loading and self._wait_for_loads():
             return
         self._execute(scheduled, preempted, lane.n)
 
@@ -352,7 +359,7 @@ class SimEngine(DecodeStretches, LaneSteps, PrefillCadence, HostTierLoads):
             req = waiting[0]
             hit, own, reclaim = kv.lookup(req.blocks, req.num_tokens)
             computed = (hit + own) * bs
-            extra = self._host_hit(req, hit + own) if self.host is not None else 0
+            extra = self._extra_blocks(req, hit + own) if self.loads_kv else 0
             if defer and computed + extra * bs < req.num_tokens - 1:
                 break  # held until the cadence releases prefill
             if extra:  # a load from host memory: no running slot, no token budget
@@ -545,7 +552,7 @@ class SimEngine(DecodeStretches, LaneSteps, PrefillCadence, HostTierLoads):
             self.running.remove(req)
             if explicit is not None and req in explicit:  # else it left the lane finishing
                 explicit.remove(req)
-            self.kv.release(req.blocks, clock)
+            self._free(req, clock)
             rec = req.record
             rec.finish_reason = "length"
             rec.finish_s = clock
@@ -553,6 +560,11 @@ class SimEngine(DecodeStretches, LaneSteps, PrefillCadence, HostTierLoads):
             if self.facade.has_finish_observer:
                 self.facade.request_finished(req, "length", self.view)
             self._left(req)
+
+    def _free(self, req: SimRequest, clock: float) -> None:
+        """A finished request gives its blocks back (a disaggregated prefill holds them
+        until its KV is sent, ``schedkit.sim.disagg``)."""
+        self.kv.release(req.blocks, clock)
 
     def _observe(self, report: StepReport) -> None:
         self.facade.step_finished(report, self.view)
@@ -566,7 +578,7 @@ class SimEngine(DecodeStretches, LaneSteps, PrefillCadence, HostTierLoads):
     def check(self) -> None:
         """Assert KV block conservation and queue consistency (used by tests)."""
         self._check_lane()
-        live = (*self.running, *self.waiting, *(req for _, req, _ in self.loading))
+        live = (*self.running, *self.waiting, *(req for _, req, _ in self.loading), *self.held)
         self.kv.check([r.blocks for r in live])
         assert all(not r.blocks.nblocks for r in self.waiting), "a waiting request holds blocks"
         assert len(self.running) <= self.cfg.max_num_seqs or self.facade.has_plan

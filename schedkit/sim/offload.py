@@ -56,11 +56,15 @@ class HostTierLoads:
 
         def _admit(self, req: SimRequest, hit: int, own: int, computed: int, need: int) -> None: ...
         def _publish(self, req: SimRequest, num_new: int) -> None: ...
+        def _enter(self, req: SimRequest) -> None: ...
         def _requeue(self, req: SimRequest) -> None: ...
 
     def _init_host(self, group_blocks: int) -> None:
         cfg = self.cfg
         self.host: HostTier | None = None
+        # blocks may be loaded instead of computed: from the host tier here, or from a
+        # prefill instance (``schedkit.sim.disagg``); they come by ``_extra_blocks``
+        self.loads_kv = bool(cfg.host_kv_blocks)
         if cfg.host_kv_blocks:
             self.host = HostTier(
                 cfg.host_kv_blocks, group_blocks, self.facade, self.view, cfg.eviction_window
@@ -70,10 +74,10 @@ class HostTierLoads:
         self.link_free = 0.0  # when the host-to-GPU link finishes its last load
         self.landed_stuck = False  # the last try left a landed request without room
 
-    def _host_hit(self, req: SimRequest, cached: int) -> int:
-        """Blocks of ``req``'s prompt after its first ``cached`` (the GPU prefix cache's
-        hit) that the host tier holds: at most up to its last prompt token, which is
-        always computed."""
+    def _extra_blocks(self, req: SimRequest, cached: int) -> int:
+        """Blocks to load, not compute: those of ``req``'s prompt after its first
+        ``cached`` (the GPU prefix cache's hit) that the host tier holds, at most up to
+        its last prompt token, which is always computed."""
         host = self.host
         if host is None:
             return 0
@@ -123,11 +127,12 @@ class HostTierLoads:
             if need > 0 and not kv.can_allocate(0, need):
                 kept.append(entry)
                 continue
-            kv.publish(req.blocks, first, computed // bs)  # the loaded blocks join the cache
+            if self.cfg.enable_prefix_caching:  # the loaded blocks join the cache
+                kv.publish(req.blocks, first, computed // bs)
             if need > 0:
                 kv.take(need)
                 kv.add_blocks(req.blocks, need)
-            running.append(req)
+            self._enter(req)
             scheduled[req] = num_new
             self._publish(req, num_new)
             token_budget -= num_new

@@ -39,6 +39,20 @@ class TraceLike(Protocol):
     def hash_ids(self) -> tuple[int, ...]: ...
 
 
+def record_of(trace: TraceLike) -> RequestRecord:
+    """A new record of ``trace``'s request, yet to arrive."""
+    return RequestRecord(
+        request_id=trace.request_id,
+        tenant=trace.tenant,
+        priority=trace.priority,
+        arrival_s=trace.arrival_s,
+        prompt_tokens=max(1, trace.prompt_tokens),
+        max_tokens=max(1, trace.output_tokens),
+        slo_ttft_ms=trace.slo_ttft_ms,
+        slo_tpot_ms=trace.slo_tpot_ms,
+    )
+
+
 class SimRequest:
     """A request inside the simulated engine, and the ``RequestView`` policies get for it.
 
@@ -111,16 +125,7 @@ class SimRequest:
     def from_trace(
         cls, index: int, trace: TraceLike, block_size: int, hash_block_tokens: int
     ) -> SimRequest:
-        record = RequestRecord(
-            request_id=trace.request_id,
-            tenant=trace.tenant,
-            priority=trace.priority,
-            arrival_s=trace.arrival_s,
-            prompt_tokens=max(1, trace.prompt_tokens),
-            max_tokens=max(1, trace.output_tokens),
-            slo_ttft_ms=trace.slo_ttft_ms,
-            slo_tpot_ms=trace.slo_tpot_ms,
-        )
+        record = record_of(trace)
         shared = hash_block_tokens > 0 and hash_block_tokens % block_size == 0 and trace.hash_ids
         per_group = hash_block_tokens // block_size if shared else 0
         return cls(index, record, trace.hash_ids if shared else (), per_group, block_size)

@@ -1,0 +1,350 @@
+"""Prefill/decode disaggregation: prefill instances and decode instances, each a
+simulated engine, joined by a KV link (``schedkit.sim.kvlink``).
+
+A request goes as vLLM's disaggregated proxy sends it (``toy_proxy_server.py`` of its
+NIXL and Mooncake connectors):
+
+1. The router picks a prefill instance (``route_request`` over the prefill pool). There
+   the request runs with ``max_tokens=1``: its prompt is computed and its one token is
+   dropped. Its KV blocks stay held once it ends, until its KV has been sent.
+2. When its prefill ends, the router picks a decode instance (``route_request`` over the
+   decode pool), which receives the whole request. It waits in that instance's queue
+   (the decode side's ``admit_request``, ``waiting_key`` and ``order_waiting`` decide)
+   until it is admitted: the instance takes KV blocks for the whole prompt, and asks
+   the link for them (vLLM's ``WAITING_FOR_REMOTE_KVS``; SGLang's pre-allocation queue).
+   A decode instance's local prefix cache hits are not sent.
+3. The transfer queues on the prefill instance's egress and the decode instance's
+   ingress. When it lands, the prefill instance frees the blocks, and the decode
+   instance runs the request before its waiting ones: it computes the last prompt token
+   (vLLM recomputes it) and samples the first output token, then decodes.
+
+TTFT is vLLM's for this deployment: from arrival to the decode instance's first token,
+which is what its proxy streams. SGLang's router streams the prefill's token once the
+decode instance has it, one decode step earlier. Each request's record keeps the times
+between (``RequestRecord.handoff``), so a run says where time went: prefill queue,
+prefill, waiting for decode KV blocks, waiting for the link, transfer, decode queue,
+decode.
+
+The engines run as one discrete-event simulation: at each turn the engine whose next
+step starts first runs, up to the next engine's or the next event's time (an arrival,
+a prefill's end, a transfer landing), so no engine decides anything before what
+another did earlier reached it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from functools import partial
+
+from schedkit.decisions import BatchBudget
+from schedkit.facade import PolicyFacade
+from schedkit.records import Handoff, RequestRecord, RunResult
+from schedkit.sim.cluster import SimReplicaView, merge
+from schedkit.sim.config import SimConfig, StepCost
+from schedkit.sim.engine import SimEngine, no_cyclic_gc
+from schedkit.sim.kv.blocks import blocks_for
+from schedkit.sim.kvlink import Fabric, KVLinks
+from schedkit.sim.request import SimRequest, TraceLike, record_of
+from schedkit.sim.stretch import TIME_EPS
+
+__all__ = ["DecodeEngine", "DisaggCluster", "Pool", "PrefillEngine"]
+
+
+@dataclass(frozen=True)
+class Pool:
+    """One side of the deployment: its instances' policies (one facade each), step cost,
+    engine config and tensor parallelism."""
+
+    facades: Sequence[PolicyFacade]
+    cost: StepCost
+    config: SimConfig
+    tp: int = 1
+
+
+class PrefillEngine(SimEngine):
+    """A prefill instance: a request ends with its first token, and its KV blocks stay
+    held until ``release``; with nothing it can run while blocks are held, it stalls
+    until another engine's event frees some."""
+
+    def __init__(self, cost: StepCost, config: SimConfig, facade: PolicyFacade, stretch: bool):
+        super().__init__([], cost, config, facade, stretch=stretch)
+        self.prefilled: list[SimRequest] = []  # prefills ended since the cluster looked
+
+    def _free(self, req: SimRequest, clock: float) -> None:
+        self.prefilled.append(req)
+        self.held.add(req)  # its blocks wait for the transfer
+
+    def release(self, req: SimRequest, when: float) -> None:
+        """``req``'s KV has been sent (or is no longer wanted): its blocks are freed."""
+        self.kv.release(req.blocks, when)
+        self.held.remove(req)
+        wake(self, when)
+
+    def _execute(
+        self, scheduled: dict[SimRequest, int], preempted: list[SimRequest], lane: int = 0
+    ) -> None:
+        if not scheduled and not preempted and not lane and self.held:
+            self.stalled = True  # until a transfer frees blocks (or a request arrives)
+            return
+        super()._execute(scheduled, preempted, lane)
+
+
+class DecodeEngine(SimEngine):
+    """A decode instance: a request routed here loads its prompt's KV over the link
+    (``book``) once admitted, then runs before any waiting request."""
+
+    def __init__(
+        self,
+        cost: StepCost,
+        config: SimConfig,
+        facade: PolicyFacade,
+        stretch: bool,
+        book: Callable[[SimRequest, int, float], float],
+        rejected: Callable[[SimRequest, float], None],
+    ):
+        super().__init__([], cost, config, facade, stretch=stretch)
+        self.loads_kv = True
+        self.remote: set[SimRequest] = set()  # routed here, KV still on a prefill instance
+        self._book = book
+        self._rejected = rejected
+
+    def _extra_blocks(self, req: SimRequest, cached: int) -> int:
+        """The prompt's blocks past the local prefix cache's hit, all to be sent (the
+        last token among them is computed again here); none after a preemption, when
+        the request is computed here again, as vLLM does."""
+        if req not in self.remote:
+            return 0
+        return blocks_for(req.num_tokens, self.cfg.block_size) - cached
+
+    def _start_load(self, req: SimRequest, hit: int, own: int, extra: int) -> None:
+        self.remote.discard(req)
+        self._admit(req, hit, own, req.num_tokens - 1, extra)
+        landing = self._book(req, extra, self.clock)
+        self.loading.append((landing, req, hit + own))
+
+    def _run_landed(
+        self, scheduled: dict[SimRequest, int], token_budget: int, budget: BatchBudget, chunk: int
+    ) -> int:
+        before = len(self.running)
+        left = super()._run_landed(scheduled, token_budget, budget, chunk)
+        for req in self.running[before:]:
+            handoff = req.record.handoff
+            if handoff is not None:
+                handoff.decode_start_s = self.clock
+        return left
+
+    def _reject(self, req: SimRequest, reason: str) -> None:
+        super()._reject(req, reason)
+        if req in self.remote:
+            self.remote.discard(req)
+            self._rejected(req, self.clock)
+
+
+def wake(engine: SimEngine, when: float) -> None:
+    """Something reached ``engine`` at ``when``: a stalled one tries again from then."""
+    if engine.stalled:
+        engine.stalled = False
+        engine.clock = max(engine.clock, when)
+
+
+def ready(engine: SimEngine) -> float:
+    """When ``engine`` next steps on its own; inf when it waits for something to reach it."""
+    if engine.stalled:
+        return math.inf
+    if engine.running or engine.waiting or engine.arrived < len(engine.pending):
+        return engine.clock
+    if engine.loading:
+        return max(engine.clock, engine.loading[0][0])
+    return math.inf
+
+
+_LAND, _HANDOFF = 0, 1  # events at one time: transfers land before prefills hand off
+
+
+class DisaggCluster:
+    """``prefill`` and ``decode`` pools behind ``router`` (``route_request`` once per
+    pool; round-robin in each where it has no answer), joined by ``link``; KV is
+    ``kv_bytes_per_token`` bytes a token for the whole model (every TP rank's share)."""
+
+    def __init__(
+        self,
+        requests: Iterable[TraceLike],
+        prefill: Pool,
+        decode: Pool,
+        link: Fabric,
+        kv_bytes_per_token: int,
+        router: PolicyFacade,
+        *,
+        stretch: bool = True,
+    ) -> None:
+        self.traces = sorted(requests, key=lambda r: r.arrival_s)  # stable: trace order
+        self.prefill = [
+            PrefillEngine(prefill.cost, prefill.config, f, stretch) for f in prefill.facades
+        ]
+        self.decode = [
+            DecodeEngine(
+                decode.cost,
+                decode.config,
+                f,
+                stretch,
+                partial(self._book, j),
+                self._rejected,
+            )
+            for j, f in enumerate(decode.facades)
+        ]
+        self.engines: list[SimEngine] = [*self.prefill, *self.decode]
+        self.prefill_views = [SimReplicaView(i, e, "prefill") for i, e in enumerate(self.prefill)]
+        self.decode_views = [SimReplicaView(j, e, "decode") for j, e in enumerate(self.decode)]
+        self.links = KVLinks(link, prefill.tp, decode.tp, len(self.prefill), len(self.decode))
+        self.block_bytes = decode.config.block_size * kv_bytes_per_token
+        self.pcfg, self.dcfg = prefill.config, decode.config
+        self.router = router
+        self.records: list[RequestRecord] = []  # one per request, in arrival order
+        self.prefill_legs: list[SimRequest] = []
+        self.decode_legs: list[SimRequest | None] = []
+        self.routed = [0] * len(self.prefill)
+        self.decode_routed = [0] * len(self.decode)
+        self._turns = [0, 0]
+        self._events: list[tuple[float, int, int]] = []  # (time, kind, request index)
+
+    # -- the run ----------------------------------------------------------------------
+
+    def run(self) -> RunResult:
+        started = time.perf_counter()
+        with no_cyclic_gc():
+            self._loop()
+            results = [e.finish(started) for e in self.engines]
+            self.fill_records()
+        merged = merge(results, self.records, self.router, self.routed, self.pcfg, started)
+        first = results[: len(self.prefill)]  # prefix-cache figures are the prefill side's:
+        merged.prefix_query_tokens = sum(r.prefix_query_tokens for r in first)  # a decode
+        merged.prefix_hit_tokens = sum(r.prefix_hit_tokens for r in first)  # loads the rest
+        merged.decode_routed = list(self.decode_routed)
+        return merged
+
+    def _loop(self) -> None:
+        traces, events, engines = self.traces, self._events, self.engines
+        n, nxt = len(traces), 0
+        while True:
+            due = traces[nxt].arrival_s if nxt < n else math.inf
+            event = events[0][0] if events else math.inf
+            first, second, chosen = math.inf, math.inf, None
+            for engine in engines:
+                r = ready(engine)
+                if r < first:
+                    first, second, chosen = r, first, engine
+                elif r < second:
+                    second = r
+            if min(due, event) <= first:
+                if events and event <= due:
+                    self._event(*heapq.heappop(events))
+                elif due < math.inf:
+                    self._arrive(nxt)
+                    nxt += 1
+                else:
+                    break
+                continue
+            assert chosen is not None
+            until = min(second, due, event)
+            chosen.advance(max(until, first + 2 * TIME_EPS))  # at least one step
+            if isinstance(chosen, PrefillEngine) and chosen.prefilled:
+                for leg in chosen.prefilled:
+                    assert leg.record.first_token_s is not None
+                    heapq.heappush(events, (leg.record.first_token_s, _HANDOFF, leg.index))
+                chosen.prefilled.clear()
+        for engine in engines:
+            if engine.stalled or engine.waiting or engine.running:
+                raise RuntimeError(f"disaggregated run ended with work left: {engine!r}")
+
+    def _route(self, leg: SimRequest, views: Sequence[SimReplicaView], pool: int) -> int:
+        chosen = self.router.route(leg, views) if self.router.has_route else None
+        if chosen is None:
+            chosen = self._turns[pool]
+            self._turns[pool] = (chosen + 1) % len(views)
+        return chosen
+
+    def _arrive(self, index: int) -> None:
+        """Request ``index`` arrives: to the prefill instance the router picks."""
+        trace = self.traces[index]
+        record = record_of(trace)
+        leg = SimRequest.from_trace(index, trace, self.pcfg.block_size, self.pcfg.hash_block_tokens)
+        leg.record.max_tokens = 1  # as vLLM's proxy sends it
+        chosen = self._route(leg, self.prefill_views, 0)
+        self.routed[chosen] += 1
+        record.handoff = leg.record.handoff = Handoff(prefill_replica=chosen)
+        self.records.append(record)
+        self.prefill_legs.append(leg)
+        self.decode_legs.append(None)
+        engine = self.prefill[chosen]
+        engine.deliver_request(leg)
+        wake(engine, trace.arrival_s)
+
+    def _event(self, when: float, kind: int, index: int) -> None:
+        if kind == _HANDOFF:
+            self._hand_off(index, when)
+        else:
+            leg = self.prefill_legs[index]
+            handoff = leg.record.handoff
+            assert handoff is not None
+            self.prefill[handoff.prefill_replica].release(leg, when)
+
+    def _hand_off(self, index: int, when: float) -> None:
+        """Request ``index``'s prefill ended at ``when``: to the decode instance the router
+        picks, which will ask for its KV once it admits it."""
+        handoff = self.prefill_legs[index].record.handoff
+        assert handoff is not None
+        handoff.prefill_end_s = when
+        trace = self.traces[index]
+        leg = SimRequest.from_trace(index, trace, self.dcfg.block_size, self.dcfg.hash_block_tokens)
+        leg.record.arrival_s = when
+        leg.record.handoff = handoff
+        chosen = self._route(leg, self.decode_views, 1)
+        self.decode_routed[chosen] += 1
+        handoff.decode_replica = chosen
+        self.decode_legs[index] = leg
+        engine = self.decode[chosen]
+        engine.remote.add(leg)
+        engine.deliver_request(leg)
+        wake(engine, when)
+
+    def _book(self, target: int, leg: SimRequest, blocks: int, now: float) -> float:
+        """Decode instance ``target`` admitted ``leg`` at ``now`` with ``blocks`` to load:
+        the transfer's landing; the prefill instance frees the blocks then."""
+        handoff = leg.record.handoff
+        assert handoff is not None
+        start, landing = self.links.book(
+            handoff.prefill_replica, target, blocks * self.block_bytes, now
+        )
+        handoff.kv_alloc_s, handoff.transfer_start_s, handoff.transfer_end_s = now, start, landing
+        heapq.heappush(self._events, (landing, _LAND, leg.index))
+        return landing
+
+    def _rejected(self, leg: SimRequest, now: float) -> None:
+        """The decode instance refused ``leg``: its prefill's blocks are freed now."""
+        heapq.heappush(self._events, (now, _LAND, leg.index))
+
+    # -- the requests' records ------------------------------------------------------
+
+    def fill_records(self) -> None:
+        """Each request's record from its two legs: queued and scheduled as its prefill,
+        first token, output and finish as its decode; rejected where either was."""
+        for record, p, d in zip(self.records, self.prefill_legs, self.decode_legs, strict=True):
+            pr = p.record
+            record.scheduled_s = pr.scheduled_s
+            record.cached_tokens = pr.cached_tokens
+            record.preemptions = pr.preemptions
+            record.recomputed_tokens = pr.recomputed_tokens
+            if d is None or pr.rejected:
+                record.finish_reason, record.reject_reason = pr.finish_reason, pr.reject_reason
+                continue
+            dr = d.record
+            record.first_token_s = dr.first_token_s
+            record.finish_s = dr.finish_s
+            record.output_tokens = dr.output_tokens
+            record.finish_reason, record.reject_reason = dr.finish_reason, dr.reject_reason
+            record.preemptions += dr.preemptions
+            record.recomputed_tokens += dr.recomputed_tokens
