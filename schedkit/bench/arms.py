@@ -21,6 +21,8 @@ from schedkit.errors import SchedkitError, quote
 from schedkit.validation import problem
 from schedkit.validation import unknown as unknown_name
 
+POLICY_KEYS = ("policy", "prefill_policy", "decode_policy")  # --arm keys naming policies
+
 __all__ = [
     "ENGINE_KEYS",
     "ArmSpec",
@@ -40,6 +42,9 @@ class ArmSpec(BaseModel):
 
     name: str | None = Field(default=None, min_length=1, max_length=64)
     policy: str = "fcfs"
+    # a disaggregated arm's policies for one pool, instead of ``policy`` (which routes)
+    prefill_policy: str | None = None
+    decode_policy: str | None = None
     engine: EngineSettings = Field(default_factory=EngineSettings)
 
 
@@ -60,12 +65,19 @@ def parse_arm(text: str) -> ArmSpec:
         fields[key] = value.strip()
     name = fields.pop("name", None)
     label = quote(name if name is not None else text)
-    unknown = sorted(set(fields) - {"policy", *ENGINE_KEYS})
+    unknown = sorted(set(fields) - {*POLICY_KEYS, *ENGINE_KEYS})
     if unknown:
-        keys = ("name", "policy", *ENGINE_KEYS)
+        keys = ("name", *POLICY_KEYS, *ENGINE_KEYS)
         raise SchedkitError(f"--arm {label}: {unknown_name('key', unknown[0], keys)}")
-    policy = fields.pop("policy", "fcfs")
-    return ArmSpec(name=name, policy=policy, engine=_settings(fields, f"--arm {label}"))
+    policies = {key: fields.pop(key) for key in POLICY_KEYS if key in fields}
+    engine = _settings(fields, f"--arm {label}")
+    pooled = [key for key in POLICY_KEYS[1:] if key in policies]
+    if pooled and not (engine.prefill_replicas or engine.decode_replicas):
+        raise SchedkitError(
+            f"--arm {label}: {pooled[0]} sets the policies of a disaggregated arm's pool; set"
+            " prefill_replicas and decode_replicas too (or use policy=)"
+        )
+    return ArmSpec(name=name, engine=engine, **policies)
 
 
 def _settings(values: Mapping[str, Any], where: str) -> EngineSettings:
@@ -90,6 +102,8 @@ class ResolvedArm(BaseModel):
     source: str  # the policy as given (name, composition or file)
     config: SchedkitConfig
     overrides: dict[str, Any]
+    # a disaggregated arm's prefill and decode pools' policies, where not ``config``'s
+    pool_configs: tuple[SchedkitConfig | None, SchedkitConfig | None] = (None, None)
 
 
 def resolve_arms(policies: Sequence[str], arms: Sequence[ArmSpec]) -> list[ResolvedArm]:
@@ -103,9 +117,19 @@ def resolve_arms(policies: Sequence[str], arms: Sequence[ArmSpec]) -> list[Resol
         overrides.append({**engine, **spec.engine.overrides()})
     labels = arm_labels(specs, configs)
     return [
-        ResolvedArm(label=label, source=spec.policy, config=config, overrides=over)
+        ResolvedArm(
+            label=label,
+            source=spec.policy,
+            config=config,
+            overrides=over,
+            pool_configs=(_pool(spec.prefill_policy), _pool(spec.decode_policy)),
+        )
         for label, spec, config, over in zip(labels, specs, configs, overrides, strict=True)
     ]
+
+
+def _pool(policy: str | None) -> SchedkitConfig | None:
+    return None if policy is None else load_config(policy)
 
 
 def _load(policy: str) -> tuple[SchedkitConfig, dict[str, Any]]:
@@ -136,7 +160,9 @@ def arm_labels(specs: Sequence[ArmSpec], configs: Sequence[SchedkitConfig]) -> l
             continue
         is_file = spec.policy.endswith((".toml", ".json"))
         base = Path(spec.policy).stem if is_file else config.label
-        extra = ",".join(f"{k}={v}" for k, v in spec.engine.overrides().items())
+        pools = {"prefill_policy": spec.prefill_policy, "decode_policy": spec.decode_policy}
+        given = {**{k: v for k, v in pools.items() if v}, **spec.engine.overrides()}
+        extra = ",".join(f"{k}={v}" for k, v in given.items())
         names.append(f"{base}[{extra}]" if extra else base)
     return [
         f"{n}#{names[:i].count(n) + 1}" if names.count(n) > 1 else n for i, n in enumerate(names)

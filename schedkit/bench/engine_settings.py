@@ -33,6 +33,9 @@ _NO_OFFLOAD_TWIN = "the twin's scheduler runs without a KV connector"
 _NO_OFFLOAD_SGLANG = "SGLang's host tier is HiCache, which the simulator does not model"
 _NO_KNOB_SGLANG = "it is vLLM's; SGLang schedules prefill by its own rules"
 _ASYNC = "async_scheduling"
+DISAGG_KEYS = ("prefill_replicas", "decode_replicas", "prefill_tp", "decode_tp",
+               "prefill_gpu", "decode_gpu", "kv_link")  # fmt: skip
+_DISAGG = "disaggregated serving runs on the simulator"
 _OWN_SCHEDULE = (
     "the engine batches prefills by its own rules (vLLM mixes them into decode steps,"
     " SGLang runs prefill-only steps first); --no-mixed-prefill makes the simulator do as"
@@ -42,6 +45,7 @@ _OWN_SCHEDULE = (
 #: engine -> BenchSpec field -> why that engine does not honour it
 IGNORED_SETTINGS: dict[str, dict[str, str]] = {
     "vllm": {
+        **dict.fromkeys(DISAGG_KEYS, _DISAGG),
         "tp": _ONE_ENGINE,
         "replicas": _ONE_ENGINE,
         "gpu": _WALL_CLOCK,
@@ -54,6 +58,7 @@ IGNORED_SETTINGS: dict[str, dict[str, str]] = {
         _ASYNC: _WALL_CLOCK,
     },
     "sglang": {
+        **dict.fromkeys(DISAGG_KEYS, _DISAGG),
         "tp": _ONE_ENGINE,
         "replicas": _ONE_ENGINE,
         "gpu": _WALL_CLOCK,
@@ -67,12 +72,14 @@ IGNORED_SETTINGS: dict[str, dict[str, str]] = {
         _ASYNC: _WALL_CLOCK,
     },
     "vllm-twin": {
+        **dict.fromkeys(DISAGG_KEYS, _DISAGG),
         "eviction_window": _OWN_EVICTION,
         "replicas": _ONE_ENGINE,
         "mixed_prefill": _OWN_SCHEDULE,
         **dict.fromkeys(_OFFLOAD, _NO_OFFLOAD_TWIN),
     },
     "openai": {
+        **dict.fromkeys(DISAGG_KEYS, _RUNNING),
         "tp": _RUNNING,
         "replicas": _RUNNING,
         "gpu": _WALL_CLOCK,
@@ -91,6 +98,7 @@ IGNORED_SETTINGS: dict[str, dict[str, str]] = {
         _ASYNC: _RUNNING,
     },
     "import": {
+        **dict.fromkeys(DISAGG_KEYS, _MEASURED),
         "tp": _MEASURED,
         "replicas": _MEASURED,
         "gpu": _WALL_CLOCK,

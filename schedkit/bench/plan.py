@@ -163,7 +163,7 @@ def prepare(plan: PlanSpec) -> list[Candidate]:
         except SchedkitError as exc:  # the model does not fit, the TP does not split it
             out["error"] = str(exc)
             continue
-        _, cost, sim_config = bench.arm_engines[0]
+        _, cost, sim_config, _ = bench.arm_engines[0]
         config = bench.configs[0]
         if requests is None:
             scale = plan.rate_scale(bench)

@@ -113,6 +113,15 @@ class GroupMetrics(_Model):
     slo_met: int | None
 
 
+class DisaggMetrics(_Model):
+    """A disaggregated arm's: requests per decode instance (``routed`` counts the prefill
+    instances'), and where its completed requests spent their time
+    (``schedkit.bench.stats.metrics.PHASES``)."""
+
+    routed_decode: list[int]
+    phases_ms: dict[str, Summary]
+
+
 class ArmMetrics(_Model):
     """Every metric of one arm (definitions: ``schedkit.bench.stats.metrics``)."""
 
@@ -152,6 +161,7 @@ class ArmMetrics(_Model):
     wall_s: float
     # only some runs have these
     routed: list[int] | None = None
+    disaggregated: DisaggMetrics | None = None
     tenants: dict[str, GroupMetrics] | None = None
     jain_fairness: float | None = None
     jain_ttft: float | None = None

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from schedkit.adapter.recording import RECORDING_ENGINES
 from schedkit.bench.arms import ENGINE_KEYS, ResolvedArm, resolve_arms
+from schedkit.bench.disagg import Disaggregation, disaggregation, is_disaggregated
 from schedkit.bench.engine_settings import check_engine_settings
 from schedkit.bench.engines.sim import run_on_sim, simulate, trusted_requests
 from schedkit.bench.output import check_out_dir, check_replacing, provenance, write_outputs
@@ -75,7 +76,8 @@ __all__ = [
 log = logging.getLogger("schedkit")
 ENGINE_GROUP = "schedkit.engines"  # entry points: engine name -> ArmRunner
 # An arm's engine: what results.json records of it, its cost model, the simulator config.
-ArmEngine = tuple[dict[str, Any], StepCostModel, SimConfig]
+# A disaggregated arm's own deployment too (its prefill pool's cost and config above).
+ArmEngine = tuple[dict[str, Any], StepCostModel, SimConfig, Disaggregation | None]
 # Settings that size the KV cache (named when an arm's cache cannot hold a request).
 CAPACITY_KEYS = ("kv_blocks", "gpu_memory_utilization", "block_size", "model", "gpu", "tp")
 
@@ -287,6 +289,7 @@ class Bench:
         _check_load_modes(spec, self.arms)
         self.labels = [arm.label for arm in self.arms]
         self.configs = [arm.config for arm in self.arms]
+        self.pool_configs = [arm.pool_configs for arm in self.arms]
         if spec.record_steps is not None:
             self.configs = _recording(spec, self.labels, self.configs)
         for label, cfg in zip(self.labels, self.configs, strict=True):
@@ -299,7 +302,7 @@ class Bench:
         _check_overrides(spec, self.arms)
         longest = max(r.prompt_tokens + r.output_tokens for r in base.requests)
         self._profile_warnings: list[str] = []
-        self.engine_info, self.cost, self.sim_config = self._engine({}, longest, None)
+        self.engine_info, self.cost, self.sim_config, self.disagg = self._engine({}, longest, None)
         built: dict[tuple[tuple[str, Any], ...], ArmEngine] = {}
         self.arm_engines: list[ArmEngine] = []
         for arm in self.arms:
@@ -347,10 +350,11 @@ class Bench:
         hooks a policy uses that the engine honours only in part. Unknown policies or bad
         options fail here, before anything runs."""
         warnings = list(dict.fromkeys(self._profile_warnings))
-        for cfg, (info, _, _) in zip(self.configs, self.arm_engines, strict=True):
+        for cfg, (info, *_) in zip(self.configs, self.arm_engines, strict=True):
             facade = PolicyFacade.from_config(cfg)
             found = warn_unsupported(facade, matrix_engine(self.spec.engine))
-            if facade.has_route and info["replicas"] == 1 and self.spec.engine == "sim":
+            one = info["replicas"] == 1 and "disaggregated" not in info
+            if facade.has_route and one and self.spec.engine == "sim":
                 found.append(
                     f"schedkit: policy {cfg.label!r} routes requests (route_request), but the"
                     " arm runs one engine; give --replicas N (or replicas=N in --arm)"
@@ -403,6 +407,8 @@ class Bench:
         s = {**spec.settings.model_dump(include=set(ENGINE_KEYS)), **overrides}
         where = f"--arm {arm.label}: " if arm is not None and overrides else ""
         cost, model, gpu = self._cost(s, where)
+        if is_disaggregated(s):
+            return self._disaggregated(s, longest, where, model)
         blocks = s["kv_blocks"] or (
             kv_capacity_tokens(model, gpu, s["tp"], s["gpu_memory_utilization"]) // s["block_size"]
         )
@@ -431,7 +437,27 @@ class Bench:
             "cost_model": cost.describe(),
             **sim_config.model_dump(exclude={"timeline_interval_s", "max_concurrency"}),
         }
-        return info, cost, sim_config
+        return info, cost, sim_config, None
+
+    def _disaggregated(
+        self, s: dict[str, Any], longest: int, where: str, model: ModelProfile
+    ) -> ArmEngine:
+        """A disaggregated arm's engine (``schedkit.bench.disagg``): what results.json
+        records, its prefill pool's cost model and config, and the deployment."""
+        d = disaggregation(s, where, longest, model, self._cost, self._sim_config)
+        p = d.prefill
+        info: dict[str, Any] = {
+            "engine": self.spec.engine,
+            "model": model.label,
+            **({"model_profile": model.figures()} if model.source else {}),
+            "gpu": p.gpu,
+            "tp": p.tp,
+            "replicas": 1,
+            "kv_cache_dtype": s["kv_cache_dtype"],
+            "disaggregated": d.describe(),
+            **p.config.model_dump(exclude={"timeline_interval_s", "max_concurrency", "num_blocks"}),
+        }
+        return info, p.cost, p.config, d
 
     def _check_capacity(
         self,
@@ -499,7 +525,7 @@ class Bench:
             return self
         arm = copy.copy(self)
         arm.spec = self.spec.with_settings(overrides)
-        arm.engine_info, arm.cost, arm.sim_config = self.arm_engines[index]
+        arm.engine_info, arm.cost, arm.sim_config, arm.disagg = self.arm_engines[index]
         return arm
 
     def metrics(self, run: RunResult) -> dict[str, Any]:

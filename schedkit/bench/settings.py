@@ -21,6 +21,9 @@ __all__ = ["ENGINE_KEYS", "EngineSettings", "EngineSpec", "KvCacheDtype"]
 KvCacheDtype = Literal["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"]
 TensorParallel = Annotated[int, Ge(1)]
 Replicas = Annotated[int, Ge(1), Le(1024)]
+PoolSize = Annotated[int, Ge(0), Le(1024)]
+# Prefill and decode instances on different nodes, one 400 Gb/s NIC a GPU (DGX H100).
+DEFAULT_KV_LINK = "ib-ndr"
 Positive = Annotated[int, Gt(0)]
 NonNegative = Annotated[int, Ge(0)]
 Share = Annotated[float, Gt(0), Le(1)]
@@ -128,6 +131,32 @@ class EngineSpec(BaseModel):
         " the GPU computes (the step takes the longer of the two; vLLM's default on GPUs) or"
         " before it (their sum). Times steps in the simulator's per-operator GPU model only.",
     )
+    prefill_replicas: PoolSize = Field(
+        default=0,
+        description="Simulator: prefill instances of a disaggregated deployment (with"
+        " --decode-replicas; 0: aggregated serving).",
+    )
+    decode_replicas: PoolSize = Field(
+        default=0, description="Simulator: decode instances of a disaggregated deployment."
+    )
+    prefill_tp: TensorParallel | None = Field(
+        default=None, description="Simulator: each prefill instance's TP (default: --tp)."
+    )
+    decode_tp: TensorParallel | None = Field(
+        default=None, description="Simulator: each decode instance's TP (default: --tp)."
+    )
+    prefill_gpu: str | None = Field(
+        default=None, description="Simulator: the prefill instances' GPU (default: --gpu)."
+    )
+    decode_gpu: str | None = Field(
+        default=None, description="Simulator: the decode instances' GPU (default: --gpu)."
+    )
+    kv_link: str = Field(
+        default=DEFAULT_KV_LINK,
+        description="Simulator: the link KV goes over from prefill to decode: nvlink3,"
+        " nvlink4, nvlink5, ib-hdr, ib-ndr, roce-200, roce-400, pcie4, pcie5,"
+        " mooncake-roce (measured), or GBS[:MS] per GPU.",
+    )
     # the simulator's batches, for the whole bench (no arm sets it): None or True mix
     # prefill chunks into decode steps (vLLM); False runs prefill-only steps ahead of
     # decode (SGLang). Real engines run their own.
@@ -165,6 +194,13 @@ class EngineSettings(BaseModel):
     eviction_window: NonNegative | None = None
     kv_cache_dtype: KvCacheDtype | None = None
     async_scheduling: bool | None = None
+    prefill_replicas: PoolSize | None = None
+    decode_replicas: PoolSize | None = None
+    prefill_tp: TensorParallel | None = None
+    decode_tp: TensorParallel | None = None
+    prefill_gpu: str | None = None
+    decode_gpu: str | None = None
+    kv_link: str | None = None
 
     def overrides(self) -> dict[str, Any]:
         return self.model_dump(exclude_none=True)

@@ -13,6 +13,7 @@ from schedkit.bench.arms import ArmSpec
 from schedkit.bench.settings import EngineSpec
 
 if TYPE_CHECKING:
+    from schedkit.bench.disagg import Disaggregation
     from schedkit.config import SchedkitConfig
     from schedkit.records import RunResult
     from schedkit.sim.config import SimConfig
@@ -280,6 +281,10 @@ class PreparedBench(Protocol):
     sim_config: SimConfig
     engine_info: dict[str, Any]
     out_dir: Path | None
+    # a disaggregated arm's deployment (the simulator's alone), and each arm's policies
+    # for its prefill and decode pools where they are not the arm's own
+    disagg: Disaggregation | None
+    pool_configs: list[tuple[SchedkitConfig | None, SchedkitConfig | None]]
 
     def workload(self, rate_scale: float) -> Workload: ...
 

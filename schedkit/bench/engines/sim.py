@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from schedkit.bench.disagg import simulate_disagg
 from schedkit.bench.progress import per_replica, simulating
 from schedkit.bench.spec import PreparedBench
 from schedkit.config import SchedkitConfig
@@ -22,8 +23,10 @@ __all__ = ["run_on_sim", "simulate", "trusted_requests"]
 
 def run_on_sim(bench: PreparedBench, index: int, rate_scale: float) -> RunResult:
     config = bench.configs[index]
-    facade = PolicyFacade.from_config(config)
     requests = trusted_requests(bench.workload(rate_scale).requests, config.trust)
+    if bench.disagg is not None:
+        return simulate_disagg(requests, bench.disagg, config, *bench.pool_configs[index])
+    facade = PolicyFacade.from_config(config)
     replicas = bench.engine_info["replicas"]
     return simulate(requests, bench.cost, bench.sim_config, config, replicas, facade)
 

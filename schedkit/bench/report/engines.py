@@ -49,12 +49,40 @@ def arm_engines(results: Results) -> list[tuple[str, dict[str, Any]]]:
     asked = _asked(results)
     out = []
     for arm in results.arms:
-        engine = dict(results.arm_engine(arm))
+        engine = _flat(dict(results.arm_engine(arm)))
         for key in asked:
             if RECORDED_AS.get(key, key) not in engine:
                 engine[key] = arm.engine_settings.get(key, defaults.get(key))
         out.append((arm.policy, engine))
     return out
+
+
+def _flat(engine: dict[str, Any]) -> dict[str, Any]:
+    """A disaggregated arm's engine entry with its deployment in a few readable rows."""
+    d = engine.pop("disaggregated", None)
+    if not isinstance(d, Mapping):
+        return engine
+    engine.pop("replicas", None)
+    pools = {side: d[side] for side in ("prefill", "decode")}
+
+    def pool(side: str) -> str:
+        p = pools[side]
+        return f"{p['replicas']} {side} ({p['gpu']}, tp {p['tp']}, {p['kv_blocks']:,} blocks)"
+
+    engine["deployment"] = f"{pool('prefill')} + {pool('decode')}: {d['gpus']} GPUs"
+    link = d["kv_link"]
+    engine["kv_link"] = (
+        f"{link['name']}: {link['gbs_per_gpu']:g} GB/s per GPU, {link['latency_ms']:g} ms a"
+        f" transfer ({link['source']})"
+    )
+    costs = [pools[side]["cost_model"] for side in pools]
+    if costs[0] == costs[1]:
+        engine["cost_model"] = costs[0]
+    else:
+        for side, cost in zip(pools, costs, strict=True):
+            engine[f"{side} cost_model"] = cost
+    engine["TTFT"] = d["ttft"]
+    return engine
 
 
 def engine_rows(results: Results) -> list[EngineRow]:

@@ -157,11 +157,41 @@ def group_table(results: Results, key: GroupKey, title: str) -> tuple[list[str],
     return [title, "Policy", *(label for label, _, _ in _GROUP_COLUMNS)], rows
 
 
+_PHASE_NAMES = {
+    "prefill_queue": "prefill queue",
+    "prefill": "prefill",
+    "decode_kv_wait": "until decode admits it (takes its KV blocks)",
+    "link_wait": "waiting for the link",
+    "transfer": "KV transfer",
+    "decode_queue": "decode queue",
+    "decode": "decode",
+}
+
+
+def phase_table(results: Results) -> tuple[list[str], Rows]:
+    """Where a disaggregated arm's completed requests spent their time: one row per arm
+    and phase, mean and percentiles in ms (no rows without a disaggregated arm)."""
+    rows = []
+    for name, m in _arms(results):
+        if m.disaggregated is None:
+            continue
+        for key, summary in m.disaggregated.phases_ms.items():
+            rows.append(
+                [
+                    _PHASE_NAMES.get(key, key),
+                    name,
+                    *(fmt(v, "ms") for v in (summary.mean, summary.p50, summary.p90, summary.p99)),
+                ]
+            )
+    return ["Phase", "Policy", "mean (ms)", "p50 (ms)", "p90 (ms)", "p99 (ms)"], rows
+
+
 def tables(results: Results) -> list[tuple[str, list[str], Rows]]:
     """The metrics tables ``(title, header, rows)``, empty ones left out."""
     out = [("All requests", *metrics_table(results))]
     out += [("Per tenant", *group_table(results, "tenants", "Tenant"))]
     out += [("Per priority", *group_table(results, "priorities", "Priority"))]
+    out += [("Disaggregated: where time went", *phase_table(results))]
     return [(title, header, rows) for title, header, rows in out if rows]
 
 

@@ -399,8 +399,47 @@ def compute_metrics(
         metrics[key] = {**metrics[key], "percentiles": values}
     if run.routed:  # a cluster: requests per replica
         metrics["routed"] = list(run.routed)
+    if run.decode_routed:  # disaggregated: routed is per prefill instance
+        metrics["disaggregated"] = {
+            "routed_decode": list(run.decode_routed),
+            "phases_ms": handoff_phases(run.records),
+        }
     metrics.update(_breakdowns(table, run.duration_s, slo_ttft_ms, slo_tpot_ms))
     return metrics
+
+
+#: a disaggregated request's phases: name -> the times it runs between (``Handoff``'s, or
+#: the record's ``arrival_s``, ``scheduled_s`` (its prefill's) and ``finish_s``)
+PHASES = {
+    "prefill_queue": ("arrival_s", "scheduled_s"),
+    "prefill": ("scheduled_s", "prefill_end_s"),
+    "decode_kv_wait": ("prefill_end_s", "kv_alloc_s"),
+    "link_wait": ("kv_alloc_s", "transfer_start_s"),
+    "transfer": ("transfer_start_s", "transfer_end_s"),
+    "decode_queue": ("transfer_end_s", "decode_start_s"),
+    "decode": ("decode_start_s", "finish_s"),
+}
+
+
+def handoff_phases(records: Sequence[RequestRecord]) -> dict[str, dict[str, float | None]]:
+    """Where a disaggregated run's completed requests spent their time: each phase's
+    summary in ms (prefill queue and prefill on the prefill instance, waiting for decode
+    KV blocks, for the link, the transfer, the decode queue and decode). TTFT is the sum
+    up to the decode queue, plus the decode instance's first step."""
+    rows = []
+    for r in records:
+        h = r.handoff
+        if h is None or not is_completed(r):
+            continue
+        times = {"arrival_s": r.arrival_s, "scheduled_s": r.scheduled_s, "finish_s": r.finish_s}
+        times.update((name, getattr(h, name)) for name in _HANDOFF_TIMES)
+        rows.append([times[end] - times[start] for start, end in PHASES.values()])  # type: ignore[operator]
+    spans = np.array(rows, dtype=np.float64).reshape(-1, len(PHASES)) * 1000.0
+    return {name: summary(spans[:, i]) for i, name in enumerate(PHASES)}
+
+
+_HANDOFF_TIMES = ("prefill_end_s", "kv_alloc_s", "transfer_start_s", "transfer_end_s",
+                  "decode_start_s")  # fmt: skip
 
 
 def _rejections(run: RunResult, table: RequestTable) -> dict[str, int]:

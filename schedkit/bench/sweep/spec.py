@@ -30,6 +30,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from schedkit.bench.disagg import simulate_disagg
 from schedkit.bench.engines.sim import simulate, trusted_requests
 from schedkit.bench.runner import Bench, arrival_rate
 from schedkit.bench.spec import BenchSpec
@@ -191,9 +192,12 @@ class Sweep:
         """Replay one probe point; the JSON record of it."""
         bench = self.bench
         arm = bench.arms[point.arm]
-        info, cost, sim_config = bench.arm_engines[point.arm]
+        info, cost, sim_config, disagg = bench.arm_engines[point.arm]
         requests = trusted_requests(self.requests(point), arm.config.trust)
-        run = simulate(requests, cost, sim_config, arm.config, info["replicas"])
+        if disagg is not None:
+            run = simulate_disagg(requests, disagg, arm.config, *arm.pool_configs)
+        else:
+            run = simulate(requests, cost, sim_config, arm.config, info["replicas"])
         run.policy = arm.label
         spec = self.spec.bench
         metrics = compute_metrics(
