@@ -183,7 +183,11 @@ MATRIX: dict[str, dict[str, Capability]] = {
         "lmdeploy": Capability("partial", "as select_evictions: the prefix trie's leaves"),
     },
     "route_request": {
-        "sim": Capability("full", "with --replicas N: a simulated cluster of N engines"),
+        "sim": Capability(
+            "full",
+            "with --replicas N: a simulated cluster of N engines; disaggregated"
+            " (prefill_replicas, decode_replicas): once per pool",
+        ),
         "vllm": Capability(
             "none", "one engine has no replicas to route to; a router runs in front of them"
         ),

@@ -194,9 +194,17 @@ def route_request(request: RequestView, replicas: Sequence[ReplicaView]) -> int 
     it: the simulator's with ``replicas > 1`` (``schedkit bench --replicas N``). A single
     vLLM or SGLang engine has nothing to route (capability matrix).
 
+    A disaggregated deployment (``prefill_replicas``/``decode_replicas``) asks it once
+    per pool: when the request arrives, over the prefill instances (every replica's
+    ``role`` is ``"prefill"``); when its prefill ends, over the decode instances
+    (``"decode"``), which will take its KV. The request is then as that pool's instance
+    sees it: on the prefill side with ``max_tokens`` 1, as vLLM's disaggregated proxy
+    sends it.
+
     :param request: the new request, as its replica will see it.
-    :param replicas: every replica, in index order, each with its engine's state as of
-        its last finished step and what its prefix cache holds of ``request``.
+    :param replicas: every replica of the pool, in index order, each with its engine's
+        state as of its last finished step and what its prefix cache holds of
+        ``request``.
 
     Return the index of a replica (``0 <= i < len(replicas)``), or ``None`` for the
     cluster's default, round-robin. Anything else counts as a policy error and the

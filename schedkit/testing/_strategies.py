@@ -279,11 +279,15 @@ def _finished_args(draw: DrawFn) -> tuple[Any, ...]:
 
 
 def _route_args(draw: DrawFn) -> tuple[Any, ...]:
-    """A new request and 1-8 replicas, each with its own engine and a share of the
-    prompt cached (whole blocks, at most ``prompt - 1`` tokens)."""
+    """A new request and 1-8 replicas of one pool (aggregated replicas, or a
+    disaggregated deployment's prefill or decode instances), each with its own engine
+    and a share of the prompt cached (whole blocks, at most ``prompt - 1`` tokens)."""
     from hypothesis import strategies as st
 
     request, _ = _admit_args(draw)
+    role = draw(st.sampled_from(("both", "prefill", "decode")))
+    if role == "prefill":  # as vLLM's disaggregated proxy sends it
+        request.max_tokens = 1
     replicas = []
     for i in range(draw(st.integers(1, 8))):
         clock = request.arrival_time
@@ -291,7 +295,7 @@ def _route_args(draw: DrawFn) -> tuple[Any, ...]:
         engine = _draw_engine(draw, clock, running, draw(st.integers(0, 32)))
         cached = draw(st.integers(0, max(0, request.num_prompt_tokens - 1)))
         cached -= cached % engine.block_size
-        replicas.append(ReplicaState(i, engine, {request.request_id: cached}))
+        replicas.append(ReplicaState(i, engine, {request.request_id: cached}, role))
     return (request, replicas)
 
 
