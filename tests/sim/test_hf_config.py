@@ -196,6 +196,28 @@ GLM_4_5_AIR: dict[str, Any] = {  # DeepSeek-style experts with GQA attention
     "torch_dtype": "bfloat16",
     "vocab_size": 151552,
 }
+OPT_13B: dict[str, Any] = {  # facebook/opt-13b: MHA, fc1/fc2 with ReLU, lm_head tied
+    "activation_function": "relu",
+    "architectures": ["OPTForCausalLM"],
+    "do_layer_norm_before": True,
+    "ffn_dim": 20480,
+    "hidden_size": 5120,
+    "max_position_embeddings": 2048,
+    "model_type": "opt",
+    "num_attention_heads": 40,
+    "num_hidden_layers": 40,
+    "torch_dtype": "float16",
+    "vocab_size": 50272,
+    "word_embed_proj_dim": 5120,
+}
+OPT_66B = {
+    **OPT_13B,
+    "ffn_dim": 36864,
+    "hidden_size": 9216,
+    "num_attention_heads": 72,
+    "num_hidden_layers": 64,
+    "word_embed_proj_dim": 9216,
+}
 VISION = {"hidden_size": 1024, "intermediate_size": 4096, "num_attention_heads": 16}
 
 
@@ -277,6 +299,25 @@ def test_tied_embeddings_are_counted_once(tmp_path: Path) -> None:
     assert untied.num_params - tied.num_params == 151936 * 896
     assert tied.num_params == pytest.approx(0.494e9, rel=0.005)  # published: 0.49B
     assert tied.weight_bytes == 2 * tied.num_params
+
+
+@pytest.mark.parametrize(
+    ("name", "config", "total"), [("OPT-13B", OPT_13B, 12.85e9), ("OPT-66B", OPT_66B, 65.7e9)]
+)
+def test_opt_has_a_plain_mlp_and_tied_embeddings(
+    tmp_path: Path, name: str, config: dict[str, Any], total: float
+) -> None:
+    # Published totals (OPT paper, Table 1); biases and learned positions are left out.
+    model = derived(tmp_path, name, config)
+    assert not model.mlp_gated and model.tie_word_embeddings
+    assert model.intermediate_size == config["ffn_dim"]
+    assert model.num_params == pytest.approx(total, rel=0.005)
+    h, layers = config["hidden_size"], config["num_hidden_layers"]
+    assert model.kv_bytes_per_token == 2 * layers * h * 2  # MHA: every head cached
+    gated = dataclasses.replace(model, mlp_gated=True)
+    assert gated.num_params - model.num_params == layers * h * config["ffn_dim"]
+    assert model.figures()["mlp_gated"] is False
+    assert "mlp_gated" not in gated.figures()
 
 
 @pytest.mark.parametrize(
@@ -499,6 +540,15 @@ def _without(*keys: str) -> dict[str, Any]:
         ({**QWEN3_30B_A3B, "mlp_only_layers": "1,2"}, "mlp_only_layers must be a list"),
         ({**LLAMA_3_8B, "torch_dtype": "int8"}, "torch_dtype 'int8' is none of bfloat16,"),
         ({**LLAMA_3_8B, "tie_word_embeddings": "no"}, "tie_word_embeddings must be true or false"),
+        (
+            {k: v for k, v in OPT_13B.items() if k != "ffn_dim"},
+            ": no ffn_dim: the cost model sizes a model by num_hidden_layers, hidden_size,"
+            " num_attention_heads, ffn_dim, vocab_size",
+        ),
+        (
+            {**OPT_13B, "word_embed_proj_dim": 512},
+            "word_embed_proj_dim (512) differs from hidden_size",
+        ),
         (
             {**LLAMA_3_8B, "quantization_config": {"quant_method": "exl2"}},
             "quantization_config (quant_method 'exl2') names no bits per weight",

@@ -165,6 +165,21 @@ def test_tensor_parallelism_adds_all_reduces_and_splits_the_weights() -> None:
     assert saved == pytest.approx(161 * per_reduce, rel=1e-3)
 
 
+def test_a_plain_mlp_runs_one_up_projection_and_reads_less_in_its_activation() -> None:
+    gated = dataclasses.replace(get_model("Llama-3-8B"), intermediate_size=16384)
+    plain = dataclasses.replace(gated, mlp_gated=False)  # OPT's fc1, ReLU, fc2
+    g, p = shard_shapes(gated, 2), shard_shapes(plain, 2)
+    up, act = GEMMS.index("mlp_up_proj"), ELEMENTWISE.index("mlp_act")
+    assert (g.gemm[up], p.gemm[up]) == ((4096, 2 * 8192), (4096, 8192))
+    assert g.gemm[GEMMS.index("mlp_down_proj")] == p.gemm[GEMMS.index("mlp_down_proj")]
+    assert (g.elementwise_bytes[act], p.elementwise_bytes[act]) == (3 * 8192 * 2, 2 * 8192 * 2)
+    gpu = get_gpu("A100-80GB")
+    for step in ((0, 8, 8192, 8192), (2048, 0, 2048, 2048 * 2049 // 2)):
+        assert OperatorCostModel(plain, gpu).step_time(*step) < OperatorCostModel(
+            gated, gpu
+        ).step_time(*step)
+
+
 def test_the_bench_times_steps_with_the_operator_model_where_it_can() -> None:
     cost, model, gpu = make_cost_model("Llama-3-8B", "H100", 1, None)
     assert isinstance(cost, OperatorCostModel) and cost.describe()["kind"] == "operators"

@@ -5,8 +5,8 @@ Qwen3 (dense); Mixtral (``num_local_experts``); Qwen2-MoE and Qwen3-MoE (``num_e
 ``moe_intermediate_size``, ``shared_expert_intermediate_size``, ``mlp_only_layers``,
 ``decoder_sparse_step``); DeepSeek-V2/V3 and GLM-4.5 (``n_routed_experts``,
 ``n_shared_experts``, ``first_k_dense_replace``, ``moe_layer_freq``, and DeepSeek's
-multi-head latent attention, ``kv_lora_rank``); a multimodal model's decoder under
-``text_config``. Only files on this machine are read: nothing is downloaded. A shape that
+multi-head latent attention, ``kv_lora_rank``); OPT (``ffn_dim``, a plain MLP, tied
+embeddings); a multimodal model's decoder under ``text_config``. Only files on this machine are read: nothing is downloaded. A shape that
 cannot be read (a key missing, a count that is not positive, heads that do not split the
 hidden size) is refused with a :class:`SchedkitError` naming the file and the key.
 """
@@ -34,6 +34,20 @@ REQUIRED_KEYS = (
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 2}
 ASSUMED_DTYPE = "bfloat16"  # when the config names none, as vLLM assumes
 EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
+
+
+@dataclass(frozen=True)
+class _Family:
+    """What an architecture's config leaves unsaid: the key of its MLP's width, whether
+    the MLP is gated, and whether its embeddings are tied when the config does not say."""
+
+    mlp_key: str = "intermediate_size"
+    mlp_gated: bool = True
+    tied: bool = False
+
+
+# By model_type; any other is read as Llama's. OPT: fc1/fc2 with ReLU, lm_head tied.
+FAMILIES = {"opt": _Family(mlp_key="ffn_dim", mlp_gated=False, tied=True)}
 TOP_K_KEYS = ("num_experts_per_tok", "moe_topk")
 MLA_KEYS = ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 
@@ -106,6 +120,7 @@ class _Keys:
         self.top, self.where = data, where
         self.nested = isinstance(text, dict)
         self.text: dict[str, Any] = text if isinstance(text, dict) else data
+        self.family = FAMILIES.get(str(self.text.get("model_type")), _Family())
 
     def spelled(self, key: str) -> str:
         return f"text_config.{key}" if self.nested else key
@@ -134,12 +149,20 @@ class _Keys:
         return SchedkitError(f"{self.where}: {message}")
 
     def profile(self, name: str, source: str) -> ModelProfile:
-        missing = [key for key in REQUIRED_KEYS if self.get(key) is None]
+        mlp = self.family.mlp_key
+        required = tuple(mlp if key == "intermediate_size" else key for key in REQUIRED_KEYS)
+        missing = [key for key in required if self.get(key) is None]
         if missing:
             raise self.fail(
                 f"no {', '.join(map(self.spelled, missing))}: the cost model sizes a model"
-                f" by {', '.join(REQUIRED_KEYS)} (a multimodal model's under text_config);"
+                f" by {', '.join(required)} (a multimodal model's under text_config);"
                 " give the folder of a model whose config names them"
+            )
+        projected = self.get("word_embed_proj_dim")
+        if projected is not None and projected != self.get("hidden_size"):
+            raise self.fail(
+                f"{self.spelled('word_embed_proj_dim')} ({projected}) differs from"
+                f" {self.spelled('hidden_size')}: the projections between them are not sized"
             )
         layers = self.count("num_hidden_layers")
         experts, top_k, expert_size, shared, dense = self.experts(layers)
@@ -153,10 +176,11 @@ class _Keys:
             num_kv_heads=attention.kv_heads,
             head_dim=attention.head_dim,
             vocab_size=self.count("vocab_size"),
-            intermediate_size=self.count("intermediate_size"),
+            intermediate_size=self.count(mlp),
             dtype_bytes=dtype_bytes,
             weight_bits=self.weight_bits(dtype_bytes),
             tie_word_embeddings=self.tied(),
+            mlp_gated=self.family.mlp_gated,
             num_experts=experts,
             experts_per_token=top_k,
             moe_intermediate_size=expert_size,
@@ -253,7 +277,7 @@ class _Keys:
     def tied(self) -> bool:
         value = self.get("tie_word_embeddings", inherit=True)
         if value is None:
-            return False  # the default of every architecture above
+            return self.family.tied  # transformers' default for the architecture
         if not isinstance(value, bool):
             raise self.fail(f"tie_word_embeddings must be true or false, got {value!r}")
         return value

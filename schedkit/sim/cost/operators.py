@@ -223,18 +223,19 @@ def shard_shapes(model: ModelProfile, tp: int) -> _Shapes:
     kv_heads = max(1, model.num_kv_heads // tp)
     kv = kv_heads * hd
     kv_b = model.kv_dtype_bytes or b
+    up = 2 if model.mlp_gated else 1  # gate and up in one GEMM, or up alone (OPT's fc1)
     return _Shapes(
         gemm=(
             (h, q + 2 * kv),
             (q, h),
-            (h, 2 * model.intermediate_size // tp),
+            (h, up * model.intermediate_size // tp),
             (model.intermediate_size // tp, h),
         ),
         elementwise_bytes=(
             2 * h * b,
             2 * h * b,
             2 * (q + kv) * b,
-            3 * model.intermediate_size // tp * b,
+            (up + 1) * model.intermediate_size // tp * b,  # the activation reads up, writes one
             3 * h * b,
             2 * kv * kv_b,
         ),

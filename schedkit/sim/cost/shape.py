@@ -16,8 +16,9 @@ CONFIG_NAME = "config.json"
 @dataclass(frozen=True)
 class ModelProfile:
     """A decoder: GQA attention (or DeepSeek's multi-head latent attention, MLA), a gated
-    MLP in every layer (or, with ``num_experts``, a mixture of gated-MLP experts in all but
-    ``num_dense_layers``), RMSNorms, embeddings untied unless ``tie_word_embeddings``.
+    MLP in every layer (a plain one, up and down, where not ``mlp_gated``: OPT's; or, with
+    ``num_experts``, a mixture of gated-MLP experts in all but ``num_dense_layers``),
+    RMSNorms, embeddings untied unless ``tie_word_embeddings``.
 
     The built-ins and a profile file give the Llama-style fields; a model folder's
     ``config.json`` (``--model PATH``, :mod:`schedkit.sim.cost.hf_config`) gives them all.
@@ -35,6 +36,7 @@ class ModelProfile:
     kv_dtype_bytes: int = 0  # the KV cache's element size (vLLM --kv-cache-dtype); 0: dtype's
     weight_bits: int = 0  # quantized linear weights' bits (GPTQ/AWQ 4, FP8 8); 0: dtype's
     tie_word_embeddings: bool = False
+    mlp_gated: bool = True  # gate and up projections (SwiGLU); False: up only (OPT's fc1)
     num_experts: int = 0  # routed experts of a MoE layer; 0: a dense MLP in every layer
     experts_per_token: int = 0
     moe_intermediate_size: int = 0  # each expert's; 0: intermediate_size
@@ -60,7 +62,7 @@ class ModelProfile:
 
     def _params(self, experts: int) -> int:
         h = self.hidden_size
-        dense_mlp = 3 * h * self.intermediate_size
+        dense_mlp = (3 if self.mlp_gated else 2) * h * self.intermediate_size
         dense_layers, moe_mlp = self.num_layers, 0
         if self.num_experts:
             expert = 3 * h * (self.moe_intermediate_size or self.intermediate_size)
@@ -131,6 +133,8 @@ class ModelProfile:
             "bytes_per_param": self.dtype_bytes,
             "tied_embeddings": self.tie_word_embeddings,
         }
+        if not self.mlp_gated:
+            out["mlp_gated"] = False
         if self.weight_bits:
             out["weight_bits"] = self.weight_bits
         if self.kv_lora_rank:
