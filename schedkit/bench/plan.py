@@ -76,6 +76,14 @@ class PlanSpec(BaseModel):
         " rescaled to it), as schedkit bench --request-rate.",
     )
     prices: dict[str, float] = Field(default_factory=dict)  # GPU name -> $ per GPU-hour
+    disagg: bool = Field(
+        default=False,
+        description="Add disaggregated candidates: for each GPU, prefill TP x decode TP (each"
+        " of the TPs) x prefill:decode ratio (pd_ratios); a replica is one unit of the ratio.",
+    )
+    pd_ratios: list[tuple[int, int]] = Field(
+        default_factory=lambda: [(1, 1), (2, 1), (1, 2)], min_length=1
+    )
     early_stop: bool = Field(
         default=True,
         description="Stop a probe once it can no longer reach the target (its attainment"
@@ -102,6 +110,10 @@ class PlanSpec(BaseModel):
             raise ValueError("a plan needs an SLO: give --slo-ttft-ms and/or --slo-tpot-ms")
         if self.bench.engine != "sim":
             raise ValueError("a plan runs on --engine sim")
+        if any(p < 1 or d < 1 or p > 64 or d > 64 for p, d in self.pd_ratios):
+            raise ValueError(
+                "--pd-ratio P:D counts prefill and decode instances per replica: 1 to 64 each"
+            )
         if self.request_rate is not None and self.bench.workload.rate_scale != 1.0:
             raise ValueError("give --rate-scale or --request-rate, not both")
         bad = sorted(p for p, v in self.prices.items() if not (v > 0 and math.isfinite(v)))
@@ -153,17 +165,24 @@ def prepare(plan: PlanSpec) -> list[Candidate]:
     requests: Sequence[TraceRequest] | None = None
     load: dict[str, Any] = {}
     candidates = []
-    for gpu, tp, variant in _jobs(plan):
-        settings = plan.settings[variant].overrides()
-        spec = plan.bench.with_settings({"gpu": gpu, "tp": tp, **settings})
-        out: dict[str, Any] = {"gpu": gpu, "tp": tp, "settings": settings, "probes": []}
+    for job in _jobs(plan):
+        settings = plan.settings[job.variant].overrides()
+        out: dict[str, Any] = {"gpu": job.gpu, "tp": job.tp, "settings": settings, "probes": []}
+        pools: dict[str, Any] = {}
+        if job.ratio is not None:
+            (p, d), (tp_p, tp_d) = job.ratio, job.pool_tps
+            pools = {"prefill_replicas": p, "decode_replicas": d, "prefill_tp": tp_p,
+                     "decode_tp": tp_d}  # fmt: skip
+            out["disaggregated"] = {"prefill": [p, tp_p], "decode": [d, tp_d]}
+        out["gpus_per_replica"] = job.gpus_per_replica
+        spec = plan.bench.with_settings({"gpu": job.gpu, "tp": job.tp, **settings, **pools})
         candidates.append(Candidate(out))
         try:
             bench = Bench(spec)
         except SchedkitError as exc:  # the model does not fit, the TP does not split it
             out["error"] = str(exc)
             continue
-        _, cost, sim_config, _ = bench.arm_engines[0]
+        _, cost, sim_config, disagg = bench.arm_engines[0]
         config = bench.configs[0]
         if requests is None:
             scale = plan.rate_scale(bench)
@@ -172,14 +191,46 @@ def prepare(plan: PlanSpec) -> list[Candidate]:
             requests = trusted_requests(offered, config.trust)
         out.update(load)
         slos = spec.stats.slo_ttft_ms, spec.stats.slo_tpot_ms
-        deployment = Deployment(requests, cost, sim_config, config, *slos, registry)
+        deployment = Deployment(
+            requests, cost, sim_config, config, *slos, registry, disagg, bench.pool_configs[0]
+        )
         candidates[-1] = Candidate(out, bench, deployment)
     return candidates
 
 
-def _jobs(plan: PlanSpec) -> list[tuple[str, int, int]]:
-    """The candidates, in the order given: GPU, then TP, then engine settings."""
-    return [(g, tp, v) for g in plan.gpus for tp in plan.tps for v in range(len(plan.settings))]
+@dataclass(frozen=True)
+class Job:
+    """One candidate to prepare: a GPU, a TP (a disaggregated one: the prefill and
+    decode instances of one replica, and their TPs), a set of engine settings."""
+
+    gpu: str
+    tp: int
+    variant: int
+    ratio: tuple[int, int] | None = None
+    pool_tps: tuple[int, int] = (1, 1)
+
+    @property
+    def gpus_per_replica(self) -> int:
+        if self.ratio is None:
+            return self.tp
+        return self.ratio[0] * self.pool_tps[0] + self.ratio[1] * self.pool_tps[1]
+
+
+def _jobs(plan: PlanSpec) -> list[Job]:
+    """The candidates, in the order given: GPU, then TP, then engine settings; with
+    ``disagg``, then each GPU's disaggregated ones: prefill TP, decode TP, ratio."""
+    variants = range(len(plan.settings))
+    jobs = [Job(g, tp, v) for g in plan.gpus for tp in plan.tps for v in variants]
+    if plan.disagg:
+        jobs += [
+            Job(g, plan.tps[0], v, ratio, (tp_p, tp_d))
+            for g in plan.gpus
+            for tp_p in plan.tps
+            for tp_d in plan.tps
+            for ratio in plan.pd_ratios
+            for v in variants
+        ]
+    return jobs
 
 
 _PREPARED: tuple[PlanSpec, list[Candidate]] | None = None  # also what forked workers see
@@ -199,7 +250,7 @@ def probe(plan: PlanSpec, candidate: Candidate, replicas: int) -> dict[str, Any]
     d, out = candidate.deployment, candidate.out
     assert d is not None
     price = plan.prices.get(out["gpu"])
-    gpus = replicas * out["tp"]
+    gpus = replicas * out["gpus_per_replica"]
     figures: dict[str, Any] = {
         "replicas": replicas,
         "gpus": gpus,
@@ -248,8 +299,13 @@ def _finish(plan: PlanSpec, candidate: Candidate, probes: dict[int, dict[str, An
         return
     assert bench is not None
     out["replicas"] = high
-    out["gpus"] = high * out["tp"]
+    out["gpus"] = high * out["gpus_per_replica"]
     out["cost_per_hour"] = probes[high]["cost_per_hour"]
+    # DistServe's measure: the rate served within the SLOs, per GPU
+    out["goodput_per_gpu_rps"] = out["offered_rps"] / out["gpus"]
+    if "disaggregated" in out:  # the memory rule of thumb is an aggregated replica's
+        out["rule_of_thumb"] = None
+        return
     out["rule_of_thumb"] = _thumb_replicas(
         bench, bench.spec, out["tp"], probes[high], out["offered_rps"]
     )
@@ -316,6 +372,7 @@ def _answer(plan: PlanSpec, candidates: list[dict[str, Any]]) -> dict[str, Any]:
         "offered_rps": offered.get("offered_rps"),
         "attainment": plan.attainment,
         "max_replicas": plan.max_replicas,
+        "disagg": plan.disagg,
         "early_stop": plan.early_stop,
         "ranked_by": "cost per hour" if plan.prices else "GPU count",
         "best": ranked[0] if ranked and "replicas" in ranked[0] else None,

@@ -20,16 +20,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
+from schedkit.bench.disagg import Disaggregation
 from schedkit.bench.progress import per_replica, simulating
 from schedkit.bench.stats.metrics import meets_slo
 from schedkit.config import SchedkitConfig
 from schedkit.facade import PolicyFacade
 from schedkit.plugins import PolicyRegistry
-from schedkit.records import RunResult
+from schedkit.records import RequestRecord, RunResult
 from schedkit.sim.cluster import Cluster
 from schedkit.sim.config import SimConfig, StepCost
-from schedkit.sim.engine import no_cyclic_gc
+from schedkit.sim.disagg import DisaggCluster, Pool
+from schedkit.sim.engine import SimEngine, no_cyclic_gc
 from schedkit.workload import TraceRequest
 
 __all__ = ["Deployment", "Stopped", "run_probe"]
@@ -49,6 +52,9 @@ class Deployment:
     slo_ttft_ms: float | None
     slo_tpot_ms: float | None
     registry: PolicyRegistry
+    # a disaggregated candidate: its deployment (one replica of it), and its pools' policies
+    disagg: Disaggregation | None = None
+    pool_configs: tuple[SchedkitConfig | None, SchedkitConfig | None] = (None, None)
 
 
 @dataclass(frozen=True)
@@ -73,10 +79,21 @@ class Stopped:
         return (self.requests - self.missed) / self.requests
 
 
+class Watched(Protocol):
+    """A replay watched as it goes: an aggregated ``Cluster`` or a ``DisaggCluster``."""
+
+    @property
+    def records(self) -> Sequence[RequestRecord]: ...  # those routed so far
+    def refreshed(self, index: int) -> RequestRecord: ...
+    def first_token_floor(self, index: int) -> float: ...
+    def route(self, upto: int) -> None: ...
+    def run(self) -> RunResult: ...
+
+
 class Misses:
     """Counts the requests of a running ``cluster`` certain to miss their SLOs."""
 
-    def __init__(self, cluster: Cluster, slo_ttft_ms: float | None, slo_tpot_ms: float | None):
+    def __init__(self, cluster: Watched, slo_ttft_ms: float | None, slo_tpot_ms: float | None):
         self.cluster = cluster
         self.slo_ttft_ms, self.slo_tpot_ms = slo_ttft_ms, slo_tpot_ms
         self.undecided: list[int] = []  # routed requests that may still meet every SLO
@@ -93,13 +110,11 @@ class Misses:
         """The requests routed so far that are certain to miss (those decided before
         are not looked at again: an outcome does not change once certain)."""
         cluster, ttft = self.cluster, self.slo_ttft_ms
-        records, placement = cluster.records, cluster.placement
-        clocks = [engine.clock for engine in cluster.replicas]
-        undecided = [*self.undecided, *range(self.looked, len(records))]
-        self.looked = len(records)
+        undecided = [*self.undecided, *range(self.looked, len(cluster.records))]
+        self.looked = len(cluster.records)
         keep = []
         for i in undecided:
-            record = records[i]
+            record = cluster.refreshed(i)
             if record.finish_reason:  # ended: decided either way
                 if meets_slo(record, ttft, self.slo_tpot_ms):
                     self.met += 1
@@ -110,7 +125,7 @@ class Misses:
             if target is not None:
                 first = record.first_token_s
                 if first is None:
-                    first = clocks[placement[i]]  # the first token comes no earlier
+                    first = cluster.first_token_floor(i)  # the first token comes no earlier
                 if (first - record.arrival_s) * 1000.0 > target:
                     self.missed += 1
                     continue
@@ -119,19 +134,35 @@ class Misses:
         return self.missed
 
 
+def _cluster(d: Deployment, replicas: int) -> tuple[Watched, list[SimEngine]]:
+    """``d`` on ``replicas`` replicas (a disaggregated one: ``replicas`` times each of its
+    pools), and its engines."""
+
+    def facades(n: int, config: SchedkitConfig | None = None) -> list[PolicyFacade]:
+        return [PolicyFacade.from_config(config or d.config, registry=d.registry) for _ in range(n)]
+
+    router = PolicyFacade.from_config(d.config, registry=d.registry)
+    g = d.disagg
+    if g is None:
+        cluster = Cluster(d.requests, d.cost, d.sim_config, facades(replicas), router)
+        return cluster, cluster.replicas
+    prefill = Pool(facades(replicas * g.prefill.replicas, d.pool_configs[0]),
+                   g.prefill.cost, g.prefill.config, g.prefill.tp)  # fmt: skip
+    decode = Pool(facades(replicas * g.decode.replicas, d.pool_configs[1]),
+                  g.decode.cost, g.decode.config, g.decode.tp)  # fmt: skip
+    disagg = DisaggCluster(d.requests, prefill, decode, g.link, g.kv_bytes_per_token, router)
+    return disagg, disagg.engines
+
+
 def run_probe(d: Deployment, replicas: int, target: float | None) -> RunResult | Stopped:
     """The replay of ``d`` on ``replicas`` replicas behind the policies' router; with a
     ``target`` attainment, stopped (:class:`Stopped`) once it is certain to stay below it.
     Progress is shown as for any simulator run (``schedkit.bench.progress``)."""
-    facades = [PolicyFacade.from_config(d.config, registry=d.registry) for _ in range(replicas)]
-    router = PolicyFacade.from_config(d.config, registry=d.registry)
-    cluster = Cluster(d.requests, d.cost, d.sim_config, facades, router)
-    total = len(cluster.requests)
+    cluster, engines = _cluster(d, replicas)
+    total = len(d.requests)
     with simulating(d.requests) as on_sample, no_cyclic_gc():
         if on_sample is not None:
-            for engine, hook in zip(
-                cluster.replicas, per_replica(on_sample, replicas), strict=True
-            ):
+            for engine, hook in zip(engines, per_replica(on_sample, len(engines)), strict=True):
                 engine.recorder.on_sample = hook
         # a client's concurrency limit moves arrivals as it holds requests: no watching
         if target is not None and d.sim_config.max_concurrency is None:

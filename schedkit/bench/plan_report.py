@@ -34,9 +34,16 @@ NA_NOTE = (
 
 
 def candidate_name(c: Mapping[str, Any]) -> str:
-    """``H100-SXM tp=1``, with the candidate's own engine settings in brackets."""
+    """``H100-SXM tp=1``, with the candidate's own engine settings in brackets; a
+    disaggregated one's replica: ``H100-SXM 1P tp=2 + 2D tp=1``."""
     extra = ", ".join(f"{k}={v}" for k, v in c["settings"].items())
-    return f"{c['gpu']} tp={c['tp']}" + (f" [{extra}]" if extra else "")
+    pools = c.get("disaggregated")
+    if pools:
+        (p, tp_p), (d, tp_d) = pools["prefill"], pools["decode"]
+        name = f"{c['gpu']} {p}P tp={tp_p} + {d}D tp={tp_d}"
+    else:
+        name = f"{c['gpu']} tp={c['tp']}"
+    return name + (f" [{extra}]" if extra else "")
 
 
 def _priced(result: Result) -> bool:
@@ -54,6 +61,12 @@ def _num(value: float | None, digits: int) -> str:
 
 def _deployment(c: Mapping[str, Any]) -> str:
     replicas = f"{c['replicas']} replica{'s' if c['replicas'] != 1 else ''}"
+    pools = c.get("disaggregated")
+    if pools:
+        k = c["replicas"]
+        replicas += (
+            f" ({k * pools['prefill'][0]} prefill + {k * pools['decode'][0]} decode instances)"
+        )
     gpus = f"{c['gpus']} GPU{'s' if c['gpus'] != 1 else ''}"
     cost = f", ${c['cost_per_hour']:,.2f}/h" if c["cost_per_hour"] is not None else ""
     return f"{candidate_name(c)} x {replicas} = {gpus}{cost}"
@@ -96,10 +109,11 @@ def context(result: Result) -> str:
     )
 
 
-def header(result: Result, last: str) -> list[str]:
+def header(result: Result, last: str, per_gpu: bool = False) -> list[str]:
     cost = ["$/h"] if _priced(result) else []
+    rate = ["req/s per GPU"] if per_gpu else []
     return ["candidate", "replicas", "GPUs", *cost, "SLO attainment", "p90 TTFT (ms)",
-            "p90 TPOT (ms)", last]  # fmt: skip
+            "p90 TPOT (ms)", *rate, last]  # fmt: skip
 
 
 def _percent(share: float) -> str:
@@ -136,9 +150,15 @@ def _verdict(result: Result, p: Mapping[str, Any]) -> str:
 
 
 def candidate_rows(result: Result) -> list[list[str]]:
-    """One row per candidate, in cost order, at its size, with its outcome."""
+    """One row per candidate, in cost order, at its size, with the rate it serves within
+    the SLOs per GPU (DistServe's goodput per GPU) and its outcome."""
     return [
-        [candidate_name(c), *_cells(result, _at_size(c)), c["outcome"]]
+        [
+            candidate_name(c),
+            *_cells(result, _at_size(c)),
+            _num(c.get("goodput_per_gpu_rps"), 3),
+            c["outcome"],
+        ]
         for c in result["candidates"]
     ]
 
@@ -220,7 +240,7 @@ def render_plan_markdown(result: Result) -> str:
     return "\n".join([
         "# schedkit plan", "", headline(result), "", context(result), "",
         "## Candidates, cheapest first", "",
-        *_md_table(header(result, "outcome"), candidates, chosen), "", RANKING,
+        *_md_table(header(result, "outcome", per_gpu=True), candidates, chosen), "", RANKING,
         *([NA_NOTE] if na else []), "",
         "## Every probe of the search", "",
         *_md_table(header(result, "vs target"), probes, None), "",
@@ -324,7 +344,7 @@ def render_plan_html(result: Result) -> str:
         f'<section id="answer" class="summary"><h2>The answer</h2>'
         f'<p class="headline">{prose(headline(result))}</p>'
         f"<h3>Candidates, cheapest first</h3>"
-        f"{_html_table(header(result, 'outcome'), candidates, chosen, 'candidates')}"
+        f"{_html_table(header(result, 'outcome', per_gpu=True), candidates, chosen, 'candidates')}"
         f'<p class="method">{prose(RANKING + (" " + NA_NOTE if na else ""))}</p></section>\n'
         f'<section id="chart"><h2>SLO attainment of every probe</h2><figure>'
         f"{plan_chart(result)}<figcaption>One line per candidate through the replica counts"

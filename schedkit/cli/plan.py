@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from schedkit.bench.settings import EngineSpec
+from schedkit.bench.settings import DEFAULT_KV_LINK, EngineSpec
 from schedkit.bench.spec import WorkloadSpec
 from schedkit.errors import SchedkitError, quote
 
@@ -143,6 +143,18 @@ def plan(
     ] = None,
     jobs: Jobs = None,
     early_stop: EarlyStop = True,
+    disagg: Annotated[
+        bool,
+        typer.Option(
+            help="Add disaggregated candidates: per GPU, prefill TP x decode TP (each of"
+            " --tp) x --pd-ratio; ranked with the aggregated ones, with req/s per GPU."
+        ),
+    ] = False,
+    pd_ratio: Annotated[
+        str,
+        typer.Option(help="Prefill:decode instances per replica, comma-separated (--disagg)."),
+    ] = "1:1,2:1,1:2",
+    kv_link: Annotated[str, typer.Option(help=_help(EngineSpec, "kv_link"))] = DEFAULT_KV_LINK,
     overwrite: Annotated[bool, typer.Option(help="Replace earlier results in --out.")] = False,
 ) -> None:
     """Capacity plan: for each GPU x TP x engine-settings candidate, the fewest replicas
@@ -153,12 +165,13 @@ def plan(
         dict(
             workload=workload, policies=[policy], model=model, slo_ttft_ms=slo_ttft_ms,
             slo_tpot_ms=slo_tpot_ms, rate_scale=_one_rate("--rate-scale", rate_scale),
-            max_requests=max_requests, jobs=jobs,
+            max_requests=max_requests, jobs=jobs, kv_link=kv_link,
         ),
         dict(
             gpus=_list("--gpu", gpu, str), tps=_list("--tp", tp, int), setting=setting,
             max_replicas=max_replicas, attainment=_attainment(ctx, attainment, target),
-            prices=_prices(price or []), early_stop=early_stop,
+            prices=_prices(price or []), early_stop=early_stop, disagg=disagg,
+            pd_ratios=_ratios(pd_ratio),
             request_rate=None if request_rate is None else _one_rate("--request-rate", request_rate),
         ),
     )  # fmt: skip
@@ -170,6 +183,19 @@ def plan(
     _write(out, result)
     if result["best"] is None:
         raise typer.Exit(4)
+
+
+def _ratios(text: str) -> list[tuple[int, int]]:
+    """``1:1,2:1`` as [(1, 1), (2, 1)]; an error naming the bad part otherwise."""
+    out = []
+    for part in text.split(","):
+        p, sep, d = part.strip().partition(":")
+        if not (sep and p.isdigit() and d.isdigit()):
+            raise SchedkitError(
+                f"--pd-ratio {part.strip()!r} is not PREFILL:DECODE; write e.g. --pd-ratio 1:1,2:1"
+            )
+        out.append((int(p), int(d)))
+    return out
 
 
 def _plan_spec(bench: dict[str, Any], plan: dict[str, Any]) -> PlanSpec:
@@ -207,8 +233,9 @@ def _write(out: Path, result: dict[str, Any]) -> None:
     (out / "plan.md").write_text(render_plan_markdown(result), encoding="utf-8")
     (out / "plan.html").write_text(render_plan_html(result), encoding="utf-8")
     console = Console()
-    names = header(result, "outcome")
-    keep = [i for i, name in enumerate(names) if not name.startswith("p90")]  # plan.md has them
+    names = header(result, "outcome", per_gpu=True)
+    shown = ("p90",) if result.get("disagg") else ("p90", "req/s")  # plan.md has them all
+    keep = [i for i, name in enumerate(names) if not name.startswith(shown)]
     table = Table(title=Text("candidates, cheapest first"))
     for i in keep:
         table.add_column(Text(names[i]), justify="right" if 0 < i < len(names) - 1 else "left")

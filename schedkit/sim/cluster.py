@@ -127,6 +127,15 @@ class Cluster:
                 self._started,
             )
 
+    def refreshed(self, index: int) -> RequestRecord:
+        """Request ``index``'s record as of now (a caller watching the run)."""
+        return self.records[index]
+
+    def first_token_floor(self, index: int) -> float:
+        """No first token of request ``index`` still to come can come before this: its
+        replica's clock (the end of the step it is in)."""
+        return self.replicas[self.placement[index]].clock
+
     def route(self, upto: int) -> None:
         """Route the requests before index ``upto`` (in arrival order) not routed yet:
         for each, every replica first runs the steps that start before its arrival."""

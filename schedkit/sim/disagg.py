@@ -210,15 +210,24 @@ class DisaggCluster:
         self.decode_routed = [0] * len(self.decode)
         self._turns = [0, 0]
         self._events: list[tuple[float, int, int]] = []  # (time, kind, request index)
+        self._next = 0  # the next request to arrive
+        self._started: float | None = None
+        self.now = 0.0  # where a watched run stopped: nothing is left to happen before it
 
     # -- the run ----------------------------------------------------------------------
 
     def run(self) -> RunResult:
-        started = time.perf_counter()
+        """Route every request not routed yet, run each engine to its end, and merge
+        their results."""
+        if self._started is None:
+            self._started = time.perf_counter()
+        started = self._started
         with no_cyclic_gc():
-            self._loop()
+            self._loop(len(self.traces))
+            self._check_done()
             results = [e.finish(started) for e in self.engines]
-            self.fill_records()
+            for i in range(len(self.records)):
+                self.refreshed(i)
         merged = merge(results, self.records, self.router, self.routed, self.pcfg, started)
         first = results[: len(self.prefill)]  # prefix-cache figures are the prefill side's:
         merged.prefix_query_tokens = sum(r.prefix_query_tokens for r in first)  # a decode
@@ -226,9 +235,18 @@ class DisaggCluster:
         merged.decode_routed = list(self.decode_routed)
         return merged
 
-    def _loop(self) -> None:
+    def route(self, upto: int) -> None:
+        """Run until the requests before index ``upto`` (in arrival order) have arrived,
+        and everything before the next arrival has happened (a caller watching the run:
+        ``refreshed``, ``now``)."""
+        if self._started is None:
+            self._started = time.perf_counter()
+        with no_cyclic_gc():
+            self._loop(min(upto, len(self.traces)))
+
+    def _loop(self, upto: int) -> None:
         traces, events, engines = self.traces, self._events, self.engines
-        n, nxt = len(traces), 0
+        n, nxt = len(traces), self._next
         while True:
             due = traces[nxt].arrival_s if nxt < n else math.inf
             event = events[0][0] if events else math.inf
@@ -242,10 +260,11 @@ class DisaggCluster:
             if min(due, event) <= first:
                 if events and event <= due:
                     self._event(*heapq.heappop(events))
-                elif due < math.inf:
+                elif nxt < upto:
                     self._arrive(nxt)
                     nxt += 1
                 else:
+                    self.now = min(due, event, first)
                     break
                 continue
             assert chosen is not None
@@ -256,7 +275,10 @@ class DisaggCluster:
                     assert leg.record.first_token_s is not None
                     heapq.heappush(events, (leg.record.first_token_s, _HANDOFF, leg.index))
                 chosen.prefilled.clear()
-        for engine in engines:
+        self._next = nxt
+
+    def _check_done(self) -> None:
+        for engine in self.engines:
             if engine.stalled or engine.waiting or engine.running:
                 raise RuntimeError(f"disaggregated run ended with work left: {engine!r}")
 
@@ -329,22 +351,29 @@ class DisaggCluster:
 
     # -- the requests' records ------------------------------------------------------
 
-    def fill_records(self) -> None:
-        """Each request's record from its two legs: queued and scheduled as its prefill,
-        first token, output and finish as its decode; rejected where either was."""
-        for record, p, d in zip(self.records, self.prefill_legs, self.decode_legs, strict=True):
-            pr = p.record
-            record.scheduled_s = pr.scheduled_s
-            record.cached_tokens = pr.cached_tokens
-            record.preemptions = pr.preemptions
-            record.recomputed_tokens = pr.recomputed_tokens
-            if d is None or pr.rejected:
-                record.finish_reason, record.reject_reason = pr.finish_reason, pr.reject_reason
-                continue
-            dr = d.record
-            record.first_token_s = dr.first_token_s
-            record.finish_s = dr.finish_s
-            record.output_tokens = dr.output_tokens
-            record.finish_reason, record.reject_reason = dr.finish_reason, dr.reject_reason
-            record.preemptions += dr.preemptions
-            record.recomputed_tokens += dr.recomputed_tokens
+    def refreshed(self, index: int) -> RequestRecord:
+        """Request ``index``'s record as of now, from its two legs: queued and scheduled
+        as its prefill, first token, output and finish as its decode; rejected where
+        either was."""
+        record, p, d = self.records[index], self.prefill_legs[index], self.decode_legs[index]
+        pr = p.record
+        record.scheduled_s = pr.scheduled_s
+        record.cached_tokens = pr.cached_tokens
+        record.preemptions = pr.preemptions
+        record.recomputed_tokens = pr.recomputed_tokens
+        if d is None or pr.rejected:
+            record.finish_reason, record.reject_reason = pr.finish_reason, pr.reject_reason
+            return record
+        dr = d.record
+        record.first_token_s = dr.first_token_s
+        record.finish_s = dr.finish_s
+        record.output_tokens = dr.output_tokens
+        record.finish_reason, record.reject_reason = dr.finish_reason, dr.reject_reason
+        record.preemptions += dr.preemptions
+        record.recomputed_tokens += dr.recomputed_tokens
+        return record
+
+    def first_token_floor(self, index: int) -> float:
+        """No first token still to come can come before this (a watched run's ``now``)."""
+        del index
+        return self.now
