@@ -27,6 +27,8 @@ law, replicas = arrival rate x mean E2E / (concurrency per replica).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 import math
 import multiprocessing as mp
 import os
@@ -39,7 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from schedkit.bench.arms import EngineSettings
 from schedkit.bench.engines.sim import trusted_requests
-from schedkit.bench.plan_probe import Deployment, Stopped, run_probe
+from schedkit.bench.plan_probe import Deployment, Sizes, Stopped, alone, run_probe
 from schedkit.bench.plan_search import fewest_meeting, probe_all
 from schedkit.bench.progress import tracking
 from schedkit.bench.runner import Bench, arrival_rate
@@ -79,10 +81,7 @@ class PlanSpec(BaseModel):
     disagg: bool = Field(
         default=False,
         description="Add disaggregated candidates: for each GPU, prefill TP x decode TP (each"
-        " of the TPs) x prefill:decode ratio (pd_ratios); a replica is one unit of the ratio.",
-    )
-    pd_ratios: list[tuple[int, int]] = Field(
-        default_factory=lambda: [(1, 1), (2, 1), (1, 2)], min_length=1
+        " of the TPs), each phase sized alone first, as DistServe's placement search does.",
     )
     early_stop: bool = Field(
         default=True,
@@ -110,10 +109,6 @@ class PlanSpec(BaseModel):
             raise ValueError("a plan needs an SLO: give --slo-ttft-ms and/or --slo-tpot-ms")
         if self.bench.engine != "sim":
             raise ValueError("a plan runs on --engine sim")
-        if any(p < 1 or d < 1 or p > 64 or d > 64 for p, d in self.pd_ratios):
-            raise ValueError(
-                "--pd-ratio P:D counts prefill and decode instances per replica: 1 to 64 each"
-            )
         if self.request_rate is not None and self.bench.workload.rate_scale != 1.0:
             raise ValueError("give --rate-scale or --request-rate, not both")
         bad = sorted(p for p, v in self.prices.items() if not (v > 0 and math.isfinite(v)))
@@ -169,12 +164,13 @@ def prepare(plan: PlanSpec) -> list[Candidate]:
         settings = plan.settings[job.variant].overrides()
         out: dict[str, Any] = {"gpu": job.gpu, "tp": job.tp, "settings": settings, "probes": []}
         pools: dict[str, Any] = {}
-        if job.ratio is not None:
-            (p, d), (tp_p, tp_d) = job.ratio, job.pool_tps
-            pools = {"prefill_replicas": p, "decode_replicas": d, "prefill_tp": tp_p,
-                     "decode_tp": tp_d}  # fmt: skip
-            out["disaggregated"] = {"prefill": [p, tp_p], "decode": [d, tp_d]}
-        out["gpus_per_replica"] = job.gpus_per_replica
+        if job.phase is not None:
+            out["phase"] = job.phase
+            pools = {"prefill_replicas": 1, "decode_replicas": 1, f"{job.phase}_tp": job.tp}
+        if job.pool_tps is not None:
+            out["pool_tps"] = list(job.pool_tps)
+            pools = {"prefill_replicas": 1, "decode_replicas": 1, "prefill_tp": job.pool_tps[0],
+                     "decode_tp": job.pool_tps[1]}  # fmt: skip
         spec = plan.bench.with_settings({"gpu": job.gpu, "tp": job.tp, **settings, **pools})
         candidates.append(Candidate(out))
         try:
@@ -190,44 +186,45 @@ def prepare(plan: PlanSpec) -> list[Candidate]:
             load = {"rate_scale": scale, "offered_rps": arrival_rate(offered)}
             requests = trusted_requests(offered, config.trust)
         out.update(load)
-        slos = spec.stats.slo_ttft_ms, spec.stats.slo_tpot_ms
+        ttft, tpot = spec.stats.slo_ttft_ms, spec.stats.slo_tpot_ms
+        sizes: Sizes | None = None
+        if job.phase is not None:
+            assert disagg is not None
+            disagg, sizes = alone(disagg, job.phase), Sizes(job.phase)
+            if job.phase == "prefill":  # its decodes take no time: no TPOT to judge
+                tpot = None
         deployment = Deployment(
-            requests, cost, sim_config, config, *slos, registry, disagg, bench.pool_configs[0]
-        )
+            requests, cost, sim_config, config, ttft, tpot, registry, disagg,
+            bench.pool_configs[0], sizes,
+        )  # fmt: skip
         candidates[-1] = Candidate(out, bench, deployment)
     return candidates
 
 
 @dataclass(frozen=True)
 class Job:
-    """One candidate to prepare: a GPU, a TP (a disaggregated one: the prefill and
-    decode instances of one replica, and their TPs), a set of engine settings."""
+    """One candidate to prepare: a GPU, a TP and a set of engine settings; or one phase
+    of a disaggregated deployment sized alone (``phase``: its instances' TP is ``tp``);
+    or a disaggregated deployment (``pool_tps``: its prefill and decode TPs)."""
 
     gpu: str
     tp: int
     variant: int
-    ratio: tuple[int, int] | None = None
-    pool_tps: tuple[int, int] = (1, 1)
-
-    @property
-    def gpus_per_replica(self) -> int:
-        if self.ratio is None:
-            return self.tp
-        return self.ratio[0] * self.pool_tps[0] + self.ratio[1] * self.pool_tps[1]
+    phase: str | None = None
+    pool_tps: tuple[int, int] | None = None
 
 
 def _jobs(plan: PlanSpec) -> list[Job]:
-    """The candidates, in the order given: GPU, then TP, then engine settings; with
-    ``disagg``, then each GPU's disaggregated ones: prefill TP, decode TP, ratio."""
+    """The aggregated candidates, in the order given: GPU, then TP, then engine settings;
+    with ``disagg``, then each phase of each GPU and TP (sized alone), GPU by GPU."""
     variants = range(len(plan.settings))
     jobs = [Job(g, tp, v) for g in plan.gpus for tp in plan.tps for v in variants]
     if plan.disagg:
         jobs += [
-            Job(g, plan.tps[0], v, ratio, (tp_p, tp_d))
+            Job(g, tp, v, phase)
             for g in plan.gpus
-            for tp_p in plan.tps
-            for tp_d in plan.tps
-            for ratio in plan.pd_ratios
+            for phase in ("prefill", "decode")
+            for tp in plan.tps
             for v in variants
         ]
     return jobs
@@ -250,12 +247,15 @@ def probe(plan: PlanSpec, candidate: Candidate, replicas: int) -> dict[str, Any]
     d, out = candidate.deployment, candidate.out
     assert d is not None
     price = plan.prices.get(out["gpu"])
-    gpus = replicas * out["gpus_per_replica"]
-    figures: dict[str, Any] = {
-        "replicas": replicas,
-        "gpus": gpus,
-        "cost_per_hour": gpus * price if price is not None else None,
-    }
+    figures: dict[str, Any] = {"replicas": replicas}
+    if d.sizes is not None and "pool_tps" in out:  # a disaggregated deployment
+        p, n = d.sizes(replicas)
+        (tp_p, tp_d) = out["pool_tps"]
+        figures.update(prefill_replicas=p, decode_replicas=n)
+        gpus = p * tp_p + n * tp_d
+    else:  # aggregated replicas, or a phase's instances
+        gpus = replicas * out["tp"]
+    figures.update(gpus=gpus, cost_per_hour=gpus * price if price is not None else None)
     run = run_probe(d, replicas, plan.attainment if plan.early_stop else None)
     if isinstance(run, Stopped):
         figures.update(dict.fromkeys(PROBE_FIGURES), meets=False)
@@ -299,12 +299,18 @@ def _finish(plan: PlanSpec, candidate: Candidate, probes: dict[int, dict[str, An
         return
     assert bench is not None
     out["replicas"] = high
-    out["gpus"] = high * out["gpus_per_replica"]
+    out["gpus"] = probes[high]["gpus"]
     out["cost_per_hour"] = probes[high]["cost_per_hour"]
     # DistServe's measure: the rate served within the SLOs, per GPU
     out["goodput_per_gpu_rps"] = out["offered_rps"] / out["gpus"]
-    if "disaggregated" in out:  # the memory rule of thumb is an aggregated replica's
+    if "pool_tps" in out:  # the memory rule of thumb is an aggregated replica's
+        out["disaggregated"] = {
+            "prefill": [probes[high]["prefill_replicas"], out["pool_tps"][0]],
+            "decode": [probes[high]["decode_replicas"], out["pool_tps"][1]],
+        }
         out["rule_of_thumb"] = None
+        return
+    if "phase" in out:
         return
     out["rule_of_thumb"] = _thumb_replicas(
         bench, bench.spec, out["tp"], probes[high], out["offered_rps"]
@@ -330,37 +336,112 @@ def run_plan(plan: PlanSpec) -> dict[str, Any]:
     in cost order with why it is not the chosen one. The probes run in parallel
     processes (``plan.bench.jobs``, default one per CPU core) forked from this one, so
     that they share the prepared candidates (``schedkit.bench.plan_search``: the same
-    probes and answers as run one by one)."""
+    probes and answers as run one by one).
+
+    With ``disagg``, as DistServe's placement search: first each phase is sized alone
+    (the fewest prefill instances of each TP meeting the TTFT SLO, the fewest decode
+    instances meeting both, the other phase taking no time), with the aggregated
+    candidates; then each pair of prefill and decode TPs is searched from those sizes
+    up, one instance at a time, with both phases running."""
     candidates = prepare(plan)
+    pairs = len(plan.gpus) * len(plan.tps) ** 2 * len(plan.settings) if plan.disagg else 0
+    with tracking(
+        "plan", len(candidates) + pairs, "candidates", runs="probes", fine=False
+    ) as track:
+        _search(plan, candidates, track)
+        phases = [c for c in candidates if "phase" in c.out]
+        disagg = _pairs(plan, phases)
+        for c in disagg:
+            if c.deployment is None:
+                track.item_done()
+        _search(plan, disagg, track)
+    ranked = [c.out for c in candidates if "phase" not in c.out] + [c.out for c in disagg]
+    return _answer(plan, ranked, [c.out for c in phases])
+
+
+def _search(plan: PlanSpec, candidates: list[Candidate], track: Any) -> None:
+    """Every runnable candidate's search, its answer in its ``out``."""
     runnable = [c for c in candidates if c.deployment is not None]
+    for c in candidates:  # it does not fit: no search
+        if c.deployment is None:
+            track.item_done()
     workers = plan.bench.jobs or len(os.sched_getaffinity(0))
     forked = workers >= 2 and len(runnable) >= 1 and "fork" in mp.get_all_start_methods()
     global _PREPARED
-    with tracking("plan", len(candidates), "candidates", runs="probes", fine=False) as track:
-        for c in candidates:  # it does not fit: no search
-            if c.deployment is None:
-                track.item_done()
-        _PREPARED = (plan, runnable)
-        try:
-            pool = fork_pool(workers) if forked else None
-            with pool or contextlib.nullcontext():
-                found = probe_all(
-                    len(runnable),
-                    plan.max_replicas,
-                    _probe,
-                    pool,
-                    lambda i: track.item_done(),
-                    workers,
-                )
-        finally:
-            _PREPARED = None
+    _PREPARED = (plan, runnable)
+    try:
+        pool = fork_pool(workers) if forked else None
+        with pool or contextlib.nullcontext():
+            found = probe_all(
+                len(runnable), plan.max_replicas, _probe, pool, lambda i: track.item_done(), workers
+            )
+    finally:
+        _PREPARED = None
     for c, probes in zip(runnable, found, strict=True):
         _finish(plan, c, probes)
-    return _answer(plan, [c.out for c in candidates])
 
 
-def _answer(plan: PlanSpec, candidates: list[dict[str, Any]]) -> dict[str, Any]:
-    """The plan's result: what was planned for, the answer and the ranked candidates."""
+def _pairs(plan: PlanSpec, phases: list[Candidate]) -> list[Candidate]:
+    """The disaggregated candidates: each GPU's prefill TP x decode TP x settings, its
+    search starting from the phases' sizes alone (not runnable where either has none)."""
+    sized = {
+        (c.out["gpu"], c.out["phase"], c.out["tp"], json.dumps(c.out["settings"])): c
+        for c in phases
+    }
+    out = []
+    for gpu in plan.gpus if plan.disagg else []:
+        for tp_p in plan.tps:
+            for tp_d in plan.tps:
+                for variant in plan.settings:
+                    key = json.dumps(variant.overrides())
+                    p, d = sized[gpu, "prefill", tp_p, key], sized[gpu, "decode", tp_d, key]
+                    out.append(_pair(plan, p, d))
+    return out
+
+
+def _pair(plan: PlanSpec, p: Candidate, d: Candidate) -> Candidate:
+    """The deployment of ``p``'s prefill instances and ``d``'s decode instances, grown
+    one instance at a time from each phase's size alone: first the pool whose instance
+    has fewer GPUs (prefill on a tie)."""
+    tps = (p.out["tp"], d.out["tp"])
+    out: dict[str, Any] = {"gpu": p.out["gpu"], "tp": tps[0], "pool_tps": list(tps),
+                           "settings": p.out["settings"], "probes": []}  # fmt: skip
+    alone_sizes = {"prefill": p.out.get("replicas"), "decode": d.out.get("replicas")}
+    out["phase_sizes"] = alone_sizes
+    missing = [phase for phase, size in alone_sizes.items() if size is None]
+    if missing or p.deployment is None or d.deployment is None:
+        why = "; ".join(
+            f"its {phase} phase: {(p if phase == 'prefill' else d).out.get('error', 'no size')}"
+            for phase in missing or ["prefill"]
+        )
+        out["error"] = f"no disaggregated deployment: {why}"
+        return Candidate(out)
+    spec = plan.bench.with_settings({
+        "gpu": out["gpu"], "tp": tps[0], **out["settings"], "prefill_replicas": 1,
+        "decode_replicas": 1, "prefill_tp": tps[0], "decode_tp": tps[1],
+    })  # fmt: skip
+    try:
+        bench = Bench(spec)
+    except SchedkitError as exc:
+        out["error"] = str(exc)
+        return Candidate(out)
+    _, cost, sim_config, disagg = bench.arm_engines[0]
+    out.update({k: p.out[k] for k in ("rate_scale", "offered_rps")})
+    first = "prefill" if tps[0] <= tps[1] else "decode"
+    sizes = Sizes(start=(int(p.out["replicas"]), int(d.out["replicas"])), first=first)
+    base = p.deployment
+    deployment = dataclasses.replace(
+        base, cost=cost, sim_config=sim_config, slo_tpot_ms=d.deployment.slo_tpot_ms,
+        disagg=disagg, sizes=sizes,
+    )  # fmt: skip
+    return Candidate(out, bench, deployment)
+
+
+def _answer(
+    plan: PlanSpec, candidates: list[dict[str, Any]], phases: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """The plan's result: what was planned for, the answer and the ranked candidates
+    (with ``disagg``, each phase's size alone too)."""
     ranked = rank(candidates)
     offered = next((c for c in candidates if "offered_rps" in c), {})
     return {
@@ -377,6 +458,7 @@ def _answer(plan: PlanSpec, candidates: list[dict[str, Any]]) -> dict[str, Any]:
         "ranked_by": "cost per hour" if plan.prices else "GPU count",
         "best": ranked[0] if ranked and "replicas" in ranked[0] else None,
         "candidates": ranked,
+        **({"phases": phases} if plan.disagg else {}),
     }
 
 

@@ -18,11 +18,12 @@ figures as an unwatched replay, as the simulation is the same step for step.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from schedkit.bench.disagg import Disaggregation
+from schedkit.bench.disagg import Disaggregation, PoolSetup
 from schedkit.bench.progress import per_replica, simulating
 from schedkit.bench.stats.metrics import meets_slo
 from schedkit.config import SchedkitConfig
@@ -35,7 +36,7 @@ from schedkit.sim.disagg import DisaggCluster, Pool
 from schedkit.sim.engine import SimEngine, no_cyclic_gc
 from schedkit.workload import TraceRequest
 
-__all__ = ["Deployment", "Stopped", "run_probe"]
+__all__ = ["Deployment", "Instant", "Sizes", "Stopped", "alone", "run_probe"]
 
 CHECKS = 128  # looks at the undecided requests per replay, at most (evenly by arrivals)
 
@@ -52,9 +53,71 @@ class Deployment:
     slo_ttft_ms: float | None
     slo_tpot_ms: float | None
     registry: PolicyRegistry
-    # a disaggregated candidate: its deployment (one replica of it), and its pools' policies
+    # a disaggregated candidate: its deployment, its pools' policies, and the prefill and
+    # decode instances at each count the search probes (default: that many of each pool)
     disagg: Disaggregation | None = None
     pool_configs: tuple[SchedkitConfig | None, SchedkitConfig | None] = (None, None)
+    sizes: Sizes | None = None
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """The prefill and decode instances a disaggregated search probes at count ``n``:
+    ``phase`` alone, n of its instances (the other pool: one that takes no time,
+    :func:`alone`); else ``start`` grown by one instance at a time, ``first`` first, then
+    the other pool, in turn (n = 1: ``start`` itself)."""
+
+    phase: str | None = None
+    start: tuple[int, int] = (1, 1)
+    first: str = "prefill"
+
+    def __call__(self, n: int) -> tuple[int, int]:
+        if self.phase == "prefill":
+            return n, 1
+        if self.phase == "decode":
+            return 1, n
+        grown, second = n - 1, (n - 1) // 2
+        more = (grown - second, second) if self.first == "prefill" else (second, grown - second)
+        return self.start[0] + more[0], self.start[1] + more[1]
+
+
+class Instant:
+    """A step cost of nothing: the other pool of a phase sized alone."""
+
+    def step_time(self, prefill: int, decode: int, kv_tokens: int, attn_pairs: int) -> float:
+        return 0.0
+
+    def decode_run_time(self, n: int, kv0: int, k: int) -> float:
+        return 0.0
+
+    def decode_steps_before(self, n: int, kv0: int, budget_s: float, k_max: int) -> int:
+        return k_max
+
+    def describe(self) -> dict[str, object]:
+        return {"kind": "instant"}
+
+
+UNBOUNDED = 1 << 40  # blocks, sequences and tokens a step of a pool that takes no time has
+
+
+def alone(d: Disaggregation, phase: str) -> Disaggregation:
+    """``d`` with its pools but ``phase`` replaced by one instance that takes no time
+    and never runs out of room: ``phase`` sized alone, as DistServe's placement search
+    sizes each phase (a prefill's TTFT then lacks the decode instance's first step; a
+    decode's TTFT, the prefill)."""
+    other = "decode" if phase == "prefill" else "prefill"
+    pool: PoolSetup = getattr(d, other)
+    config = pool.config.model_copy(
+        update={
+            "num_blocks": UNBOUNDED,
+            "max_num_seqs": UNBOUNDED,
+            "max_num_batched_tokens": UNBOUNDED,
+        }
+    )
+    free = dataclasses.replace(pool, replicas=1, cost=Instant(), config=config)  # type: ignore[arg-type]
+    if other == "decode":
+        return dataclasses.replace(d, decode=free)
+    return dataclasses.replace(d, prefill=free)
 
 
 @dataclass(frozen=True)
@@ -146,10 +209,13 @@ def _cluster(d: Deployment, replicas: int) -> tuple[Watched, list[SimEngine]]:
     if g is None:
         cluster = Cluster(d.requests, d.cost, d.sim_config, facades(replicas), router)
         return cluster, cluster.replicas
-    prefill = Pool(facades(replicas * g.prefill.replicas, d.pool_configs[0]),
-                   g.prefill.cost, g.prefill.config, g.prefill.tp)  # fmt: skip
-    decode = Pool(facades(replicas * g.decode.replicas, d.pool_configs[1]),
-                  g.decode.cost, g.decode.config, g.decode.tp)  # fmt: skip
+    p, n = (
+        d.sizes(replicas)
+        if d.sizes
+        else (replicas * g.prefill.replicas, replicas * g.decode.replicas)
+    )
+    prefill = Pool(facades(p, d.pool_configs[0]), g.prefill.cost, g.prefill.config, g.prefill.tp)
+    decode = Pool(facades(n, d.pool_configs[1]), g.decode.cost, g.decode.config, g.decode.tp)
     disagg = DisaggCluster(d.requests, prefill, decode, g.link, g.kv_bytes_per_token, router)
     return disagg, disagg.engines
 

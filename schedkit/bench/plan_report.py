@@ -37,10 +37,11 @@ def candidate_name(c: Mapping[str, Any]) -> str:
     """``H100-SXM tp=1``, with the candidate's own engine settings in brackets; a
     disaggregated one's replica: ``H100-SXM 1P tp=2 + 2D tp=1``."""
     extra = ", ".join(f"{k}={v}" for k, v in c["settings"].items())
-    pools = c.get("disaggregated")
-    if pools:
-        (p, tp_p), (d, tp_d) = pools["prefill"], pools["decode"]
-        name = f"{c['gpu']} {p}P tp={tp_p} + {d}D tp={tp_d}"
+    if "pool_tps" in c:
+        tp_p, tp_d = c["pool_tps"]
+        name = f"{c['gpu']} disagg prefill tp={tp_p}, decode tp={tp_d}"
+    elif "phase" in c:
+        name = f"{c['gpu']} {c['phase']} tp={c['tp']} alone"
     else:
         name = f"{c['gpu']} tp={c['tp']}"
     return name + (f" [{extra}]" if extra else "")
@@ -63,10 +64,7 @@ def _deployment(c: Mapping[str, Any]) -> str:
     replicas = f"{c['replicas']} replica{'s' if c['replicas'] != 1 else ''}"
     pools = c.get("disaggregated")
     if pools:
-        k = c["replicas"]
-        replicas += (
-            f" ({k * pools['prefill'][0]} prefill + {k * pools['decode'][0]} decode instances)"
-        )
+        replicas = f"{pools['prefill'][0]} prefill + {pools['decode'][0]} decode instances"
     gpus = f"{c['gpus']} GPU{'s' if c['gpus'] != 1 else ''}"
     cost = f", ${c['cost_per_hour']:,.2f}/h" if c["cost_per_hour"] is not None else ""
     return f"{candidate_name(c)} x {replicas} = {gpus}{cost}"
@@ -134,7 +132,10 @@ def _cells(result: Result, p: Mapping[str, Any] | None) -> list[str]:
     if p is None:
         return [NA] * (6 if _priced(result) else 5)
     cost = [_num(p["cost_per_hour"], 2)] if _priced(result) else []
-    return [str(p["replicas"]), str(p["gpus"]), *cost, _attained(result, p),
+    size = str(p["replicas"])
+    if "prefill_replicas" in p:
+        size = f"{p['prefill_replicas']}P+{p['decode_replicas']}D"
+    return [size, str(p["gpus"]), *cost, _attained(result, p),
             _num(p["ttft_p90_ms"], 0), _num(p["tpot_p90_ms"], 1)]  # fmt: skip
 
 
@@ -223,6 +224,35 @@ def _thumb(result: Result) -> list[str]:
     return lines
 
 
+PHASES_NOTE = (
+    "Before the disaggregated candidates, each phase is sized alone, as DistServe's"
+    " placement search does: the fewest prefill instances of each TP meeting the TTFT SLO"
+    " with decode taking no time, and the fewest decode instances meeting both SLOs with"
+    " prefill taking no time. Each prefill TP x decode TP is then searched from those two"
+    " sizes up, one instance at a time, with both phases running (its replicas column:"
+    " prefill P + decode D instances)."
+)
+
+
+def _phases(result: Result) -> list[str]:
+    """plan.md's section on the phases sized alone (none without --disagg)."""
+    phases = result.get("phases")
+    if not phases:
+        return []
+    rows = [
+        [
+            candidate_name(c),
+            str(c.get("replicas", NA)),
+            str(len(c["probes"])),
+            c.get("error", "sized"),
+        ]
+        for c in phases
+    ]
+    header = ["phase", "instances", "probes", "outcome"]
+    return ["## Disaggregated: each phase sized alone", "", PHASES_NOTE, "",
+            *_md_table(header, rows, None), ""]  # fmt: skip
+
+
 def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]], bold: int | None) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 2) + "---|"]
     for i, row in enumerate(rows):
@@ -242,6 +272,7 @@ def render_plan_markdown(result: Result) -> str:
         "## Candidates, cheapest first", "",
         *_md_table(header(result, "outcome", per_gpu=True), candidates, chosen), "", RANKING,
         *([NA_NOTE] if na else []), "",
+        *_phases(result),
         "## Every probe of the search", "",
         *_md_table(header(result, "vs target"), probes, None), "",
         *([stopped, ""] if stopped else []),

@@ -147,13 +147,9 @@ def plan(
         bool,
         typer.Option(
             help="Add disaggregated candidates: per GPU, prefill TP x decode TP (each of"
-            " --tp) x --pd-ratio; ranked with the aggregated ones, with req/s per GPU."
+            " --tp), each phase sized alone first; ranked with the aggregated ones."
         ),
     ] = False,
-    pd_ratio: Annotated[
-        str,
-        typer.Option(help="Prefill:decode instances per replica, comma-separated (--disagg)."),
-    ] = "1:1,2:1,1:2",
     kv_link: Annotated[str, typer.Option(help=_help(EngineSpec, "kv_link"))] = DEFAULT_KV_LINK,
     overwrite: Annotated[bool, typer.Option(help="Replace earlier results in --out.")] = False,
 ) -> None:
@@ -171,7 +167,6 @@ def plan(
             gpus=_list("--gpu", gpu, str), tps=_list("--tp", tp, int), setting=setting,
             max_replicas=max_replicas, attainment=_attainment(ctx, attainment, target),
             prices=_prices(price or []), early_stop=early_stop, disagg=disagg,
-            pd_ratios=_ratios(pd_ratio),
             request_rate=None if request_rate is None else _one_rate("--request-rate", request_rate),
         ),
     )  # fmt: skip
@@ -183,19 +178,6 @@ def plan(
     _write(out, result)
     if result["best"] is None:
         raise typer.Exit(4)
-
-
-def _ratios(text: str) -> list[tuple[int, int]]:
-    """``1:1,2:1`` as [(1, 1), (2, 1)]; an error naming the bad part otherwise."""
-    out = []
-    for part in text.split(","):
-        p, sep, d = part.strip().partition(":")
-        if not (sep and p.isdigit() and d.isdigit()):
-            raise SchedkitError(
-                f"--pd-ratio {part.strip()!r} is not PREFILL:DECODE; write e.g. --pd-ratio 1:1,2:1"
-            )
-        out.append((int(p), int(d)))
-    return out
 
 
 def _plan_spec(bench: dict[str, Any], plan: dict[str, Any]) -> PlanSpec:
