@@ -1,0 +1,252 @@
+"""A real vLLM prefill/decode pair behind schedkit's proxy (issue #42 part 5).
+
+Three ``schedkit serve vllm`` servers on loopback (tiny random-weight Llama, CPU): a
+prefill instance and a decode instance joined by vLLM's ``ExampleConnector`` (KV through
+a shared directory), and a plain server as the single-engine reference. In front of the
+pair, ``python -m schedkit.edge.pd`` routes with ``test-route-by-length`` (tests/site),
+and lists the decode server twice (as 127.0.0.1 and as localhost) so that its decode
+pool has two instances to choose from. Requests of several lengths, each over one KV
+block, go through the proxy, streamed and not, at once. Checked:
+
+- each answer equals the reference's (greedy);
+- the decode server loaded each prompt's KV: ``vllm:external_prefix_cache_hits_total``
+  is the sum of what the connector moves (``loaded``: the prompt minus its last token,
+  down to whole blocks; nothing for a prompt one past a block boundary), and it logged
+  ``External Cache Hit!`` and ``Inject KV cache of N tokens`` once per prompt moved; the
+  prefill server loaded nothing;
+- schedkit's policy ran in both servers' schedulers (``schedkit_hook_latency_seconds``
+  counts ``admit_request`` per request on each; a 17-token prompt is rejected by
+  ``test-echo-metadata`` on the prefill server and never reaches decode);
+- the proxy applied the policy's choice: its per-instance counts are the lengths'
+  residues, every one ``chosen_by="policy"``.
+
+The three servers take ~95 s to start together on an idle 2-core machine and ~9.8 GB of
+RSS; the test fails (it does not skip) where the memory is not there, saying so.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_server import SCHEDKIT, _engine_args, _env, _free_port, _kill, _tail
+
+SERVER_POLICY = "priority+test-echo-metadata"  # rejects 17-token prompts (tests/site)
+ROUTER = "test-route-by-length"  # instance = prompt length % pool size (tests/site)
+BLOCK = 32  # --block-size: the CPU default (128) moved nothing for these prompts
+LENGTHS = (40, 65, 90, 111, 150, 201)  # each over one block; odd and even; 65: see loaded()
+REJECTED = 17
+MAX_TOKENS = 8
+STARTUP_S = 400  # ~95 s for the three together on an idle 2-core machine
+NEEDS_GIB = 11  # ~3.3 GB RSS a server (engine core included), and headroom
+
+
+@dataclass
+class Pair:
+    prefill: str
+    decode: str
+    reference: str
+    proxy: str
+    logs: Path
+    model: str
+
+
+def _available_gib() -> float:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) / 2**20
+    return float("inf")
+
+
+def _connector(role: str, storage: Path) -> list[str]:
+    config = {
+        "kv_connector": "ExampleConnector",
+        "kv_role": role,
+        "kv_connector_extra_config": {"shared_storage_path": str(storage)},
+    }
+    return ["--kv-transfer-config", json.dumps(config)]
+
+
+def _start(command: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+
+
+def _serve(model: Path, port: int, extra: list[str]) -> list[str]:
+    args = [*_engine_args(model, port), "--block-size", str(BLOCK), *extra]
+    return [SCHEDKIT, "serve", "vllm", "--policy", SERVER_POLICY, "--", *args]
+
+
+def _wait(started: dict[str, tuple[subprocess.Popen[bytes], str, Path]]) -> None:
+    """Until every server answers ``/health``; fails naming the one that exits or is
+    not up within ``STARTUP_S``, with its log's tail."""
+    deadline = time.monotonic() + STARTUP_S
+    waiting = dict(started)
+    while waiting:
+        for name, (process, base, log) in list(waiting.items()):
+            if process.poll() is not None:
+                pytest.fail(f"{name} server exited with {process.returncode}:\n{_tail(log)}")
+            try:
+                with urllib.request.urlopen(f"{base}/health", timeout=2) as response:
+                    if response.status == 200:
+                        del waiting[name]
+            except (urllib.error.URLError, OSError):
+                pass
+        if waiting and time.monotonic() > deadline:
+            name = next(iter(waiting))
+            pytest.fail(
+                f"{name} server not up after {STARTUP_S} s (three vLLM servers start in"
+                f" ~95 s on an idle 2-core machine; this one is slower or busy):\n"
+                f"{_tail(waiting[name][2])}"
+            )
+        time.sleep(1)
+
+
+@pytest.fixture(scope="module")
+def pair(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
+    if _available_gib() < NEEDS_GIB:
+        pytest.fail(
+            f"a prefill/decode pair and a reference server need ~{NEEDS_GIB} GiB of free"
+            f" memory; this machine has {_available_gib():.1f} GiB available: the pair"
+            " was NOT tested"
+        )
+    logs = tmp_path_factory.mktemp("pd-logs")
+    storage = tmp_path_factory.mktemp("pd-kv")
+    ports = {name: _free_port() for name in ("prefill", "decode", "reference", "proxy")}
+    base = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
+    env = {**_env(), "VLLM_CPU_KVCACHE_SPACE": "1"}
+    servers = {
+        "prefill": (_serve(tiny_model, ports["prefill"], _connector("kv_producer", storage)), "0"),
+        "decode": (_serve(tiny_model, ports["decode"], _connector("kv_consumer", storage)), "1"),
+        "reference": (_serve(tiny_model, ports["reference"], []), "0"),
+    }
+    started: dict[str, tuple[subprocess.Popen[bytes], str, Path]] = {}
+    try:
+        for name, (command, cpu) in servers.items():
+            log = logs / f"{name}.log"
+            env_i = {**env, "VLLM_CPU_OMP_THREADS_BIND": cpu}
+            started[name] = (_start(command, log, env_i), base[name], log)
+        _wait(started)
+        proxy = [
+            sys.executable, "-m", "schedkit.edge.pd", "--policy", ROUTER,
+            "--prefill", base["prefill"],
+            "--decode", base["decode"], f"http://localhost:{ports['decode']}",
+            "--port", str(ports["proxy"]), "--metrics-interval-s", "0.5",
+        ]  # fmt: skip
+        log = logs / "proxy.log"
+        started["proxy"] = (_start(proxy, log, env), base["proxy"], log)
+        _wait({"proxy": started["proxy"]})
+        yield Pair(
+            base["prefill"], base["decode"], base["reference"], base["proxy"], logs, str(tiny_model)
+        )
+    finally:
+        for process, _, _ in started.values():
+            _kill(process)
+
+
+def loaded(n: int) -> int:
+    """The prompt tokens of an ``n``-token prompt whose KV the ExampleConnector (vLLM
+    0.32) moves: the prefill side stores the first ``(n - 1)`` tokens cut to whole blocks,
+    the decode side looks for the first ``(n - 2)`` cut to whole blocks, under a hash of
+    those tokens. Where the two cuts differ (``n`` one past a block boundary, 65 here),
+    decode finds nothing and computes the prompt itself."""
+    stored, wanted = (n - 1) // BLOCK * BLOCK, (n - 2) // BLOCK * BLOCK
+    return wanted if stored == wanted else 0
+
+
+def _prompt(n: int) -> list[int]:
+    return [(7 * i + n) % 500 + 3 for i in range(n)]
+
+
+def _complete(base: str, model: str, n: int, stream: bool) -> dict[str, Any]:
+    """The answer to a prompt of ``n`` tokens: its text and its first choice's end."""
+    body = {
+        "model": model, "prompt": _prompt(n), "max_tokens": MAX_TOKENS, "temperature": 0.0,
+        "ignore_eos": True, "stream": stream,
+    }  # fmt: skip
+    request = urllib.request.Request(
+        f"{base}/v1/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=120) as response:
+        raw = response.read().decode()
+    if not stream:
+        choice = json.loads(raw)["choices"][0]
+        return {"text": choice["text"], "finish": choice["finish_reason"],
+                "stop": choice.get("stop_reason")}  # fmt: skip
+    text, finish, stop = "", None, None
+    for line in raw.splitlines():
+        if line.startswith("data: ") and line != "data: [DONE]":
+            for choice in json.loads(line[6:]).get("choices", []):
+                text += choice.get("text", "")
+                finish = choice.get("finish_reason") or finish
+                stop = choice.get("stop_reason") or stop
+    return {"text": text, "finish": finish, "stop": stop}
+
+
+def _metrics(base: str) -> str:
+    with urllib.request.urlopen(f"{base}/metrics", timeout=10) as response:
+        return str(response.read().decode())
+
+
+def _sample(page: str, name: str, **labels: str) -> float:
+    """The sum of ``name``'s samples whose labels include ``labels``."""
+    total = 0.0
+    for match in re.finditer(rf"^{re.escape(name)}(\{{[^}}]*\}})?\s+(\S+)$", page, re.M):
+        have = dict(re.findall(r'(\w+)="([^"]*)"', match.group(1) or ""))
+        if all(have.get(k) == v for k, v in labels.items()):
+            total += float(match.group(2))
+    return total
+
+
+def test_pair_behind_the_proxy_answers_as_one_engine_with_policies_on_both_sides(
+    pair: Pair,
+) -> None:
+    jobs = [(n, i % 2 == 0) for i, n in enumerate(LENGTHS)]
+    with ThreadPoolExecutor(len(jobs) + 1) as pool:
+        rejected = pool.submit(_complete, pair.proxy, pair.model, REJECTED, True)
+        through = list(pool.map(lambda job: _complete(pair.proxy, pair.model, *job), jobs))
+    single = [_complete(pair.reference, pair.model, n, False) for n in LENGTHS]
+    for n, got, want in zip(LENGTHS, through, single, strict=True):
+        assert got["finish"] == "length" and want["finish"] == "length", (n, got, want)
+        assert got["text"] == want["text"], (n, got, want)
+    # the prefill server's admission policy rejected the 17-token prompt; decode never saw it
+    assert rejected.result()["finish"] == "abort"
+    assert str(rejected.result()["stop"]).startswith("rejected: tenant=default"), rejected.result()
+
+    prefill, decode = _metrics(pair.prefill), _metrics(pair.decode)
+    moved = [loaded(n) for n in LENGTHS]
+    assert _sample(decode, "vllm:external_prefix_cache_hits_total") == sum(moved) > 0
+    assert _sample(prefill, "vllm:external_prefix_cache_hits_total") == 0
+    decode_log = (pair.logs / "decode.log").read_text(errors="replace")
+    assert decode_log.count("External Cache Hit!") == sum(1 for m in moved if m)
+    injected = re.findall(r"Inject KV cache of (\d+) tokens", decode_log)
+    assert sorted(map(int, injected)) == sorted(m for m in moved if m)
+
+    admitted = {"hook": "admit_request", "policy": SERVER_POLICY}
+    assert _sample(prefill, "schedkit_hook_latency_seconds_count", **admitted) == len(LENGTHS) + 1
+    assert _sample(decode, "schedkit_hook_latency_seconds_count", **admitted) == len(LENGTHS)
+    assert _sample(prefill, "schedkit_rejections_total") == 1
+    assert _sample(decode, "schedkit_rejections_total") == 0
+
+    proxy = _metrics(pair.proxy)
+    odd = sum(n % 2 for n in LENGTHS)
+    even = len(LENGTHS) - odd
+    routed = "schedkit_pd_routed_total"
+    assert _sample(proxy, routed, role="decode", index="1", chosen_by="policy") == odd
+    assert _sample(proxy, routed, role="decode", index="0", chosen_by="policy") == even
+    assert _sample(proxy, routed, role="prefill", chosen_by="policy") == len(LENGTHS) + 1
+    assert _sample(proxy, routed, chosen_by="round-robin") == 0
+    assert _sample(proxy, "schedkit_pd_requests_total", outcome="decoded") == len(LENGTHS)
