@@ -361,8 +361,10 @@ class DisaggCluster:
         record.cached_tokens = pr.cached_tokens
         record.preemptions = pr.preemptions
         record.recomputed_tokens = pr.recomputed_tokens
-        if d is None or pr.rejected:
+        if pr.rejected:
             record.finish_reason, record.reject_reason = pr.finish_reason, pr.reject_reason
+            return record
+        if d is None:  # prefilling, or waiting to be handed off: not finished
             return record
         dr = d.record
         record.first_token_s = dr.first_token_s
