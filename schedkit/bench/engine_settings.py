@@ -45,7 +45,6 @@ _OWN_SCHEDULE = (
 #: engine -> BenchSpec field -> why that engine does not honour it
 IGNORED_SETTINGS: dict[str, dict[str, str]] = {
     "vllm": {
-        **dict.fromkeys(DISAGG_KEYS, _DISAGG),
         "tp": _ONE_ENGINE,
         "replicas": _ONE_ENGINE,
         "gpu": _WALL_CLOCK,
@@ -56,9 +55,9 @@ IGNORED_SETTINGS: dict[str, dict[str, str]] = {
         **dict.fromkeys(_CADENCE, _NO_KNOB_032),
         **dict.fromkeys(_OFFLOAD, _NO_OFFLOAD),
         _ASYNC: _WALL_CLOCK,
+        **dict.fromkeys(DISAGG_KEYS, _DISAGG),
     },
     "sglang": {
-        **dict.fromkeys(DISAGG_KEYS, _DISAGG),
         "tp": _ONE_ENGINE,
         "replicas": _ONE_ENGINE,
         "gpu": _WALL_CLOCK,
@@ -70,16 +69,16 @@ IGNORED_SETTINGS: dict[str, dict[str, str]] = {
         **dict.fromkeys(_CADENCE, _NO_KNOB_SGLANG),
         **dict.fromkeys(_OFFLOAD, _NO_OFFLOAD_SGLANG),
         _ASYNC: _WALL_CLOCK,
+        **dict.fromkeys(DISAGG_KEYS, _DISAGG),
     },
     "vllm-twin": {
-        **dict.fromkeys(DISAGG_KEYS, _DISAGG),
         "eviction_window": _OWN_EVICTION,
         "replicas": _ONE_ENGINE,
         "mixed_prefill": _OWN_SCHEDULE,
         **dict.fromkeys(_OFFLOAD, _NO_OFFLOAD_TWIN),
+        **dict.fromkeys(DISAGG_KEYS, _DISAGG),
     },
     "openai": {
-        **dict.fromkeys(DISAGG_KEYS, _RUNNING),
         "tp": _RUNNING,
         "replicas": _RUNNING,
         "gpu": _WALL_CLOCK,
@@ -96,9 +95,9 @@ IGNORED_SETTINGS: dict[str, dict[str, str]] = {
         **dict.fromkeys(_CADENCE, _RUNNING),
         **dict.fromkeys(_OFFLOAD, _RUNNING),
         _ASYNC: _RUNNING,
+        **dict.fromkeys(DISAGG_KEYS, _RUNNING),
     },
     "import": {
-        **dict.fromkeys(DISAGG_KEYS, _MEASURED),
         "tp": _MEASURED,
         "replicas": _MEASURED,
         "gpu": _WALL_CLOCK,
@@ -115,6 +114,7 @@ IGNORED_SETTINGS: dict[str, dict[str, str]] = {
         **dict.fromkeys(_CADENCE, _MEASURED),
         **dict.fromkeys(_OFFLOAD, _MEASURED),
         _ASYNC: _MEASURED,
+        **dict.fromkeys(DISAGG_KEYS, _MEASURED),
     },
 }
 

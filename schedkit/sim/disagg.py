@@ -82,7 +82,13 @@ class PrefillEngine(SimEngine):
         """``req``'s KV has been sent (or is no longer wanted): its blocks are freed."""
         self.kv.release(req.blocks, when)
         self.held.remove(req)
-        wake(self, when)
+        self.wake(when)
+
+    def wake(self, when: float) -> None:
+        """Something reached it at ``when``: stalled, it tries again from then."""
+        if self.stalled:
+            self.stalled = False
+            self.clock = max(self.clock, when)
 
     def _execute(
         self, scheduled: dict[SimRequest, int], preempted: list[SimRequest], lane: int = 0
@@ -94,8 +100,10 @@ class PrefillEngine(SimEngine):
 
 
 class DecodeEngine(SimEngine):
-    """A decode instance: a request routed here loads its prompt's KV over the link
-    (``book``) once admitted, then runs before any waiting request."""
+    """A decode instance: a request routed here asks for its prompt's KV once admitted
+    (``ask``) and pauses until the link says when it lands (``landing``: transfers are
+    booked in the order they were asked for, across decode instances), then runs it
+    before any waiting request."""
 
     def __init__(
         self,
@@ -103,13 +111,14 @@ class DecodeEngine(SimEngine):
         config: SimConfig,
         facade: PolicyFacade,
         stretch: bool,
-        book: Callable[[SimRequest, int, float], float],
+        ask: Callable[[SimRequest, int, float], None],
         rejected: Callable[[SimRequest, float], None],
     ):
         super().__init__([], cost, config, facade, stretch=stretch)
         self.loads_kv = True
         self.remote: set[SimRequest] = set()  # routed here, KV still on a prefill instance
-        self._book = book
+        self.unbooked = 0  # transfers asked for, their landing not known yet
+        self._ask = ask
         self._rejected = rejected
 
     def _extra_blocks(self, req: SimRequest, cached: int) -> int:
@@ -123,8 +132,27 @@ class DecodeEngine(SimEngine):
     def _start_load(self, req: SimRequest, hit: int, own: int, extra: int) -> None:
         self.remote.discard(req)
         self._admit(req, hit, own, req.num_tokens - 1, extra)
-        landing = self._book(req, extra, self.clock)
-        self.loading.append((landing, req, hit + own))
+        self.loading.append((math.inf, req, hit + own))  # its landing: ``landing``
+        self.unbooked += 1
+        self.stalled = True  # pauses after this step, until the link answers
+        self._ask(req, extra, self.clock)
+
+    def landing(self, req: SimRequest, when: float) -> None:
+        """The link's answer: ``req``'s KV lands at ``when``."""
+        loading = self.loading
+        i = next(i for i, (_, r, _) in enumerate(loading) if r is req)
+        loading[i] = (when, req, loading[i][2])
+        self.unbooked -= 1
+        if not self.unbooked:
+            self.stalled = False
+
+    def wake(self, when: float) -> None:
+        """A request reached it at ``when``: it steps from then (paused, once unpaused)."""
+
+    def _wait_for_loads(self) -> bool:
+        if self.unbooked:  # paused: a landing is not known yet
+            return True
+        return super()._wait_for_loads()
 
     def _run_landed(
         self, scheduled: dict[SimRequest, int], token_budget: int, budget: BatchBudget, chunk: int
@@ -144,25 +172,18 @@ class DecodeEngine(SimEngine):
             self._rejected(req, self.clock)
 
 
-def wake(engine: SimEngine, when: float) -> None:
-    """Something reached ``engine`` at ``when``: a stalled one tries again from then."""
-    if engine.stalled:
-        engine.stalled = False
-        engine.clock = max(engine.clock, when)
-
-
 def ready(engine: SimEngine) -> float:
     """When ``engine`` next steps on its own; inf when it waits for something to reach it."""
     if engine.stalled:
         return math.inf
-    if engine.running or engine.waiting or engine.arrived < len(engine.pending):
+    if engine.running or engine.waiting:
         return engine.clock
+    due = math.inf  # idle: until a request delivered arrives or a load lands
+    if engine.arrived < len(engine.pending):
+        due = engine.pending[engine.arrived].record.arrival_s
     if engine.loading:
-        return max(engine.clock, engine.loading[0][0])
-    return math.inf
-
-
-_LAND, _HANDOFF = 0, 1  # events at one time: transfers land before prefills hand off
+        due = min(due, engine.loading[0][0])
+    return max(engine.clock, due)
 
 
 class DisaggCluster:
@@ -191,7 +212,7 @@ class DisaggCluster:
                 decode.config,
                 f,
                 stretch,
-                partial(self._book, j),
+                partial(self._ask, j),
                 self._rejected,
             )
             for j, f in enumerate(decode.facades)
@@ -209,7 +230,16 @@ class DisaggCluster:
         self.routed = [0] * len(self.prefill)
         self.decode_routed = [0] * len(self.decode)
         self._turns = [0, 0]
-        self._events: list[tuple[float, int, int]] = []  # (time, kind, request index)
+        # (time, request index): prefills ended, to hand off; transfers landed or refused,
+        # their prefill blocks to free; transfers asked for, to book in time order
+        self._handoffs: list[tuple[float, int]] = []
+        self._lands: list[tuple[float, int]] = []
+        self._asks: list[tuple[float, int, int, int]] = []  # (time, decode, seq, index)
+        self._asked = 0
+        self._blocks: dict[int, int] = {}  # request index -> blocks its transfer moves
+        # a request's prefill takes at least this: a decode instance may run this far
+        # past the earliest a prefill could end (its hand-offs come no sooner)
+        self._lookahead = max(0.0, prefill.cost.step_time(1, 0, 1, 1))
         self._next = 0  # the next request to arrive
         self._started: float | None = None
         self.now = 0.0  # where a watched run stopped: nothing is left to happen before it
@@ -245,37 +275,86 @@ class DisaggCluster:
             self._loop(min(upto, len(self.traces)))
 
     def _loop(self, upto: int) -> None:
-        traces, events, engines = self.traces, self._events, self.engines
+        """Run in time order until request ``upto`` is the next thing to happen.
+
+        Each turn does the earliest of: an arrival, a hand-off, a landing, or the step
+        of the engine due first. Booking a transfer waits until no decode instance could
+        still ask for one earlier. The engine that steps runs on until something could
+        reach it: a prefill instance, until an arrival, a landing, or a decode instance
+        that could book a transfer freeing its blocks; a decode instance, until a
+        hand-off could come (a prefill's end, ``_lookahead`` after the earliest a prefill
+        step could start, or the earliest a transfer freeing a prefill's blocks could be
+        booked). So each engine's decisions see everything earlier."""
+        traces, prefill, decode = self.traces, self.prefill, self.decode
+        handoffs, lands, asks = self._handoffs, self._lands, self._asks
+        inf, lookahead = math.inf, self._lookahead
         n, nxt = len(traces), self._next
         while True:
-            due = traces[nxt].arrival_s if nxt < n else math.inf
-            event = events[0][0] if events else math.inf
-            first, second, chosen = math.inf, math.inf, None
-            for engine in engines:
+            due = traces[nxt].arrival_s if nxt < n else inf
+            h = handoffs[0][0] if handoffs else inf
+            land = lands[0][0] if lands else inf
+            ask = asks[0][0] if asks else inf
+            rp, p_first = inf, None
+            for engine in prefill:
                 r = ready(engine)
-                if r < first:
-                    first, second, chosen = r, first, engine
-                elif r < second:
-                    second = r
-            if min(due, event) <= first:
-                if events and event <= due:
-                    self._event(*heapq.heappop(events))
+                if r < rp:
+                    rp, p_first = r, engine
+            rd, d_first, floor = inf, None, inf
+            for d_engine in decode:
+                r = ready(d_engine)
+                if r < rd:
+                    rd, d_first = r, d_engine
+                if d_engine.remote:  # it may ask for a transfer, at its next step
+                    if d_engine.unbooked:  # paused: no earlier than its clock
+                        r = d_engine.clock
+                    if r < floor:
+                        floor = r
+            # the earliest a decode instance could ask for a transfer: at its next step
+            # if it holds a request whose KV is to come (``floor``), else once one is
+            # handed off: from the heap, or at the end of a prefill step, which could
+            # start at the next prefill's step, arrival, landing or booking
+            coming = min(h, min(rp, due, land, ask, floor) + lookahead)
+            if ask < inf and ask <= min(floor, coming):
+                self._book(*heapq.heappop(asks))
+                continue
+            event = min(due, h, land)
+            if event < inf and event <= min(rp, rd):
+                if lands and land <= event:
+                    self._release(*heapq.heappop(lands))
+                elif handoffs and h <= event:
+                    self._hand_off(*heapq.heappop(handoffs))
                 elif nxt < upto:
                     self._arrive(nxt)
                     nxt += 1
                 else:
-                    self.now = min(due, event, first)
+                    self.now = due
                     break
                 continue
-            assert chosen is not None
-            until = min(second, due, event)
-            chosen.advance(max(until, first + 2 * TIME_EPS))  # at least one step
-            if isinstance(chosen, PrefillEngine) and chosen.prefilled:
-                for leg in chosen.prefilled:
-                    assert leg.record.first_token_s is not None
-                    heapq.heappush(events, (leg.record.first_token_s, _HANDOFF, leg.index))
-                chosen.prefilled.clear()
+            if rp == inf and rd == inf:
+                if ask < inf:  # only bookings left (a paused decode instance's)
+                    self._book(*heapq.heappop(asks))
+                    continue
+                self.now = inf
+                break
+            if rp <= rd:
+                assert p_first is not None
+                until = self._bounded(p_first, min(due, land, ask, floor, h))
+                p_first.advance(max(until, rp + 2 * TIME_EPS))  # at least one step
+                if p_first.prefilled:
+                    for leg in p_first.prefilled:
+                        assert leg.record.first_token_s is not None
+                        heapq.heappush(handoffs, (leg.record.first_token_s, leg.index))
+                    p_first.prefilled.clear()
+            else:
+                assert d_first is not None
+                d_first.advance(max(self._bounded(d_first, coming), rd + 2 * TIME_EPS))
         self._next = nxt
+
+    def _bounded(self, engine: SimEngine, until: float) -> float:
+        """How far ``engine`` runs this turn: ``until`` (a reference run for tests
+        bounds it by every other engine's next step too)."""
+        del engine
+        return until
 
     def _check_done(self) -> None:
         for engine in self.engines:
@@ -303,18 +382,16 @@ class DisaggCluster:
         self.decode_legs.append(None)
         engine = self.prefill[chosen]
         engine.deliver_request(leg)
-        wake(engine, trace.arrival_s)
+        engine.wake(trace.arrival_s)
 
-    def _event(self, when: float, kind: int, index: int) -> None:
-        if kind == _HANDOFF:
-            self._hand_off(index, when)
-        else:
-            leg = self.prefill_legs[index]
-            handoff = leg.record.handoff
-            assert handoff is not None
-            self.prefill[handoff.prefill_replica].release(leg, when)
+    def _release(self, when: float, index: int) -> None:
+        """Request ``index``'s KV landed (or was refused): its prefill's blocks are freed."""
+        leg = self.prefill_legs[index]
+        handoff = leg.record.handoff
+        assert handoff is not None
+        self.prefill[handoff.prefill_replica].release(leg, when)
 
-    def _hand_off(self, index: int, when: float) -> None:
+    def _hand_off(self, when: float, index: int) -> None:
         """Request ``index``'s prefill ended at ``when``: to the decode instance the router
         picks, which will ask for its KV once it admits it."""
         handoff = self.prefill_legs[index].record.handoff
@@ -331,23 +408,32 @@ class DisaggCluster:
         engine = self.decode[chosen]
         engine.remote.add(leg)
         engine.deliver_request(leg)
-        wake(engine, when)
 
-    def _book(self, target: int, leg: SimRequest, blocks: int, now: float) -> float:
-        """Decode instance ``target`` admitted ``leg`` at ``now`` with ``blocks`` to load:
-        the transfer's landing; the prefill instance frees the blocks then."""
+    def _ask(self, target: int, leg: SimRequest, blocks: int, now: float) -> None:
+        """Decode instance ``target`` admitted ``leg`` at ``now`` with ``blocks`` to load."""
         handoff = leg.record.handoff
         assert handoff is not None
-        start, landing = self.links.book(
-            handoff.prefill_replica, target, blocks * self.block_bytes, now
-        )
-        handoff.kv_alloc_s, handoff.transfer_start_s, handoff.transfer_end_s = now, start, landing
-        heapq.heappush(self._events, (landing, _LAND, leg.index))
-        return landing
+        handoff.kv_alloc_s = now
+        self._blocks[leg.index] = blocks
+        heapq.heappush(self._asks, (now, target, self._asked, leg.index))
+        self._asked += 1
+
+    def _book(self, now: float, target: int, seq: int, index: int) -> None:
+        """The transfer asked for at ``now``, booked on the link (no decode instance can
+        ask for one earlier any more): it lands, and the prefill frees its blocks, then."""
+        del seq
+        leg = self.decode_legs[index]
+        assert leg is not None and leg.record.handoff is not None
+        handoff = leg.record.handoff
+        nbytes = self._blocks.pop(index) * self.block_bytes
+        start, landing = self.links.book(handoff.prefill_replica, target, nbytes, now)
+        handoff.transfer_start_s, handoff.transfer_end_s = start, landing
+        heapq.heappush(self._lands, (landing, index))
+        self.decode[target].landing(leg, landing)
 
     def _rejected(self, leg: SimRequest, now: float) -> None:
         """The decode instance refused ``leg``: its prefill's blocks are freed now."""
-        heapq.heappush(self._events, (now, _LAND, leg.index))
+        heapq.heappush(self._lands, (now, leg.index))
 
     # -- the requests' records ------------------------------------------------------
 

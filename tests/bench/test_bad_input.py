@@ -206,7 +206,9 @@ def test_real_engine_refuses_settings_it_does_not_pass(tmp_path: Path) -> None:
         " --replicas, --gpu, --profile, --eviction-window, --kv-cache-dtype,"
         " --[no-]mixed-prefill, --prefill-schedule-interval, --cache-aware-admission-window,"
         " --cache-aware-admission-threshold, --kv-offloading-size, --kv-offloading-bandwidth,"
-        " --kv-offloading-latency-ms, --[no-]async-scheduling), or use --engine sim, which"
+        " --kv-offloading-latency-ms, --[no-]async-scheduling, --prefill-replicas,"
+        " --decode-replicas, --prefill-tp, --decode-tp, --prefill-gpu, --decode-gpu,"
+        " --kv-link), or use --engine sim, which"
         " honours every setting"
     )
     message = bench_error(tmp_path, *args[:6], "--kv-offloading-size", "8")
@@ -476,7 +478,9 @@ def test_engine_settings(monkeypatch: pytest.MonkeyPatch) -> None:
         " --eviction-window, --kv-cache-dtype, --[no-]mixed-prefill,"
         " --prefill-schedule-interval, --cache-aware-admission-window,"
         " --cache-aware-admission-threshold, --kv-offloading-size, --kv-offloading-bandwidth,"
-        " --kv-offloading-latency-ms, --[no-]async-scheduling), or use --engine sim, which"
+        " --kv-offloading-latency-ms, --[no-]async-scheduling, --prefill-replicas,"
+        " --decode-replicas, --prefill-tp, --decode-tp, --prefill-gpu, --decode-gpu,"
+        " --kv-link), or use --engine sim, which"
         " honours every setting"
     )
     with pytest.raises(SchedkitError, match=r"^--engine vllm-twin .*--eviction-window 0 \("):

@@ -15,10 +15,11 @@ import pytest
 from schedkit import EngineView, Policy, PolicyFacade, ReplicaView, RequestView, hookimpl
 from schedkit.config import load_config
 from schedkit.decisions import Admission
-from schedkit.records import RequestRecord
+from schedkit.records import RequestRecord, RunResult
 from schedkit.sim.config import SimConfig
 from schedkit.sim.cost.calibration import make_cost_model
-from schedkit.sim.disagg import DisaggCluster, Pool, PrefillEngine
+from schedkit.sim.disagg import DisaggCluster, Pool, PrefillEngine, ready
+from schedkit.sim.engine import SimEngine
 from schedkit.sim.kv.blocks import blocks_for
 from schedkit.sim.kvlink import Fabric, KVLinks, parse_kv_link
 from schedkit.workload import TraceRequest, load_workload
@@ -303,3 +304,39 @@ def test_kv_link_presets_and_bad_links() -> None:
         parse_kv_link("infiniband")
     with pytest.raises(Exception, match=r"a link needs a bandwidth above 0 GB/s"):
         parse_kv_link("0:1")
+
+
+class Lockstep(DisaggCluster):
+    """The reference: no engine runs past another's next step (the simplest exact order,
+    and the slowest: the real run lets each engine run on until something could reach it)."""
+
+    def _bounded(self, engine: SimEngine, until: float) -> float:
+        others = (ready(e) for e in self.engines if e is not engine)
+        return min(until, min(others, default=math.inf))
+
+
+@pytest.mark.parametrize(
+    ("p", "d", "p_blocks", "d_blocks"),
+    [(2, 2, 20_000, 20_000), (3, 2, 3_000, 2_500), (2, 3, 1_500, 600), (1, 1, 20_000, 20_000)],
+)
+def test_engines_running_ahead_decide_as_in_lockstep(
+    p: int, d: int, p_blocks: int, d_blocks: int
+) -> None:
+    """Each engine runs on until something could reach it (a hand-off, a landing, a
+    booking); the run is the lockstep reference's, request for request."""
+    requests = trace(700)
+
+    def run(kind: type[DisaggCluster]) -> RunResult:
+        c = kind(
+            requests,
+            Pool(facades("least-loaded", p), COST, SimConfig(num_blocks=p_blocks)),
+            Pool(facades("least-loaded", d), COST, SimConfig(num_blocks=d_blocks)),
+            parse_kv_link("ib-hdr"),
+            KVB,
+            PolicyFacade.from_config(load_config("least-loaded")),
+        )
+        return c.run()
+
+    fast, reference = run(DisaggCluster), run(Lockstep)
+    assert all(_same(x, y) for x, y in zip(fast.records, reference.records, strict=True))
+    assert fast.steps == reference.steps and fast.decode_routed == reference.decode_routed
