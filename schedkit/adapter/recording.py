@@ -7,7 +7,8 @@ device and TP. Times are seconds
 on the engine's clock, which starts when the recorder does. The cost per step is a few
 additions when the step is scheduled, and one buffered CSV row when its results are
 processed. An engine whose processes may be killed without running ``atexit`` (SGLang's
-schedulers) flushes every row (``flush_every=1``).
+schedulers; vLLM's engine core, killed by its API server when the server stops) flushes
+every row (``flush_every=1``).
 """
 
 from __future__ import annotations

@@ -64,7 +64,10 @@ class VllmRuntime(AdapterRuntime):
     ) -> None:
         recorder = None
         if record_steps is not None:  # vLLM counts a step's tokens as computed at schedule
-            recorder = StepRecorder(record_steps, recording_meta(scheduler))
+            # Every row flushed: a stopped server's engine core is killed before its
+            # scheduler's shutdown closes the file (vLLM 0.32, SIGTERM), which lost the
+            # last rows, all of them under 256 steps.
+            recorder = StepRecorder(record_steps, recording_meta(scheduler), flush_every=1)
         super().__init__(facade, engine or VllmEngineView(scheduler), recorder)
         self.scheduler = scheduler
         self.trust = trust or DEFAULT_TRUST  # the scheduler-side bounds (schedkit.trust)

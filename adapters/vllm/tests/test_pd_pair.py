@@ -14,6 +14,9 @@ block, go through the proxy, streamed and not, at once. Checked:
   down to whole blocks; nothing for a prompt one past a block boundary), and it logged
   ``External Cache Hit!`` and ``Inject KV cache of N tokens`` once per prompt moved; the
   prefill server loaded nothing;
+- each side computed what it should, by the steps its schedkit scheduler recorded
+  (``--record-steps``): prefill every prompt and no decode token, decode the prompt
+  tokens it did not load and the rest of the output;
 - schedkit's policy ran in both servers' schedulers (``schedkit_hook_latency_seconds``
   counts ``admit_request`` per request on each; a 17-token prompt is rejected by
   ``test-echo-metadata`` on the prefill server and never reaches decode);
@@ -26,6 +29,7 @@ RSS; the test fails (it does not skip) where the memory is not there, saying so.
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 import subprocess
@@ -85,9 +89,10 @@ def _start(command: list[str], log: Path, env: dict[str, str]) -> subprocess.Pop
         )
 
 
-def _serve(model: Path, port: int, extra: list[str]) -> list[str]:
+def _serve(model: Path, port: int, extra: list[str], steps: Path) -> list[str]:
     args = [*_engine_args(model, port), "--block-size", str(BLOCK), *extra]
-    return [SCHEDKIT, "serve", "vllm", "--policy", SERVER_POLICY, "--", *args]
+    record = ["--record-steps", str(steps)]
+    return [SCHEDKIT, "serve", "vllm", "--policy", SERVER_POLICY, *record, "--", *args]
 
 
 def _wait(started: dict[str, tuple[subprocess.Popen[bytes], str, Path]]) -> None:
@@ -128,10 +133,14 @@ def pair(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     ports = {name: _free_port() for name in ("prefill", "decode", "reference", "proxy")}
     base = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
     env = {**_env(), "VLLM_CPU_KVCACHE_SPACE": "1"}
+    roles = {
+        "prefill": _connector("kv_producer", storage),
+        "decode": _connector("kv_consumer", storage),
+        "reference": [],
+    }
     servers = {
-        "prefill": (_serve(tiny_model, ports["prefill"], _connector("kv_producer", storage)), "0"),
-        "decode": (_serve(tiny_model, ports["decode"], _connector("kv_consumer", storage)), "1"),
-        "reference": (_serve(tiny_model, ports["reference"], []), "0"),
+        name: (_serve(tiny_model, ports[name], extra, logs / f"{name}-steps.csv"), cpu)
+        for (name, extra), cpu in zip(roles.items(), "010", strict=True)
     }
     started: dict[str, tuple[subprocess.Popen[bytes], str, Path]] = {}
     try:
@@ -201,6 +210,12 @@ def _metrics(base: str) -> str:
         return str(response.read().decode())
 
 
+def _computed(steps: Path) -> tuple[int, int]:
+    """The prefill and decode tokens of every step in a ``--record-steps`` file."""
+    rows = list(csv.DictReader(steps.read_text().splitlines()[1:]))
+    return sum(int(r["prefill_tokens"]) for r in rows), sum(int(r["decode_tokens"]) for r in rows)
+
+
 def _sample(page: str, name: str, **labels: str) -> float:
     """The sum of ``name``'s samples whose labels include ``labels``."""
     total = 0.0
@@ -234,6 +249,13 @@ def test_pair_behind_the_proxy_answers_as_one_engine_with_policies_on_both_sides
     assert decode_log.count("External Cache Hit!") == sum(1 for m in moved if m)
     injected = re.findall(r"Inject KV cache of (\d+) tokens", decode_log)
     assert sorted(map(int, injected)) == sorted(m for m in moved if m)
+
+    # what each side computed, from the steps its schedkit scheduler recorded (each row is
+    # on disk when its step ends): prefill the prompts, decode what it did not load, then
+    # the rest of the tokens
+    done = {name: _computed(pair.logs / f"{name}-steps.csv") for name in ("prefill", "decode")}
+    assert done["prefill"] == (sum(LENGTHS), 0)
+    assert done["decode"] == (sum(LENGTHS) - sum(moved), len(LENGTHS) * (MAX_TOKENS - 1))
 
     admitted = {"hook": "admit_request", "policy": SERVER_POLICY}
     assert _sample(prefill, "schedkit_hook_latency_seconds_count", **admitted) == len(LENGTHS) + 1
