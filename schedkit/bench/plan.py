@@ -78,6 +78,11 @@ class PlanSpec(BaseModel):
         " rescaled to it), as schedkit bench --request-rate.",
     )
     prices: dict[str, float] = Field(default_factory=dict)  # GPU name -> $ per GPU-hour
+    prune: bool = Field(
+        default=True,
+        description="Search disaggregated candidates only as far as they could be cheaper than"
+        " the cheapest aggregated deployment; False sizes each of them.",
+    )
     disagg: bool = Field(
         default=False,
         description="Add disaggregated candidates: for each GPU, prefill TP x decode TP (each"
@@ -150,6 +155,9 @@ class Candidate:
     out: dict[str, Any]
     bench: Bench | None = None
     deployment: Deployment | None = None
+    # the most replicas (instances, for a phase alone) its search tries: beyond, it
+    # would cost more than the cheapest aggregated deployment (None: --max-replicas)
+    cap: int | None = None
 
 
 def prepare(plan: PlanSpec) -> list[Candidate]:
@@ -292,8 +300,12 @@ def _finish(plan: PlanSpec, candidate: Candidate, probes: dict[int, dict[str, An
         asked.append(replicas)
         return bool(probes[replicas]["meets"])
 
-    high = fewest_meeting(meets, plan.max_replicas)
+    most = plan.max_replicas if candidate.cap is None else candidate.cap
+    high = fewest_meeting(meets, most) if most >= 1 else None
     out["probes"] = [probes[k] for k in sorted(set(asked))]
+    if high is None and candidate.cap is not None and candidate.cap < plan.max_replicas:
+        out["error"] = _pruned(out, most)
+        return
     if high is None:
         out["error"] = f"misses the target even with {plan.max_replicas} replicas (--max-replicas)"
         return
@@ -345,18 +357,78 @@ def run_plan(plan: PlanSpec) -> dict[str, Any]:
     up, one instance at a time, with both phases running."""
     candidates = prepare(plan)
     pairs = len(plan.gpus) * len(plan.tps) ** 2 * len(plan.settings) if plan.disagg else 0
+    aggregated = [c for c in candidates if "phase" not in c.out]
+    phases = [c for c in candidates if "phase" in c.out]
     with tracking(
         "plan", len(candidates) + pairs, "candidates", runs="probes", fine=False
     ) as track:
-        _search(plan, candidates, track)
-        phases = [c for c in candidates if "phase" in c.out]
+        _search(plan, aggregated, track)
+        if not plan.disagg:
+            return _answer(plan, [c.out for c in aggregated])
+        best = _cheapest(plan, [c.out for c in aggregated]) if plan.prune else None
+        for c in phases:
+            c.cap = _phase_cap(plan, c.out, best)
+        _search(plan, phases, track)
         disagg = _pairs(plan, phases)
         for c in disagg:
-            if c.deployment is None:
-                track.item_done()
+            c.cap = _pair_cap(plan, c, best)
         _search(plan, disagg, track)
-    ranked = [c.out for c in candidates if "phase" not in c.out] + [c.out for c in disagg]
+    ranked = [c.out for c in aggregated] + [c.out for c in disagg]
     return _answer(plan, ranked, [c.out for c in phases])
+
+
+def _cheapest(plan: PlanSpec, candidates: list[dict[str, Any]]) -> tuple[float, int] | None:
+    """The cheapest feasible candidate's (cost, GPUs): what a disaggregated one must not
+    exceed to be chosen (cost first, GPUs on a tie); None when none is feasible."""
+    feasible = [(_cost(c), c["gpus"]) for c in candidates if "replicas" in c]
+    return min(feasible) if feasible else None
+
+
+def _price(plan: PlanSpec, out: dict[str, Any]) -> float:
+    """What one GPU of the candidate costs in the ranking: $/h, or 1 unpriced."""
+    return plan.prices.get(out["gpu"], 1.0) if plan.prices else 1.0
+
+
+def _phase_cap(plan: PlanSpec, out: dict[str, Any], best: tuple[float, int] | None) -> int | None:
+    """The most instances a phase alone is tried at: with one instance of the smallest
+    TP for the other phase, more could not be cheaper than ``best``."""
+    if best is None:
+        return None
+    cost, gpus = best
+    per_gpu = _price(plan, out)
+    other = min(plan.tps)
+    fits = [n for n in range(1, plan.max_replicas + 1)
+            if ((n * out["tp"] + other) * per_gpu, n * out["tp"] + other) <= (cost, gpus)]  # fmt: skip
+    return max(fits, default=0)
+
+
+def _pair_cap(plan: PlanSpec, c: Candidate, best: tuple[float, int] | None) -> int | None:
+    """The most steps a disaggregated search grows to: beyond, it could not be cheaper
+    than ``best``."""
+    d = c.deployment
+    if best is None or d is None or d.sizes is None:
+        return None
+    tp_p, tp_d = c.out["pool_tps"]
+    per_gpu = _price(plan, c.out)
+    fits = []
+    for m in range(1, plan.max_replicas + 1):
+        p, n = d.sizes(m)
+        g = p * tp_p + n * tp_d
+        if (g * per_gpu, g) > best:
+            break
+        fits.append(m)
+    return max(fits, default=0)
+
+
+def _pruned(out: dict[str, Any], most: int) -> str:
+    """Why a capped search has no size: larger, it could not be the cheapest."""
+    what = f"{out['phase']} alone" if "phase" in out else "grown from each phase alone"
+    if most == 0:
+        return f"not searched: {what}, even its smallest size costs more than the cheapest"
+    return (
+        f"not searched beyond {most} {'instances' if 'phase' in out else 'steps'} ({what}):"
+        " larger, it costs more than the cheapest"
+    )
 
 
 def _search(plan: PlanSpec, candidates: list[Candidate], track: Any) -> None:
@@ -372,8 +444,9 @@ def _search(plan: PlanSpec, candidates: list[Candidate], track: Any) -> None:
     try:
         pool = fork_pool(workers) if forked else None
         with pool or contextlib.nullcontext():
+            most = [plan.max_replicas if c.cap is None else c.cap for c in runnable]
             found = probe_all(
-                len(runnable), plan.max_replicas, _probe, pool, lambda i: track.item_done(), workers
+                len(runnable), most, _probe, pool, lambda i: track.item_done(), workers
             )
     finally:
         _PREPARED = None

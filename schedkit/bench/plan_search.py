@@ -18,7 +18,7 @@ asked for.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
 from typing import Any
 
@@ -70,7 +70,7 @@ def next_probe(known: Mapping[int, bool], max_replicas: int) -> int | None:
 
 def probe_all(
     searches: int,
-    max_replicas: int,
+    max_replicas: int | Sequence[int],
     probe: Callable[[int, int], Probe],
     pool: Executor | None,
     done: Callable[[int], None],
@@ -79,15 +79,17 @@ def probe_all(
     """Every search's probes (replica count -> figures; those run ahead for it that it
     never asked for included): ``probe(search, replicas)`` runs one, in this process
     (``pool`` None: one search after another) or on ``pool``'s ``workers`` processes;
-    ``done(search)`` is called as each search has its answer."""
+    ``done(search)`` is called as each search has its answer. ``max_replicas``: the
+    largest count each search tries (one for all, or one per search)."""
     results: list[dict[int, Probe]] = [{} for _ in range(searches)]
+    most = [max_replicas] * searches if isinstance(max_replicas, int) else list(max_replicas)
     if pool is None:
         for i in range(searches):
-            while (n := next_probe(_verdicts(results[i]), max_replicas)) is not None:
+            while (n := next_probe(_verdicts(results[i]), most[i])) is not None:
                 results[i][n] = probe(i, n)
             done(i)
         return results
-    _Scheduler(results, max_replicas, probe, pool, done, workers).run()
+    _Scheduler(results, most, probe, pool, done, workers).run()
     return results
 
 
@@ -101,7 +103,7 @@ class _Scheduler:
     def __init__(
         self,
         results: list[dict[int, Probe]],
-        max_replicas: int,
+        max_replicas: list[int],
         probe: Callable[[int, int], Probe],
         pool: Executor,
         done: Callable[[int], None],
@@ -133,7 +135,7 @@ class _Scheduler:
         known = _verdicts(self.results[i])
         if assume is not None:
             known[assume[0]] = assume[1]
-        return next_probe(known, self.max_replicas)
+        return next_probe(known, self.max_replicas[i])
 
     def _fill(self) -> None:
         """Start probes until every worker has one: those searches need, else those

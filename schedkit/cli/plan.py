@@ -151,6 +151,13 @@ def plan(
         ),
     ] = False,
     kv_link: Annotated[str, typer.Option(help=_help(EngineSpec, "kv_link"))] = DEFAULT_KV_LINK,
+    prune: Annotated[
+        bool,
+        typer.Option(
+            help="With --disagg, search a disaggregated candidate only as far as it could be"
+            " cheaper than the cheapest aggregated one; --no-prune sizes every one."
+        ),
+    ] = True,
     overwrite: Annotated[bool, typer.Option(help="Replace earlier results in --out.")] = False,
 ) -> None:
     """Capacity plan: for each GPU x TP x engine-settings candidate, the fewest replicas
@@ -166,7 +173,7 @@ def plan(
         dict(
             gpus=_list("--gpu", gpu, str), tps=_list("--tp", tp, int), setting=setting,
             max_replicas=max_replicas, attainment=_attainment(ctx, attainment, target),
-            prices=_prices(price or []), early_stop=early_stop, disagg=disagg,
+            prices=_prices(price or []), early_stop=early_stop, disagg=disagg, prune=prune,
             request_rate=None if request_rate is None else _one_rate("--request-rate", request_rate),
         ),
     )  # fmt: skip

@@ -13,7 +13,7 @@ from test_bench_cli import schedkit
 from schedkit.bench.disagg import PoolSetup
 from schedkit.bench.plan import PlanSpec, run_plan
 from schedkit.bench.plan_probe import Instant, Sizes, alone
-from schedkit.bench.plan_report import render_plan_markdown
+from schedkit.bench.plan_report import candidate_name, render_plan_markdown
 from schedkit.bench.runner import Bench, BenchSpec
 
 # long prompts at a TTFT SLO tight enough that prefill capacity decides the size
@@ -53,7 +53,7 @@ def test_a_phase_alone_has_a_counterpart_that_takes_no_time_and_never_fills() ->
 
 
 def test_the_phases_are_sized_alone_and_each_pair_searched_from_them() -> None:
-    result = run_plan(plan(tps=[1, 2], max_replicas=16))
+    result = run_plan(plan(tps=[1, 2], max_replicas=16, prune=False))
     phases = {(c["phase"], c["tp"]): c for c in result["phases"]}
     assert set(phases) == {("prefill", 1), ("prefill", 2), ("decode", 1), ("decode", 2)}
     for c in phases.values():  # the fewest instances of the phase alone meeting the target
@@ -99,8 +99,8 @@ def test_the_command_plans_disaggregated(tmp_path: Path) -> None:
 def test_stopping_probes_early_changes_no_answer() -> None:
     """A disaggregated probe stops once enough requests are certain to miss; a request
     between its prefill and its decode is not one of them."""
-    early = run_plan(plan(tps=[1], max_replicas=8))
-    full = run_plan(plan(tps=[1], max_replicas=8, early_stop=False))
+    early = run_plan(plan(tps=[1], max_replicas=8, prune=False))
+    full = run_plan(plan(tps=[1], max_replicas=8, early_stop=False, prune=False))
 
     def answers(result: dict[str, Any]) -> list[Any]:
         return [
@@ -111,3 +111,23 @@ def test_stopping_probes_early_changes_no_answer() -> None:
     assert answers(early) == answers(full)
     stopped = [p for c in early["candidates"] for p in c["probes"] if p["stopped_early"]]
     assert stopped  # the comparison covered probes that stopped
+
+
+def test_pruning_searches_less_and_changes_no_choice() -> None:
+    """A disaggregated candidate is searched only while it could be cheaper than the
+    cheapest aggregated one: the chosen deployment is the same, with fewer probes."""
+    whole = run_plan(plan(tps=[1, 2], max_replicas=16, prune=False))
+    pruned = run_plan(plan(tps=[1, 2], max_replicas=16))
+    assert pruned["best"]["gpus"] == whole["best"]["gpus"]
+    assert candidate_name(pruned["best"]) == candidate_name(whole["best"])
+
+    def probes(result: dict[str, Any]) -> int:
+        return sum(len(c["probes"]) for c in [*result["candidates"], *result["phases"]])
+
+    assert probes(pruned) < probes(whole)
+    best = (pruned["best"]["gpus"],)
+    for c in [*pruned["candidates"], *pruned["phases"]]:
+        if "not searched" in c.get("error", ""):
+            assert "costs more than the cheapest" in c["error"]
+        elif "pool_tps" in c and "replicas" in c:  # sized: no more GPUs than the cheapest
+            assert (c["gpus"],) <= best
