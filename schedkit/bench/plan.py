@@ -366,9 +366,21 @@ def run_plan(plan: PlanSpec) -> dict[str, Any]:
         if not plan.disagg:
             return _answer(plan, [c.out for c in aggregated])
         best = _cheapest(plan, [c.out for c in aggregated]) if plan.prune else None
-        for c in phases:
-            c.cap = _phase_cap(plan, c.out, best)
-        _search(plan, phases, track)
+        prefills = [c for c in phases if c.out["phase"] == "prefill"]
+        for c in prefills:
+            c.cap = _phase_cap(plan, c.out, best, min(plan.tps))
+        _search(plan, prefills, track)
+        for c in phases:  # the decode phases: with the smallest prefill pool found
+            if c.out["phase"] == "decode":
+                fewest = _fewest_gpus(prefills, c.out["gpu"])
+                c.cap = _phase_cap(plan, c.out, best, fewest)
+                if best is not None and fewest is None and c.deployment is not None:
+                    c.out["error"] = (
+                        "not searched: no prefill pool of this GPU could be part of a"
+                        " deployment cheaper than the cheapest"
+                    )
+                    c.deployment = None
+        _search(plan, [c for c in phases if c.out["phase"] == "decode"], track)
         disagg = _pairs(plan, phases)
         for c in disagg:
             c.cap = _pair_cap(plan, c, best)
@@ -389,14 +401,24 @@ def _price(plan: PlanSpec, out: dict[str, Any]) -> float:
     return plan.prices.get(out["gpu"], 1.0) if plan.prices else 1.0
 
 
-def _phase_cap(plan: PlanSpec, out: dict[str, Any], best: tuple[float, int] | None) -> int | None:
-    """The most instances a phase alone is tried at: with one instance of the smallest
-    TP for the other phase, more could not be cheaper than ``best``."""
+def _fewest_gpus(prefills: list[Candidate], gpu: str) -> int | None:
+    """The fewest GPUs a prefill pool of ``gpu`` needs alone (None: none was sized)."""
+    sized = [c.out["gpus"] for c in prefills if c.out["gpu"] == gpu and "gpus" in c.out]
+    return min(sized, default=None)
+
+
+def _phase_cap(
+    plan: PlanSpec, out: dict[str, Any], best: tuple[float, int] | None, other: int | None
+) -> int | None:
+    """The most instances a phase alone is tried at: with ``other`` GPUs for the other
+    phase (at the least), more could not be cheaper than ``best``; 0 when the other
+    phase has no size."""
     if best is None:
         return None
+    if other is None:
+        return 0
     cost, gpus = best
     per_gpu = _price(plan, out)
-    other = min(plan.tps)
     fits = [n for n in range(1, plan.max_replicas + 1)
             if ((n * out["tp"] + other) * per_gpu, n * out["tp"] + other) <= (cost, gpus)]  # fmt: skip
     return max(fits, default=0)
