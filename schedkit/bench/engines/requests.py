@@ -17,6 +17,7 @@ from typing import Any
 
 from schedkit.errors import SchedkitError
 from schedkit.records import RequestRecord
+from schedkit.sim.request import record_of
 from schedkit.workload import TraceRequest
 
 __all__ = [
@@ -37,16 +38,7 @@ _UNIQUE_SHIFT = 32  # unique ids: (request index + 1) << 32 | position
 
 def new_record(trace: TraceRequest) -> RequestRecord:
     """The record the simulator would start for ``trace`` (``SimRequest.from_trace``)."""
-    return RequestRecord(
-        request_id=trace.request_id,
-        tenant=trace.tenant,
-        priority=trace.priority,
-        arrival_s=trace.arrival_s,
-        prompt_tokens=max(1, trace.prompt_tokens),
-        max_tokens=max(1, trace.output_tokens),
-        slo_ttft_ms=trace.slo_ttft_ms,
-        slo_tpot_ms=trace.slo_tpot_ms,
-    )
+    return record_of(trace)
 
 
 def shared_prefix_tokens(trace: TraceRequest, block_size: int, hash_block_tokens: int) -> int:
