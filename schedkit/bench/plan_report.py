@@ -153,11 +153,12 @@ def _verdict(result: Result, p: Mapping[str, Any]) -> str:
 def candidate_rows(result: Result) -> list[list[str]]:
     """One row per candidate, in cost order, at its size, with the rate it serves within
     the SLOs per GPU (DistServe's goodput per GPU) and its outcome."""
+    rate = bool(result.get("disagg"))  # the column of plans with disaggregated candidates
     return [
         [
             candidate_name(c),
             *_cells(result, _at_size(c)),
-            _num(c.get("goodput_per_gpu_rps"), 3),
+            *([_num(c.get("goodput_per_gpu_rps"), 3)] if rate else []),
             c["outcome"],
         ]
         for c in result["candidates"]
@@ -270,7 +271,8 @@ def render_plan_markdown(result: Result) -> str:
     return "\n".join([
         "# schedkit plan", "", headline(result), "", context(result), "",
         "## Candidates, cheapest first", "",
-        *_md_table(header(result, "outcome", per_gpu=True), candidates, chosen), "", RANKING,
+        *_md_table(header(result, "outcome", per_gpu=bool(result.get("disagg"))), candidates,
+                   chosen), "", RANKING,
         *([NA_NOTE] if na else []), "",
         *_phases(result),
         "## Every probe of the search", "",
@@ -375,7 +377,7 @@ def render_plan_html(result: Result) -> str:
         f'<section id="answer" class="summary"><h2>The answer</h2>'
         f'<p class="headline">{prose(headline(result))}</p>'
         f"<h3>Candidates, cheapest first</h3>"
-        f"{_html_table(header(result, 'outcome', per_gpu=True), candidates, chosen, 'candidates')}"
+        f"{_html_table(header(result, 'outcome', per_gpu=bool(result.get('disagg'))), candidates, chosen, 'candidates')}"
         f'<p class="method">{prose(RANKING + (" " + NA_NOTE if na else ""))}</p></section>\n'
         f'<section id="chart"><h2>SLO attainment of every probe</h2><figure>'
         f"{plan_chart(result)}<figcaption>One line per candidate through the replica counts"

@@ -222,9 +222,8 @@ def _write(out: Path, result: dict[str, Any]) -> None:
     (out / "plan.md").write_text(render_plan_markdown(result), encoding="utf-8")
     (out / "plan.html").write_text(render_plan_html(result), encoding="utf-8")
     console = Console()
-    names = header(result, "outcome", per_gpu=True)
-    shown = ("p90",) if result.get("disagg") else ("p90", "req/s")  # plan.md has them all
-    keep = [i for i, name in enumerate(names) if not name.startswith(shown)]
+    names = header(result, "outcome", per_gpu=bool(result.get("disagg")))
+    keep = [i for i, name in enumerate(names) if not name.startswith("p90")]  # plan.md has them
     table = Table(title=Text("candidates, cheapest first"))
     for i in keep:
         table.add_column(Text(names[i]), justify="right" if 0 < i < len(names) - 1 else "left")

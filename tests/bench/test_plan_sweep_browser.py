@@ -160,3 +160,31 @@ def test_sweep_page_opens_with_each_arms_knee(
     figures = p["figures"]
     columns = len({f["left"] for f in figures})
     assert columns == (2 if width == 1400 else 1)
+
+
+@pytest.fixture(scope="module")
+def disagg_plan_page(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Aggregated and disaggregated candidates, every one sized (--no-prune)."""
+    bench = BenchSpec(
+        workload="poisson:rate=12,n=240,prompt=3000,output=100", policies=["least-loaded"],
+        slo_ttft_ms=600.0, slo_tpot_ms=60.0, jobs=1,
+    )  # fmt: skip
+    spec = PlanSpec(
+        bench=bench, gpus=["H100-SXM"], tps=[1, 2], prices={"H100-SXM": 3.0}, disagg=True,
+        prune=False, max_replicas=16,
+    )  # fmt: skip
+    page = tmp_path_factory.mktemp("plan-disagg") / "plan.html"
+    page.write_text(render_plan_html(run_plan(spec)))
+    return page
+
+
+@pytest.mark.parametrize("width", [1400, 700])
+def test_a_disaggregated_plan_page_is_readable(
+    chromium_bin: str,  # noqa: F811 - the fixture imported above
+    disagg_plan_page: Path,
+    width: int,
+) -> None:
+    p = _probe(chromium_bin, disagg_plan_page, width)
+    _readable(p, width)
+    assert "req/s per GPU" in p["headers"]
+    assert p["chosenRows"] == 1 and p["chosen"]["bottom"] <= FIRST_SCREEN
