@@ -116,6 +116,24 @@ EarlyStop = Annotated[
 ]
 
 
+# disaggregated candidates
+Disagg = Annotated[
+    bool,
+    typer.Option(
+        help="Add disaggregated candidates: per GPU, prefill TP x decode TP (each of --tp),"
+        " each phase sized alone first; ranked with the aggregated ones."
+    ),
+]
+KvLink = Annotated[str, typer.Option(help=_help(EngineSpec, "kv_link"))]
+Prune = Annotated[
+    bool,
+    typer.Option(
+        help="With --disagg, search a disaggregated candidate only as far as it could be"
+        " cheaper than the cheapest aggregated one; --no-prune sizes every one."
+    ),
+]
+
+
 def plan(
     ctx: typer.Context,
     workload: Annotated[str, typer.Option(help=_help(WorkloadSpec, "name"))],
@@ -143,21 +161,9 @@ def plan(
     ] = None,
     jobs: Jobs = None,
     early_stop: EarlyStop = True,
-    disagg: Annotated[
-        bool,
-        typer.Option(
-            help="Add disaggregated candidates: per GPU, prefill TP x decode TP (each of"
-            " --tp), each phase sized alone first; ranked with the aggregated ones."
-        ),
-    ] = False,
-    kv_link: Annotated[str, typer.Option(help=_help(EngineSpec, "kv_link"))] = DEFAULT_KV_LINK,
-    prune: Annotated[
-        bool,
-        typer.Option(
-            help="With --disagg, search a disaggregated candidate only as far as it could be"
-            " cheaper than the cheapest aggregated one; --no-prune sizes every one."
-        ),
-    ] = True,
+    disagg: Disagg = False,
+    kv_link: KvLink = DEFAULT_KV_LINK,
+    prune: Prune = True,
     overwrite: Annotated[bool, typer.Option(help="Replace earlier results in --out.")] = False,
 ) -> None:
     """Capacity plan: for each GPU x TP x engine-settings candidate, the fewest replicas

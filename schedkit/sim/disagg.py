@@ -285,7 +285,7 @@ class DisaggCluster:
         hand-off could come (a prefill's end, ``_lookahead`` after the earliest a prefill
         step could start, or the earliest a transfer freeing a prefill's blocks could be
         booked). So each engine's decisions see everything earlier."""
-        traces, prefill, decode = self.traces, self.prefill, self.decode
+        traces = self.traces
         handoffs, lands, asks = self._handoffs, self._lands, self._asks
         inf, lookahead = math.inf, self._lookahead
         n, nxt = len(traces), self._next
@@ -294,21 +294,7 @@ class DisaggCluster:
             h = handoffs[0][0] if handoffs else inf
             land = lands[0][0] if lands else inf
             ask = asks[0][0] if asks else inf
-            rp, p_first = inf, None
-            for engine in prefill:
-                r = ready(engine)
-                if r < rp:
-                    rp, p_first = r, engine
-            rd, d_first, floor = inf, None, inf
-            for d_engine in decode:
-                r = ready(d_engine)
-                if r < rd:
-                    rd, d_first = r, d_engine
-                if d_engine.remote:  # it may ask for a transfer, at its next step
-                    if d_engine.unbooked:  # paused: no earlier than its clock
-                        r = d_engine.clock
-                    if r < floor:
-                        floor = r
+            rp, p_first, rd, d_first, floor = self._next_steps()
             # the earliest a decode instance could ask for a transfer: at its next step
             # if it holds a request whose KV is to come (``floor``), else once one is
             # handed off: from the heap, or at the end of a prefill step, which could
@@ -330,25 +316,48 @@ class DisaggCluster:
                     self.now = due
                     break
                 continue
-            if rp == inf and rd == inf:
-                if ask < inf:  # only bookings left (a paused decode instance's)
-                    self._book(*heapq.heappop(asks))
-                    continue
+            if rp == inf and rd == inf:  # nothing left (a booking would have been made)
                 self.now = inf
                 break
             if rp <= rd:
                 assert p_first is not None
-                until = self._bounded(p_first, min(due, land, ask, floor, h))
-                p_first.advance(max(until, rp + 2 * TIME_EPS))  # at least one step
-                if p_first.prefilled:
-                    for leg in p_first.prefilled:
-                        assert leg.record.first_token_s is not None
-                        heapq.heappush(handoffs, (leg.record.first_token_s, leg.index))
-                    p_first.prefilled.clear()
+                self._prefill_steps(p_first, rp, min(due, land, ask, floor, h))
             else:
                 assert d_first is not None
                 d_first.advance(max(self._bounded(d_first, coming), rd + 2 * TIME_EPS))
         self._next = nxt
+
+    def _prefill_steps(self, engine: PrefillEngine, ready_at: float, until: float) -> None:
+        """``engine``'s steps up to ``until`` (one at least), its ended prefills to hand off."""
+        engine.advance(max(self._bounded(engine, until), ready_at + 2 * TIME_EPS))
+        for leg in engine.prefilled:
+            assert leg.record.first_token_s is not None
+            heapq.heappush(self._handoffs, (leg.record.first_token_s, leg.index))
+        engine.prefilled.clear()
+
+    def _next_steps(
+        self,
+    ) -> tuple[float, PrefillEngine | None, float, DecodeEngine | None, float]:
+        """The prefill and the decode instance due first and when, and the earliest a
+        decode instance holding a request whose KV is to come could ask for it (at its
+        next step; a paused one, no earlier than its clock)."""
+        inf = math.inf
+        rp, p_first = inf, None
+        for engine in self.prefill:
+            r = ready(engine)
+            if r < rp:
+                rp, p_first = r, engine
+        rd, d_first, floor = inf, None, inf
+        for d_engine in self.decode:
+            r = ready(d_engine)
+            if r < rd:
+                rd, d_first = r, d_engine
+            if d_engine.remote:
+                if d_engine.unbooked:
+                    r = d_engine.clock
+                if r < floor:
+                    floor = r
+        return rp, p_first, rd, d_first, floor
 
     def _bounded(self, engine: SimEngine, until: float) -> float:
         """How far ``engine`` runs this turn: ``until`` (a reference run for tests
