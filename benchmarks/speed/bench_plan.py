@@ -9,7 +9,9 @@ rotating from round to round:
 - ``old``: the ``--baseline`` checkout (a git worktree of the commit before the change);
 - ``new``: this tree;
 - with ``--attribute``, also ``new --no-early-stop`` (every probe run to its end, in
-  parallel) and ``new --jobs 1`` (probes stopped early, one at a time in one process).
+  parallel) and ``new --jobs 1`` (probes stopped early, one at a time in one process);
+- with ``--disagg``, also ``new --disagg``: the plan with disaggregated candidates (issue
+  #42), checked to give the old tree's aggregated candidates, and its choice printed.
 
 It reports each run's wall time and CPU time (the process and its workers), the medians,
 and each round's ratio to ``old``, with the machine's load average before and after (a
@@ -53,6 +55,7 @@ MODES: dict[str, list[str]] = {
     "new": [],
     "new --no-early-stop": ["--no-early-stop"],
     "new --jobs 1": ["--jobs", "1"],
+    "new --disagg": ["--disagg"],
 }
 FIGURES = ("slo_attainment", "ttft_p90_ms", "tpot_p90_ms", "e2e_mean_ms", "throughput_tok_s")
 
@@ -95,6 +98,8 @@ def differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
             continue
         for p, q in zip(a["probes"], b["probes"], strict=True):
             stopped = q.get("stopped_early")
+            if stopped and p.get("stopped_early"):  # both stopped below the target
+                continue
             if not stopped:
                 if p != {k: v for k, v in q.items() if k not in strip}:
                     found.append(f"{name} x{p['replicas']}: its figures")
@@ -120,7 +125,8 @@ def _load() -> str:
 def measure(args: argparse.Namespace) -> None:
     modes: dict[str, tuple[Path, list[str]]] = {"old": (args.baseline, [])}
     for name, flags in MODES.items():
-        if name == "new" or args.attribute:
+        disagg = "--disagg" in flags
+        if name == "new" or (args.attribute and not disagg) or (args.disagg and disagg):
             modes[name] = (ROOT, flags)
     times: dict[str, list[tuple[float, float]]] = {m: [] for m in modes}
     print(f"load average before: {_load()}", flush=True)
@@ -139,8 +145,23 @@ def measure(args: argparse.Namespace) -> None:
         report(times)
         old = json.loads((outs["old"] / "plan.json").read_text())
         for m in names[1:]:
-            found = differences(old, json.loads((outs[m] / "plan.json").read_text()))
+            new = json.loads((outs[m] / "plan.json").read_text())
+            if new.get("disagg"):  # its aggregated candidates, and what it chose
+                print(f"{m}: chose {new['best'] and candidate(new['best'])}")
+                new = {**new, "candidates": [c for c in new["candidates"] if "pool_tps" not in c]}
+                found = [
+                    f for f in differences(old, new) if f != "the candidates' order or outcomes"
+                ]
+            else:
+                found = differences(old, new)
             print(f"{m} against old: {'; '.join(found) if found else 'the same plan'}")
+
+
+def candidate(c: dict[str, Any]) -> str:
+    if "pool_tps" in c:
+        (p, tp_p), (d, tp_d) = c["disaggregated"]["prefill"], c["disaggregated"]["decode"]
+        return f"{c['gpu']} {p} prefill tp={tp_p} + {d} decode tp={tp_d}, {c['gpus']} GPUs"
+    return f"{c['gpu']} tp={c['tp']} x {c['replicas']}, {c['gpus']} GPUs"
 
 
 def report(times: dict[str, list[tuple[float, float]]]) -> None:
@@ -180,6 +201,7 @@ def main() -> None:
     parser.add_argument("--baseline", type=Path, help="an older checkout to compare with")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--attribute", action="store_true", help="also --no-early-stop, --jobs 1")
+    parser.add_argument("--disagg", action="store_true", help="also the plan with --disagg")
     parser.add_argument("--cpus", help="taskset's CPU list for the plans (default: all)")
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
