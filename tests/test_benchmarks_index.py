@@ -11,7 +11,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "benchmarks"
-QUESTIONS = ("speed", "fidelity", "policies", "stats", "engines", "report", "gpu")
+QUESTIONS = ("speed", "fidelity", "policies", "stats", "engines", "report", "gpu", "disagg")
 
 
 def scripts() -> list[Path]:
