@@ -215,7 +215,7 @@ answers = st.one_of(
 )
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)  # no timing in tests: a loaded machine is slow
 @given(st.lists(answers, min_size=1, max_size=3))
 def test_flat_eviction_keys_equal_the_flattened_combined_keys(values: list[Any]) -> None:
     """The simulator's one-pass path (``flat_eviction_key``) gives what flattening the
