@@ -447,8 +447,9 @@ def _pruned(out: dict[str, Any], most: int) -> str:
     what = f"{out['phase']} alone" if "phase" in out else "grown from each phase alone"
     if most == 0:
         return f"not searched: {what}, even its smallest size costs more than the cheapest"
+    unit = "instance" if "phase" in out else "step"
     return (
-        f"not searched beyond {most} {'instances' if 'phase' in out else 'steps'} ({what}):"
+        f"not searched beyond {most} {unit}{'s' if most != 1 else ''} ({what}):"
         " larger, it costs more than the cheapest"
     )
 
