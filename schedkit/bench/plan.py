@@ -175,10 +175,6 @@ def prepare(plan: PlanSpec) -> list[Candidate]:
         if job.phase is not None:
             out["phase"] = job.phase
             pools = {"prefill_replicas": 1, "decode_replicas": 1, f"{job.phase}_tp": job.tp}
-        if job.pool_tps is not None:
-            out["pool_tps"] = list(job.pool_tps)
-            pools = {"prefill_replicas": 1, "decode_replicas": 1, "prefill_tp": job.pool_tps[0],
-                     "decode_tp": job.pool_tps[1]}  # fmt: skip
         spec = plan.bench.with_settings({"gpu": job.gpu, "tp": job.tp, **settings, **pools})
         candidates.append(Candidate(out))
         try:
@@ -212,14 +208,13 @@ def prepare(plan: PlanSpec) -> list[Candidate]:
 @dataclass(frozen=True)
 class Job:
     """One candidate to prepare: a GPU, a TP and a set of engine settings; or one phase
-    of a disaggregated deployment sized alone (``phase``: its instances' TP is ``tp``);
-    or a disaggregated deployment (``pool_tps``: its prefill and decode TPs)."""
+    of a disaggregated deployment sized alone (``phase``: its instances' TP is ``tp``).
+    The disaggregated deployments themselves are prepared from the phases (``_pairs``)."""
 
     gpu: str
     tp: int
     variant: int
     phase: str | None = None
-    pool_tps: tuple[int, int] | None = None
 
 
 def _jobs(plan: PlanSpec) -> list[Job]:
@@ -485,7 +480,7 @@ def _pairs(plan: PlanSpec, phases: list[Candidate]) -> list[Candidate]:
         for c in phases
     }
     out = []
-    for gpu in plan.gpus if plan.disagg else []:
+    for gpu in plan.gpus:
         for tp_p in plan.tps:
             for tp_d in plan.tps:
                 for variant in plan.settings:

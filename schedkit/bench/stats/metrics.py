@@ -421,6 +421,9 @@ PHASES = {
 }
 
 
+_RECORD_TIMES = ("arrival_s", "scheduled_s", "finish_s")
+
+
 def handoff_phases(records: Sequence[RequestRecord]) -> dict[str, dict[str, float | None]]:
     """Where a disaggregated run's completed requests spent their time: each phase's
     summary in ms (prefill queue and prefill on the prefill instance, waiting for decode
@@ -431,15 +434,17 @@ def handoff_phases(records: Sequence[RequestRecord]) -> dict[str, dict[str, floa
         h = r.handoff
         if h is None or not is_completed(r):
             continue
-        times = {"arrival_s": r.arrival_s, "scheduled_s": r.scheduled_s, "finish_s": r.finish_s}
+        times = {name: getattr(r, name) for name in _RECORD_TIMES}
         times.update((name, getattr(h, name)) for name in _HANDOFF_TIMES)
-        rows.append([times[end] - times[start] for start, end in PHASES.values()])  # type: ignore[operator]
+        rows.append([times[end] - times[start] for start, end in PHASES.values()])
     spans = np.array(rows, dtype=np.float64).reshape(-1, len(PHASES)) * 1000.0
     return {name: summary(spans[:, i]) for i, name in enumerate(PHASES)}
 
 
-_HANDOFF_TIMES = ("prefill_end_s", "kv_alloc_s", "transfer_start_s", "transfer_end_s",
-                  "decode_start_s")  # fmt: skip
+# the times a ``Handoff`` keeps (the others are the record's)
+_HANDOFF_TIMES = tuple(
+    dict.fromkeys(t for span in PHASES.values() for t in span if t not in _RECORD_TIMES)
+)
 
 
 def _rejections(run: RunResult, table: RequestTable) -> dict[str, int]:
