@@ -55,6 +55,8 @@ class Stub:
     headers: list[dict[str, str]] = field(default_factory=list)
     status: int = 200
     reject: bool = False
+    hold: bool = False  # stream nothing until the client goes (a decode awaiting KV)
+    closed: list[bool] = field(default_factory=list)
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -67,6 +69,18 @@ class Stub:
         body = await request.json()
         self.got.append(body)
         self.headers.append({k.lower(): v for k, v in request.headers.items()})
+        if self.hold:
+            out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await out.prepare(request)
+            try:  # from 1 s on, a comment line now and then, until the client goes (or 5 s)
+                await asyncio.sleep(1.0)
+                for _ in range(400):
+                    await out.write(b": waiting\n\n")
+                    await asyncio.sleep(0.01)
+            except (asyncio.CancelledError, ConnectionError):
+                self.closed.append(True)
+                raise
+            return out
         if self.status != 200:
             return web.json_response({"error": {"message": "boom"}}, status=self.status)
         choice: dict[str, Any] = {"text": self.name, "finish_reason": "length"}
@@ -99,6 +113,7 @@ def run(
     policy: Policy | None = None,
     dead_decode: bool = False,
     interval: float = 0.0,
+    **options: Any,
 ) -> PDProxy:
     """Start the stubs and a proxy in front of them, then run ``scenario(url, client,
     proxy)``."""
@@ -112,7 +127,9 @@ def run(
         if dead_decode:
             decode_urls = ["http://127.0.0.1:9"]  # discard port: nothing listens
         facade = PolicyFacade([("by-length", policy)] if policy else [])
-        proxy = PDProxy(facade, urls[: len(prefill)], decode_urls, metrics_interval_s=interval)
+        proxy = PDProxy(
+            facade, urls[: len(prefill)], decode_urls, metrics_interval_s=interval, **options
+        )
         front = TestServer(proxy.app())
         await front.start_server()
         try:
@@ -208,6 +225,71 @@ def test_a_rejected_or_failed_prefill_ends_the_request_there() -> None:
     assert decode[0].got == []
 
 
+def test_sglang_s_protocol_sends_both_legs_with_the_prefill_s_bootstrap_address() -> None:
+    prefill, decode = [Stub("p0"), Stub("p1")], [Stub("d0"), Stub("d1")]
+    policy = ByLength()
+    texts: list[str] = []
+
+    async def scenario(url: str, client: ClientSession, proxy: PDProxy) -> None:
+        for n, stream in ((4, True), (5, False), (7, True)):
+            body = {"prompt": list(range(n)), "max_tokens": 9, "stream": stream}
+            async with client.post(f"{url}/v1/completions", json=body) as resp:
+                assert resp.status == 200
+                texts.append(await resp.text())
+
+    proxy = run(scenario, prefill, decode, policy, protocol="sglang", bootstrap_ports=[71, 72])
+    # the policy's choice, per pool, with the prefill leg's one token
+    assert [len(b["prompt"]) for b in prefill[1].got] == [5, 7]
+    assert [len(b["prompt"]) for b in decode[0].got] == [4]
+    assert policy.seen[:2] == [
+        ("prefill", 4, 1, ("prefill", "prefill")),
+        ("decode", 4, 9, ("decode", "decode")),
+    ]
+    rooms = set()
+    by_room = {b["bootstrap_room"]: b for s in decode for b in s.got}
+    for stub, port in zip(prefill, (71, 72), strict=True):
+        for leg in stub.got:
+            assert leg["max_tokens"] == 1 and leg["stream"] is False
+            assert "kv_transfer_params" not in leg
+            assert (leg["bootstrap_host"], leg["bootstrap_port"]) == ("127.0.0.1", port)
+            twin = by_room[leg["bootstrap_room"]]  # the decode leg names the same room
+            assert twin["prompt"] == leg["prompt"] and twin["max_tokens"] == 9
+            assert (twin["bootstrap_host"], twin["bootstrap_port"]) == ("127.0.0.1", port)
+            rooms.add(leg["bootstrap_room"])
+    assert len(rooms) == 3  # a fresh room per request
+    assert '"by": "d0"' in texts[0] and json.loads(texts[1])["choices"][0]["text"] == "d1"
+    assert proxy.outcomes["decoded"] == 3
+
+
+@pytest.mark.parametrize("stream", [True, False])
+@pytest.mark.parametrize("outcome", ["rejected at prefill", "prefill failed"])
+def test_sglang_s_decode_leg_is_closed_when_the_prefill_fails_first(
+    stream: bool, outcome: str
+) -> None:
+    failed = outcome == "prefill failed"
+    prefill = Stub("p0", status=500) if failed else Stub("p0", reject=True)
+    decode = Stub("d0", hold=True)  # answers nothing until its client goes
+
+    async def scenario(url: str, client: ClientSession, proxy: PDProxy) -> None:
+        body = {"prompt": "a b", "max_tokens": 4, "stream": stream}
+        async with client.post(f"{url}/v1/completions", json=body) as resp:
+            text = await resp.text()
+        if failed:
+            assert resp.status == 500 and "boom" in text
+        elif stream:
+            assert text.startswith("data: ") and "rejected: too long" in text
+        else:
+            assert json.loads(text)["choices"][0]["finish_reason"] == "abort"
+        for _ in range(200):  # the decode stub sees its connection go
+            if decode.closed:
+                break
+            await asyncio.sleep(0.01)
+
+    proxy = run(scenario, [prefill], [decode], protocol="sglang")
+    assert decode.closed == [True] and len(decode.got) == 1
+    assert proxy.outcomes[outcome] == 1 and proxy.pools["decode"][0].load.in_flight == 0
+
+
 def test_an_unreachable_decode_instance_is_a_502_naming_it() -> None:
     async def scenario(url: str, client: ClientSession, proxy: PDProxy) -> None:
         async with client.post(f"{url}/v1/completions", json={"prompt": "x y"}) as resp:
@@ -247,6 +329,26 @@ def test_load_counts_in_flight_requests_the_gauges_have_not_seen() -> None:
         load.num_running = 3  # type: ignore[misc]
 
 
+SGLANG_PAGE = """# TYPE sglang:num_running_reqs gauge
+sglang:num_running_reqs{engine_type="decode",model_name="m",tp_rank="0"} 4.0
+sglang:num_queue_reqs{engine_type="decode",model_name="m",tp_rank="0"} 1.0
+sglang:num_decode_prealloc_queue_reqs{engine_type="decode",model_name="m",tp_rank="0"} 2.0
+sglang:num_decode_transfer_queue_reqs{engine_type="decode",model_name="m",tp_rank="0"} 3.0
+sglang:num_pages{engine_type="decode",model_name="m",tp_rank="0"} 4096.0
+sglang:page_size{engine_type="decode",model_name="m",tp_rank="0"} 1.0
+sglang:token_usage{engine_type="decode",model_name="m",tp_rank="0"} 0.25
+"""
+
+
+def test_load_reads_sglang_s_gauges_queues_of_a_disaggregated_server_included() -> None:
+    load = Load(0.0)
+    load.gauges = parse_metrics(SGLANG_PAGE)
+    assert (load.num_running, load.num_waiting) == (4, 6)
+    assert (load.kv_blocks_total, load.kv_blocks_free, load.block_size) == (4096, 3072, 1)
+    load.in_flight = 12
+    assert (load.num_running, load.num_waiting) == (6, 6)
+
+
 def test_request_view_reads_what_the_body_claims() -> None:
     assert prompt_tokens({"prompt": [5, 6, 7]}) == 3
     assert prompt_tokens({"prompt": [[5, 6], [1]]}) == 2
@@ -284,6 +386,15 @@ def test_prefill_body_leaves_the_client_s_body_alone() -> None:
         (["--policy", "nope", "--prefill", "http://h:1", "--decode", "http://h:2"],
          "unknown policy 'nope'"),
         (["--prefill", "http://h:1"], "the following arguments are required: --policy"),
+        (["--policy", "fcfs", "--prefill", "http://h:1", "--decode", "http://h:2",
+          "--protocol", "nixl"], "--protocol 'nixl': valid values are vllm, sglang"),
+        (["--policy", "fcfs", "--prefill", "http://h:1", "--decode", "http://h:2",
+          "--bootstrap-port", "8998"], "--bootstrap-port is SGLang's: add --protocol sglang"),
+        (["--policy", "fcfs", "--prefill", "http://h:1", "http://h:3", "--decode", "http://h:2",
+          "--protocol", "sglang", "--bootstrap-port", "8998"],
+         "gives 1 ports for 2 --prefill servers"),
+        (["--policy", "fcfs", "--prefill", "http://h:1", "--decode", "http://h:2",
+          "--protocol", "sglang", "--bootstrap-port", "0"], "--bootstrap-port 0 is not a port"),
     ],
 )  # fmt: skip
 def test_bad_input_is_one_line_and_status_2(

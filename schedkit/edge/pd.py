@@ -21,6 +21,15 @@ choice sent as the client asked it (a one-chunk stream, or the JSON). The router
 the body's claims (priority, ``vllm_xargs`` SLO targets) and the tenant header as sent:
 the servers' own trust edge decides what their schedulers believe.
 
+``--protocol sglang`` speaks SGLang's instead (``sglang_router``'s mini load balancer):
+both instances are chosen at arrival (prefill first), and the request goes to both at
+once with ``bootstrap_host``/``bootstrap_port``/``bootstrap_room`` naming the prefill
+instance's bootstrap server (``--bootstrap-port``, one per prefill URL; SGLang's default
+8998), so the decode instance pre-allocates KV while the prefill runs. The prefill leg
+is sent with ``max_tokens=1``, not streamed (what it computes); the client gets the
+decode instance's answer, or the prefill's where that fails or is rejected before the
+decode answers (the decode leg is then closed, which aborts it there).
+
 ``GET /metrics`` gives the proxy's counts in Prometheus' text format (requests per
 instance and who chose it, prefill time, in flight); ``GET /v1/models`` is the first
 decode instance's; ``GET /health`` answers 200.
@@ -32,6 +41,7 @@ import argparse
 import asyncio
 import json
 import logging
+import random
 import sys
 import time
 import uuid
@@ -48,6 +58,7 @@ from schedkit.facade import PolicyFacade
 from schedkit.views import RequestView
 
 if TYPE_CHECKING:
+    import aiohttp
     from aiohttp import ClientSession, web
 
 __all__ = ["PDProxy", "build", "main", "prefill_body"]
@@ -55,6 +66,8 @@ __all__ = ["PDProxy", "build", "main", "prefill_body"]
 log = logging.getLogger("schedkit.pd")
 
 ROLES = ("prefill", "decode")
+PROTOCOLS = ("vllm", "sglang")
+SGLANG_BOOTSTRAP_PORT = 8998  # SGLang's --disaggregation-bootstrap-port default
 # Headers a proxy must not pass on (RFC 9110 hop-by-hop, and what aiohttp sets itself).
 _HOP = frozenset(("host", "content-length", "transfer-encoding", "connection", "keep-alive"))
 
@@ -86,13 +99,16 @@ def _rejected(answer: Mapping[str, Any]) -> bool:
     return choices[0].get("finish_reason") == "abort" and isinstance(stop, str)
 
 
-def prefill_body(body: Mapping[str, Any]) -> dict[str, Any]:
-    """The prefill leg of ``body``: one token, not streamed, KV kept for a remote decode."""
+def prefill_body(body: Mapping[str, Any], protocol: str = "vllm") -> dict[str, Any]:
+    """The prefill leg of ``body``: one token, not streamed; for vLLM with KV kept for a
+    remote decode (SGLang's bootstrap fields are in ``body`` already)."""
     leg = {k: v for k, v in body.items() if k not in ("stream_options", "min_tokens")}
     leg.update(stream=False, max_tokens=1)
     if "max_completion_tokens" in leg:
         leg["max_completion_tokens"] = 1
     leg.pop("min_completion_tokens", None)
+    if protocol == "sglang":
+        return leg
     leg["kv_transfer_params"] = {
         "do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
         "remote_block_ids": None, "remote_host": None, "remote_port": None,
@@ -112,8 +128,12 @@ class PDProxy:
         metrics_interval_s: float = 1.0,
         timeout_s: float = 600.0,
         tenant_header: str = "x-tenant-id",
+        protocol: str = "vllm",
+        bootstrap_ports: Sequence[int] = (),
     ) -> None:
         started = time.monotonic()
+        self.protocol = protocol
+        self.bootstrap_ports = list(bootstrap_ports) or [SGLANG_BOOTSTRAP_PORT] * len(prefill)
         self.router = router
         self.pools = {
             role: [Instance(i, role, url, started) for i, url in enumerate(urls)]
@@ -159,6 +179,11 @@ class PDProxy:
         headers["X-Request-Id"] = rid
         view = request_view(body, request.headers.get(self.tenant_header), rid, self._clock())
         prefill = self.choose(replace(view, max_tokens=1), "prefill")  # as it is sent there
+        if self.protocol == "sglang":
+            decode = self.choose(view, "decode")
+            body = {**body, **self._bootstrap(prefill)}
+            leg = asyncio.create_task(self._prefill(prefill, request.path, body, headers))
+            return await self._relay(request, decode, body, headers, leg)
         status, raw = await self._prefill(prefill, request.path, body, headers)
         if status != 200:
             self.outcomes["prefill failed"] += 1
@@ -173,6 +198,15 @@ class PDProxy:
         decode = self.choose(view, "decode")
         return await self._relay(request, decode, body, headers)
 
+    def _bootstrap(self, prefill: Instance) -> dict[str, Any]:
+        """SGLang's fields naming ``prefill``'s bootstrap server and a fresh room."""
+        host = urlsplit(prefill.url).hostname or ""
+        return {
+            "bootstrap_host": f"[{host}]" if ":" in host else host,
+            "bootstrap_port": self.bootstrap_ports[prefill.index],
+            "bootstrap_room": random.getrandbits(63),
+        }
+
     async def _prefill(
         self, target: Instance, path: str, body: Mapping[str, Any], headers: dict[str, str]
     ) -> tuple[int, bytes]:
@@ -184,7 +218,7 @@ class PDProxy:
         began = time.monotonic()
         try:
             async with self._client().post(
-                target.url + path, json=prefill_body(body), headers=headers
+                target.url + path, json=prefill_body(body, self.protocol), headers=headers
             ) as resp:
                 raw = await resp.read()
                 status = resp.status
@@ -203,26 +237,37 @@ class PDProxy:
         return status, raw
 
     async def _relay(
-        self, request: web.Request, target: Instance, body: dict[str, Any], headers: dict[str, str]
+        self,
+        request: web.Request,
+        target: Instance,
+        body: dict[str, Any],
+        headers: dict[str, str],
+        prefill: asyncio.Task[tuple[int, bytes]] | None = None,
     ) -> web.StreamResponse:
-        """The decode leg on ``target``, its answer passed to the client as it comes."""
+        """The decode leg on ``target``, its answer passed to the client as it comes.
+        With ``prefill`` (SGLang's legs, sent at once) a prefill that fails or is rejected
+        before the decode answers is the client's answer, and the decode leg is closed."""
         import aiohttp
         from aiohttp import web
 
         target.load.in_flight += 1
         out: web.StreamResponse | None = None
+        head = asyncio.ensure_future(self._open(target.url + request.path, body, headers))
+        resp: aiohttp.ClientResponse | None = None
         try:
-            async with self._client().post(
-                target.url + request.path, json=body, headers=headers
-            ) as resp:
-                kind = resp.headers.get("Content-Type", "application/json")
-                out = web.StreamResponse(status=resp.status, headers={"Content-Type": kind})
-                await out.prepare(request)
-                async for chunk in resp.content.iter_any():
-                    await out.write(chunk)
-                await out.write_eof()
-                self.outcomes["decoded" if resp.status == 200 else "decode failed"] += 1
-                return out
+            ended = await self._prefill_ended_first(body, prefill, head)
+            if ended is not None:
+                return ended
+            resp, first = await head
+            kind = resp.headers.get("Content-Type", "application/json")
+            out = web.StreamResponse(status=resp.status, headers={"Content-Type": kind})
+            await out.prepare(request)
+            await out.write(first)
+            async for chunk in resp.content.iter_any():
+                await out.write(chunk)
+            await out.write_eof()
+            self.outcomes["decoded" if resp.status == 200 else "decode failed"] += 1
+            return out
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             self.outcomes["decode failed"] += 1
             message = f"decode instance {target.url}: {_describe(exc)}"
@@ -231,6 +276,50 @@ class PDProxy:
             return self._fail(502, message, "")
         finally:
             target.load.in_flight -= 1
+            if resp is not None:
+                resp.close()
+            for task in (head, prefill):
+                if task is not None and not task.done():
+                    task.cancel()
+            await asyncio.gather(*(t for t in (head, prefill) if t), return_exceptions=True)
+
+    async def _open(
+        self, url: str, body: dict[str, Any], headers: dict[str, str]
+    ) -> tuple[aiohttp.ClientResponse, bytes]:
+        """A POST's response and its first bytes (cancelled: the connection closes)."""
+        resp = await self._client().post(url, json=body, headers=headers)
+        try:
+            return resp, await resp.content.readany()
+        except BaseException:
+            resp.close()
+            raise
+
+    async def _prefill_ended_first(
+        self,
+        body: Mapping[str, Any],
+        prefill: asyncio.Task[tuple[int, bytes]] | None,
+        head: asyncio.Future[Any],
+    ) -> web.Response | None:
+        """The prefill's answer when it failed or was rejected before the decode leg's
+        first bytes came (``head`` is then cancelled); None to relay the decode leg."""
+        if prefill is None:
+            return None
+        await asyncio.wait((prefill, head), return_when=asyncio.FIRST_COMPLETED)
+        if head.done() or not prefill.done():
+            return None
+        status, raw = prefill.result()
+        if status == 200 and not _rejected(json.loads(raw)):
+            return None
+        from aiohttp import web
+
+        head.cancel()
+        await asyncio.gather(head, return_exceptions=True)
+        if status != 200:  # SGLang answers an admission policy's "no" with a 503
+            refused = status == 503 and b"rejected: " in raw
+            self.outcomes["rejected at prefill" if refused else "prefill failed"] += 1
+            return web.Response(status=status, body=raw, content_type="application/json")
+        self.outcomes["rejected at prefill"] += 1
+        return _as_asked(body, json.loads(raw))
 
     def _fail(self, status: int, message: str, outcome: str) -> web.Response:
         from aiohttp import web
@@ -367,7 +456,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="python -m schedkit.edge.pd",
         description="A prefill/decode proxy: schedkit's route_request picks the prefill"
-        " instance, then the decode instance, of each request (vLLM's toy proxy protocol).",
+        " instance, then the decode instance, of each request (vLLM's toy proxy protocol,"
+        " or SGLang's with --protocol sglang).",
     )
     parser.add_argument("--policy", required=True, help="a policy, composition or config file")
     parser.add_argument("--prefill", action="extend", nargs="+", default=[], metavar="URL")
@@ -380,6 +470,16 @@ def _parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     parser.add_argument("--timeout-s", type=float, default=600.0, help="per request leg")
     parser.add_argument("--tenant-header", default="x-tenant-id")
+    parser.add_argument(
+        "--protocol", default="vllm",
+        help="vllm: prefill, then decode with the prefill's kv_transfer_params (vLLM's"
+        " connectors); sglang: both at once with bootstrap fields (SGLang's PD mode)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--bootstrap-port", action="extend", nargs="+", type=int, default=[], metavar="PORT",
+        help="with --protocol sglang: each prefill server's --disaggregation-bootstrap-port,"
+        f" in --prefill's order (default {SGLANG_BOOTSTRAP_PORT} for each)",
+    )  # fmt: skip
     return parser
 
 
@@ -398,6 +498,7 @@ def build(args: argparse.Namespace) -> PDProxy:
         raise SchedkitError(f"--port {args.port} is not a port number (1-65535)")
     if args.metrics_interval_s < 0 or not args.timeout_s > 0:
         raise SchedkitError("--metrics-interval-s must be >= 0 and --timeout-s > 0")
+    _check_protocol(args.protocol, args.bootstrap_port, len(pools["prefill"]))
     router = PolicyFacade.from_config(load_config(args.policy))
     return PDProxy(
         router,
@@ -406,7 +507,24 @@ def build(args: argparse.Namespace) -> PDProxy:
         metrics_interval_s=args.metrics_interval_s,
         timeout_s=args.timeout_s,
         tenant_header=args.tenant_header.lower(),
+        protocol=args.protocol,
+        bootstrap_ports=args.bootstrap_port,
     )
+
+
+def _check_protocol(protocol: str, ports: Sequence[int], prefills: int) -> None:
+    if protocol not in PROTOCOLS:
+        raise SchedkitError(f"--protocol {protocol!r}: valid values are {', '.join(PROTOCOLS)}")
+    if ports and protocol != "sglang":
+        raise SchedkitError("--bootstrap-port is SGLang's: add --protocol sglang, or drop it")
+    if ports and len(ports) != prefills:
+        raise SchedkitError(
+            f"--bootstrap-port gives {len(ports)} ports for {prefills} --prefill servers;"
+            " give one per prefill server, in the same order"
+        )
+    bad = [p for p in ports if not 0 < p < 65536]
+    if bad:
+        raise SchedkitError(f"--bootstrap-port {bad[0]} is not a port number (1-65535)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

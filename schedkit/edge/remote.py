@@ -3,7 +3,7 @@ HTTP requests sent to them (``schedkit.edge.pd`` routes with them).
 
 - ``ProxyRequest``: a ``RequestView`` of an OpenAI request body (``request_view``).
 - ``Load``: an ``EngineView`` of a server from what the router sent it and its
-  Prometheus ``/metrics`` gauges (``parse_metrics``; vLLM's names).
+  Prometheus ``/metrics`` gauges (``parse_metrics``; vLLM's names, or SGLang's).
 - ``Instance``: a ``ReplicaView`` of one server of a pool, with its role.
 """
 
@@ -121,6 +121,15 @@ def parse_metrics(text: str) -> dict[str, float]:
     return found
 
 
+SGLANG_QUEUES = (
+    "num_queue_reqs",
+    "num_prefill_bootstrap_queue_reqs",
+    "num_decode_prealloc_queue_reqs",
+    "num_decode_transfer_queue_reqs",
+)
+"""SGLang's gauges of requests queued on a server (``--enable-metrics``)."""
+
+
 class Load:
     """An ``EngineView`` of one server as the proxy knows it: the requests it has sent
     there and not yet seen answered, and the server's ``/metrics`` gauges as last read.
@@ -128,7 +137,8 @@ class Load:
     Running plus waiting is the larger of the proxy's in-flight count (fresh, but blind
     to other clients) and the server's gauges (everyone's, but as old as the last read);
     waiting is the server's figure, at most that sum. KV blocks come from vLLM's
-    ``cache_config_info`` and ``kv_cache_usage_perc`` (0 total until first read).
+    ``cache_config_info`` and ``kv_cache_usage_perc``, or SGLang's ``num_pages``,
+    ``page_size`` and ``token_usage`` (0 total until first read).
     ``step_index`` is the number of reads: the proxy sees no engine steps."""
 
     def __init__(self, started: float) -> None:
@@ -143,16 +153,16 @@ class Load:
 
     @property
     def kv_blocks_total(self) -> int:
-        return int(self.gauges.get("vllm:num_gpu_blocks", 0))
+        return int(self._gauge("vllm:num_gpu_blocks", "sglang:num_pages"))
 
     @property
     def kv_blocks_free(self) -> int:
-        used = min(max(self.gauges.get("vllm:kv_cache_usage_perc", 0.0), 0.0), 1.0)
-        return round(self.kv_blocks_total * (1.0 - used))
+        used = self._gauge("vllm:kv_cache_usage_perc", "sglang:token_usage")
+        return round(self.kv_blocks_total * (1.0 - min(max(used, 0.0), 1.0)))
 
     @property
     def block_size(self) -> int:
-        return int(self.gauges.get("vllm:block_size", 16))
+        return int(self._gauge("vllm:block_size", "sglang:page_size") or 16)
 
     @property
     def num_running(self) -> int:
@@ -160,17 +170,27 @@ class Load:
 
     @property
     def num_waiting(self) -> int:
-        return min(int(self.gauges.get("vllm:num_requests_waiting", 0)), self._total())
+        return min(int(self._waiting()), self._total())
 
     @property
     def step_index(self) -> int:
         return self.reads
 
+    def _gauge(self, vllm: str, sglang: str) -> float:
+        """A gauge by vLLM's name, else SGLang's (0 when the server has neither)."""
+        return self.gauges.get(vllm, self.gauges.get(sglang, 0.0))
+
+    def _waiting(self) -> float:
+        """Queued requests: vLLM's waiting; SGLang's waiting queue, plus, on a
+        disaggregated server, those bootstrapping (prefill) or awaiting KV space or
+        their transfer (decode)."""
+        if "vllm:num_requests_waiting" in self.gauges:
+            return self.gauges["vllm:num_requests_waiting"]
+        return sum(self.gauges.get(f"sglang:{name}", 0.0) for name in SGLANG_QUEUES)
+
     def _total(self) -> int:
-        seen = self.gauges.get("vllm:num_requests_running", 0) + self.gauges.get(
-            "vllm:num_requests_waiting", 0
-        )
-        return max(self.in_flight, int(seen))
+        running = self._gauge("vllm:num_requests_running", "sglang:num_running_reqs")
+        return max(self.in_flight, int(running + self._waiting()))
 
 
 class Instance:
