@@ -18,7 +18,7 @@ from aiohttp import ClientSession, web
 from aiohttp.test_utils import TestServer
 
 from schedkit import Policy, ReplicaView, RequestView, hookimpl
-from schedkit.edge.pd import PDProxy, main, prefill_body
+from schedkit.edge.pd import PDProxy, _decode_outcome, main, prefill_body
 from schedkit.edge.remote import Load, parse_metrics, prompt_tokens, request_view
 from schedkit.facade import PolicyFacade
 
@@ -81,6 +81,9 @@ class Stub:
                 self.closed.append(True)
                 raise
             return out
+        if self.status == 503:  # SGLang's answer to an admission policy's "no"
+            error = {"object": "error", "message": "rejected: too long", "code": 503}
+            return web.json_response(error, status=503)
         if self.status != 200:
             return web.json_response({"error": {"message": "boom"}}, status=self.status)
         choice: dict[str, Any] = {"text": self.name, "finish_reason": "length"}
@@ -262,22 +265,30 @@ def test_sglang_s_protocol_sends_both_legs_with_the_prefill_s_bootstrap_address(
 
 
 @pytest.mark.parametrize("stream", [True, False])
-@pytest.mark.parametrize("outcome", ["rejected at prefill", "prefill failed"])
+@pytest.mark.parametrize("prefill_says", ["abort", "503", "500"])
 def test_sglang_s_decode_leg_is_closed_when_the_prefill_fails_first(
-    stream: bool, outcome: str
+    stream: bool, prefill_says: str
 ) -> None:
-    failed = outcome == "prefill failed"
-    prefill = Stub("p0", status=500) if failed else Stub("p0", reject=True)
+    """The prefill's "no" (vLLM's finish reason abort, SGLang's 503) or failure, before
+    the decode leg answers: the client's answer, as asked (SGLang streams a rejection
+    as an error chunk); the decode leg is closed."""
+    prefill = Stub("p0", reject=True) if prefill_says == "abort" else Stub("p0")
+    prefill.status = 200 if prefill_says == "abort" else int(prefill_says)
     decode = Stub("d0", hold=True)  # answers nothing until its client goes
 
     async def scenario(url: str, client: ClientSession, proxy: PDProxy) -> None:
         body = {"prompt": "a b", "max_tokens": 4, "stream": stream}
         async with client.post(f"{url}/v1/completions", json=body) as resp:
             text = await resp.text()
-        if failed:
+        if prefill_says == "500":
             assert resp.status == 500 and "boom" in text
         elif stream:
+            assert resp.status == 200 and text.endswith("data: [DONE]\n\n")
             assert text.startswith("data: ") and "rejected: too long" in text
+            if prefill_says == "503":
+                assert json.loads(text.split("\n")[0][6:])["error"]["code"] == 503
+        elif prefill_says == "503":
+            assert resp.status == 503 and json.loads(text)["message"] == "rejected: too long"
         else:
             assert json.loads(text)["choices"][0]["finish_reason"] == "abort"
         for _ in range(200):  # the decode stub sees its connection go
@@ -287,7 +298,17 @@ def test_sglang_s_decode_leg_is_closed_when_the_prefill_fails_first(
 
     proxy = run(scenario, [prefill], [decode], protocol="sglang")
     assert decode.closed == [True] and len(decode.got) == 1
+    outcome = "prefill failed" if prefill_says == "500" else "rejected at prefill"
     assert proxy.outcomes[outcome] == 1 and proxy.pools["decode"][0].load.in_flight == 0
+
+
+def test_the_decode_leg_s_outcome_is_read_from_its_status_and_first_bytes() -> None:
+    error = b'data: {"error": {"message": "rejected: too long", "code": 503}}\n\n'
+    assert _decode_outcome(200, error) == "rejected at decode"  # SGLang, streamed
+    assert _decode_outcome(503, b'{"message": "rejected: too long"}') == "rejected at decode"
+    assert _decode_outcome(200, b'data: {"choices": []}\n\n') == "decoded"
+    assert _decode_outcome(200, b'data: {"error": {"message": "boom"}}') == "decode failed"
+    assert _decode_outcome(500, b"rejected: not SGLang's") == "decode failed"
 
 
 def test_an_unreachable_decode_instance_is_a_502_naming_it() -> None:

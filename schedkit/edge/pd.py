@@ -266,7 +266,7 @@ class PDProxy:
             async for chunk in resp.content.iter_any():
                 await out.write(chunk)
             await out.write_eof()
-            self.outcomes["decoded" if resp.status == 200 else "decode failed"] += 1
+            self.outcomes[_decode_outcome(resp.status, first)] += 1
             return out
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             self.outcomes["decode failed"] += 1
@@ -317,6 +317,13 @@ class PDProxy:
         if status != 200:  # SGLang answers an admission policy's "no" with a 503
             refused = status == 503 and b"rejected: " in raw
             self.outcomes["rejected at prefill" if refused else "prefill failed"] += 1
+            if refused and body.get("stream"):  # as SGLang streams it: a chunk, [DONE]
+                try:
+                    error = json.loads(raw)
+                except ValueError:
+                    error = {"message": raw.decode(errors="replace"), "code": status}
+                text = f"data: {json.dumps({'error': error})}\n\ndata: [DONE]\n\n"
+                return web.Response(text=text, content_type="text/event-stream")
             return web.Response(status=status, body=raw, content_type="application/json")
         self.outcomes["rejected at prefill"] += 1
         return _as_asked(body, json.loads(raw))
@@ -438,6 +445,16 @@ def _as_asked(body: Mapping[str, Any], answer: dict[str, Any]) -> web.Response:
         return web.json_response(answer)
     text = f"data: {json.dumps(answer)}\n\ndata: [DONE]\n\n"
     return web.Response(text=text, content_type="text/event-stream")
+
+
+def _decode_outcome(status: int, first: bytes) -> str:
+    """How the decode leg ended, from its status and first bytes (SGLang answers an
+    admission policy's "no" with a 503 naming it, or streamed, an error chunk)."""
+    streamed_error = status == 200 and first.startswith(b'data: {"error"')
+    if status == 200 and not streamed_error:
+        return "decoded"
+    refused = status in (200, 503) and b"rejected: " in first
+    return "rejected at decode" if refused else "decode failed"
 
 
 def _describe(exc: BaseException) -> str:

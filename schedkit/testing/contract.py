@@ -40,7 +40,7 @@ from schedkit.decisions import Admission, BatchBudget, StepReport
 from schedkit.facade import PolicyFacade
 from schedkit.policy import Policy, PolicyOptions
 from schedkit.sim.config import SimConfig
-from schedkit.views import BlockView, EngineView, RequestView
+from schedkit.views import BlockView, EngineView, ReplicaView, RequestView
 from schedkit.workload import TraceRequest
 
 __all__ = [
@@ -396,6 +396,23 @@ class Stalling(Policy):
         if self.orders <= self.options.stalls:  # type: ignore[attr-defined]
             time.sleep(self.options.stall_s)  # type: ignore[attr-defined]
         return sorted(waiting, key=lambda r: r.num_prompt_tokens)
+
+
+class RouteByLength(Policy):
+    """Routes each request to instance ``num_prompt_tokens % len(replicas)`` of a
+    disaggregated pool, so a test can tell where each went. It raises (the facade then
+    counts an error and the router's default decides) when the pool is not one role's,
+    or when a prefill leg is not shown as one token, as ``schedkit.edge.pd`` sends
+    it (both protocols). The prefill/decode pair tests of vLLM and SGLang route with it."""
+
+    @hookimpl
+    def route_request(self, request: RequestView, replicas: Sequence[ReplicaView]) -> int:
+        roles = {r.role for r in replicas}
+        if roles not in ({"prefill"}, {"decode"}):
+            raise ValueError(f"a pool of roles {sorted(roles)}")
+        if roles == {"prefill"} and request.max_tokens != 1:
+            raise ValueError(f"a prefill leg of max_tokens={request.max_tokens}")
+        return request.num_prompt_tokens % len(replicas)
 
 
 # -------------------------------------------------------------------------

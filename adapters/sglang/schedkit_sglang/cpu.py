@@ -7,6 +7,11 @@ same, only for modules that cannot be imported. Scheduler processes are spawned,
 ``schedkit serve sglang`` and the bench put ``SITE_DIR`` (a ``sitecustomize`` calling
 ``install()``) on ``PYTHONPATH`` when SGLang runs on CPU (``SGLANG_USE_CPU_ENGINE=1``).
 On a GPU machine with the real packages this is never needed and does nothing.
+
+``install()`` also makes SGLang's Mooncake KV sender (prefill/decode disaggregation,
+``--disaggregation-transfer-backend mooncake_tcp``) pass page indices as it does without
+host tensors: with them it pins memory and waits on a ``torch.cuda.Event``
+(``disaggregation/prefill.py``), which kills a CPU prefill server's first request.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ SITE_DIR = Path(__file__).with_name("_cpu_site")
 """A directory whose ``sitecustomize.py`` calls ``install()`` in every new interpreter."""
 
 STUBBED = ("sgl_kernel", "torchvision")
+MOONCAKE = "sglang.srt.disaggregation.mooncake.conn"
+"""Where ``MooncakeKVSender`` is: its ``supports_host_tensor_indices`` is CUDA-only."""
 
 ENGINE_ARGS: dict[str, object] = {
     "device": "cpu",
@@ -79,10 +86,35 @@ class _StubFinder(importlib.abc.MetaPathFinder):
         return None
 
 
+class _HostIndicesOff(importlib.abc.MetaPathFinder):
+    """Finds ``MOONCAKE`` as usual, and sets ``MooncakeKVSender.supports_host_tensor_indices``
+    False once it has run."""
+
+    def find_spec(
+        self, fullname: str, path: Any = None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != MOONCAKE:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None:
+            return spec
+        run = spec.loader.exec_module
+
+        def exec_module(module: ModuleType) -> None:
+            run(module)
+            sender = getattr(module, "MooncakeKVSender", None)
+            if sender is not None:
+                sender.supports_host_tensor_indices = False
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
 def install() -> tuple[str, ...]:
     """Stub whichever of ``STUBBED`` cannot be imported; return the names stubbed."""
-    if any(isinstance(finder, _StubFinder) for finder in sys.meta_path):
+    if any(isinstance(finder, _StubFinder | _HostIndicesOff) for finder in sys.meta_path):
         return ()
+    sys.meta_path.insert(0, _HostIndicesOff())
     roots = tuple(name for name in STUBBED if _missing(name))
     if roots:
         sys.meta_path.insert(0, _StubFinder(roots))

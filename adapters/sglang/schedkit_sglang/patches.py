@@ -66,6 +66,14 @@ POLICY = "sglang.srt.managers.schedule_policy.SchedulePolicy"
 ADDER = "sglang.srt.managers.schedule_policy.PrefillAdder"
 BATCH = "sglang.srt.managers.schedule_batch.ScheduleBatch"
 STREAMER = "sglang.srt.managers.scheduler_components.output_streamer.SchedulerOutputStreamer"
+PREALLOC = "sglang.srt.disaggregation.decode.DecodePreallocQueue"
+# The event loops of --disaggregation-mode prefill and decode form batches here, not in
+# get_next_batch_to_run: a step starts in whichever the server's loop calls.
+NEXT_BATCH = (
+    "get_next_batch_to_run",
+    "get_next_disagg_prefill_batch_to_run",
+    "get_next_disagg_decode_batch_to_run",
+)
 
 
 def _active() -> SglangRuntime | None:
@@ -86,7 +94,8 @@ def plan(
         f"{SCHEDULER}.__init__": (_make_init(facade, timing, trust, record_steps), "AROUND"),
     }
     if facade.implemented or record_steps:  # step index and reports; none for plain fcfs
-        patches[f"{SCHEDULER}.get_next_batch_to_run"] = (_next_batch, "AROUND")
+        for name in NEXT_BATCH:
+            patches[f"{SCHEDULER}.{name}"] = (_next_batch, "AROUND")
         patches[f"{SCHEDULER}.run_batch"] = (_run_batch, "AROUND")
         patches[f"{SCHEDULER}.process_batch_result"] = (_batch_result, "AROUND")
     if facade.implemented or timing:  # counters for /server_info and the bench
@@ -98,6 +107,7 @@ def plan(
         patches[f"{SCHEDULER}._add_request_to_queue"] = (_add_request, "AROUND")
     if facade.has_order:
         patches[f"{POLICY}.calc_priority"] = (_calc_priority, "AROUND")
+        patches[f"{PREALLOC}.pop_preallocated"] = (_preallocation_order, "AROUND")
     if facade.has_plan:
         patches[f"{SCHEDULER}._get_new_batch_prefill_raw"] = (_prefill_raw, "AROUND")
         patches[f"{SCHEDULER}.get_num_allocatable_reqs"] = (_allocatable, "AROUND")
@@ -139,8 +149,28 @@ def _make_init(
             ", ".join(sorted(facade.implemented)) or "none",
         )
         warn_unsupported(facade, "sglang")
+        _warn_decode_cache(self, facade)
 
     return init
+
+
+def _warn_decode_cache(scheduler: Any, facade: PolicyFacade) -> None:
+    """A decode server of a disaggregated pair runs without a radix cache unless told
+    (``--disaggregation-decode-enable-radix-cache``): nothing to evict, so the policy's
+    eviction hooks never run there; say so once at start."""
+    args = getattr(scheduler, "server_args", None)
+    if (
+        facade.has_evictions
+        and getattr(args, "disaggregation_mode", None) == "decode"
+        and getattr(args, "disable_radix_cache", False)
+    ):
+        log.warning(
+            "schedkit: policy %s chooses KV evictions, but this SGLang decode server runs"
+            " without a radix cache (SGLang's default in --disaggregation-mode decode):"
+            " select_evictions/eviction_key never run here; add"
+            " --disaggregation-decode-enable-radix-cache to cache (and evict) on decode",
+            facade.label,
+        )
 
 
 # -- admission ----------------------------------------------------------------------
@@ -205,6 +235,27 @@ def _calc_priority(
         original(self, waiting_queue, *args, **kwargs)
         return
     runtime.order(waiting_queue)
+
+
+def _preallocation_order(original: Callable[..., Any], self: Any, *args: Any, **kwargs: Any) -> Any:
+    """A decode server's pre-allocation queue in the policy's order: who gets KV space
+    (and so a transfer) first, as the simulator's decode instances order it. SGLang sorts
+    this queue only with ``--enable-priority-scheduling``, by priority; with a schedkit
+    order the policy's order is the order (its own priority rules included)."""
+    scheduler = self.scheduler
+    runtime: SglangRuntime | None = getattr(scheduler, "schedkit", None)
+    if runtime is None or not self.queue:
+        return original(self, *args, **kwargs)
+    reqs = [pending.req for pending in self.queue]
+    runtime.order(reqs)
+    pending_of = {id(pending.req): pending for pending in self.queue}
+    self.queue[:] = [pending_of[id(req)] for req in reqs]
+    saved = scheduler.enable_priority_scheduling
+    scheduler.enable_priority_scheduling = False  # SGLang's sort would undo the order
+    try:
+        return original(self, *args, **kwargs)
+    finally:
+        scheduler.enable_priority_scheduling = saved
 
 
 def _prefill_raw(original: Callable[..., Any], self: Any, *args: Any, **kwargs: Any) -> Any:

@@ -4,6 +4,10 @@
 # this installs the CPU torch wheel, SGLang without its dependencies, then the pure-Python
 # packages it imports (~95 s). sgl_kernel is CUDA-only: schedkit_sglang.cpu (its _cpu_site) stands in
 # for it in every process (see adapters/sglang/README.md).
+# For prefill/decode pairs (tests/test_pd_pair.py) it adds Mooncake's non-CUDA transfer engine
+# (SGLang's mooncake_tcp backend) and, under $VENV/sysroot, the three Debian libraries it links
+# (libibverbs, libnl): fetched with `apt-get download` and unpacked, nothing installed system-wide;
+# the pair's servers run with LD_LIBRARY_PATH pointing there.
 # Idempotent: a stamp file records a finished install; delete .venv-sglang to rebuild.
 set -euo pipefail
 
@@ -47,5 +51,12 @@ fi
     scipy zstandard "openai==2.8.0" "openai-harmony==0.0.4" pyyaml "python-dateutil<3" distro \
     IPython watchfiles "xgrammar==0.2.7" "llguidance>=1.7.6,<2" "blobfile==3.0.0" gguf tiktoken \
     "compressed-tensors==0.18.0" nvidia-ml-py dill jsonschema "soundfile==0.13.1"
+"$VENV/bin/pip" install -q "mooncake-transfer-engine-non-cuda==0.3.13.post1" msgpack
+debs="$(mktemp -d)"
+libs=(libibverbs1 libnl-3-200 libnl-route-3-200)
+# apt-get download needs the package lists; a machine without them gets them first
+(cd "$debs" && { apt-get download -qq "${libs[@]}" || { apt-get update -qq && apt-get download -qq "${libs[@]}"; }; })
+for deb in "$debs"/*.deb; do dpkg -x "$deb" "$VENV/sysroot"; done
+rm -rf "$debs"
 install_schedkit
 echo "make-venv: $VENV ready in $(( $(date +%s) - start )) s"
