@@ -189,10 +189,17 @@ MATRIX: dict[str, dict[str, Capability]] = {
             " (prefill_replicas, decode_replicas): once per pool",
         ),
         "vllm": Capability(
-            "none", "one engine has no replicas to route to; a router runs in front of them"
+            "none",
+            "one engine has no replicas to route to; a router runs in front of them"
+            " (schedkit.edge.pd before prefill/decode pairs: once per pool, the decode"
+            " instance when the prefill ends, as in the simulator)",
         ),
         "sglang": Capability(
-            "none", "one engine has no replicas to route to; a router runs in front of them"
+            "none",
+            "one engine has no replicas to route to; a router runs in front of them"
+            " (schedkit.edge.pd --protocol sglang before prefill/decode pairs: once per"
+            " pool, both at arrival: SGLang's protocol names the decode instance before"
+            " the prefill ends)",
         ),
         "lmdeploy": Capability(
             "none", "one engine has no replicas to route to; a router runs in front of them"
