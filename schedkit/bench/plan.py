@@ -33,7 +33,7 @@ import math
 import multiprocessing as mp
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,7 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from schedkit.bench.arms import EngineSettings
 from schedkit.bench.engines.sim import trusted_requests
 from schedkit.bench.plan_probe import Deployment, Sizes, Stopped, alone, run_probe
-from schedkit.bench.plan_search import fewest_meeting, probe_all
+from schedkit.bench.plan_search import Probe, fewest_meeting, next_probe, probe_all
 from schedkit.bench.progress import tracking
 from schedkit.bench.runner import Bench, arrival_rate
 from schedkit.bench.spec import BenchSpec
@@ -345,11 +345,16 @@ def run_plan(plan: PlanSpec) -> dict[str, Any]:
     that they share the prepared candidates (``schedkit.bench.plan_search``: the same
     probes and answers as run one by one).
 
-    With ``disagg``, as DistServe's placement search: first each phase is sized alone
-    (the fewest prefill instances of each TP meeting the TTFT SLO, the fewest decode
-    instances meeting both, the other phase taking no time), with the aggregated
-    candidates; then each pair of prefill and decode TPs is searched from those sizes
-    up, one instance at a time, with both phases running."""
+    With ``disagg``, as DistServe's placement search: each phase is sized alone (the
+    fewest prefill instances of each TP meeting the TTFT SLO, the fewest decode
+    instances meeting both, the other phase taking no time); then each pair of prefill
+    and decode TPs is searched from those sizes up, one instance at a time, with both
+    phases running. Pruned, a phase is searched only as far as it could be part of a
+    deployment cheaper than the cheapest aggregated one (a decode phase: with the
+    smallest prefill pool of its GPU), so its cap hangs on those answers; the aggregated
+    candidates and the phases are searched on one pool all the same, each phase's cap
+    revised as the answers come in (``_phase_caps``), with the probes and answers it
+    would have searched after them."""
     candidates = prepare(plan)
     pairs = len(plan.gpus) * len(plan.tps) ** 2 * len(plan.settings) if plan.disagg else 0
     aggregated = [c for c in candidates if "phase" not in c.out]
@@ -357,25 +362,12 @@ def run_plan(plan: PlanSpec) -> dict[str, Any]:
     with tracking(
         "plan", len(candidates) + pairs, "candidates", runs="probes", fine=False
     ) as track:
-        _search(plan, aggregated, track)
+        _search(plan, candidates, track, staged=plan.disagg and plan.prune)
         if not plan.disagg:
             return _answer(plan, [c.out for c in aggregated])
         best = _cheapest(plan, [c.out for c in aggregated]) if plan.prune else None
-        prefills = [c for c in phases if c.out["phase"] == "prefill"]
-        for c in prefills:
-            c.cap = _phase_cap(plan, c.out, best, min(plan.tps))
-        _search(plan, prefills, track)
-        for c in phases:  # the decode phases: with the smallest prefill pool found
-            if c.out["phase"] == "decode":
-                fewest = _fewest_gpus(prefills, c.out["gpu"])
-                c.cap = _phase_cap(plan, c.out, best, fewest)
-                if best is not None and fewest is None and c.deployment is not None:
-                    c.out["error"] = (
-                        "not searched: no prefill pool of this GPU could be part of a"
-                        " deployment cheaper than the cheapest"
-                    )
-                    c.deployment = None
-        _search(plan, [c for c in phases if c.out["phase"] == "decode"], track)
+        if best is not None:
+            _unpaired(phases)
         disagg = _pairs(plan, phases)
         for c in disagg:
             c.cap = _pair_cap(plan, c, best)
@@ -400,6 +392,21 @@ def _fewest_gpus(prefills: list[Candidate], gpu: str) -> int | None:
     """The fewest GPUs a prefill pool of ``gpu`` needs alone (None: none was sized)."""
     sized = [c.out["gpus"] for c in prefills if c.out["gpu"] == gpu and "gpus" in c.out]
     return min(sized, default=None)
+
+
+def _unpaired(phases: list[Candidate]) -> None:
+    """Each decode phase of a GPU with no prefill pool that could be part of a
+    deployment cheaper than the cheapest: not searched (its cap 0: no probe run)."""
+    prefills = [c for c in phases if c.out["phase"] == "prefill"]
+    for c in phases:
+        if c.out["phase"] != "decode" or c.deployment is None:
+            continue
+        if _fewest_gpus(prefills, c.out["gpu"]) is None:
+            c.out["error"] = (
+                "not searched: no prefill pool of this GPU could be part of a"
+                " deployment cheaper than the cheapest"
+            )
+            c.deployment = None
 
 
 def _phase_cap(
@@ -449,27 +456,88 @@ def _pruned(out: dict[str, Any], most: int) -> str:
     )
 
 
-def _search(plan: PlanSpec, candidates: list[Candidate], track: Any) -> None:
-    """Every runnable candidate's search, its answer in its ``out``."""
+def _search(plan: PlanSpec, candidates: list[Candidate], track: Any, staged: bool = False) -> None:
+    """Every runnable candidate's search, its answer in its ``out``. ``staged``: the
+    aggregated candidates and the phases alone, each phase's cap hanging on the answers
+    of those it is sized after (``_phase_caps``)."""
     runnable = [c for c in candidates if c.deployment is not None]
     for c in candidates:  # it does not fit: no search
         if c.deployment is None:
             track.item_done()
     workers = plan.bench.jobs or len(os.sched_getaffinity(0))
     forked = workers >= 2 and len(runnable) >= 1 and "fork" in mp.get_all_start_methods()
+
+    def revise(found: Sequence[Mapping[int, Probe]]) -> tuple[list[int], set[int]]:
+        caps, provisional = _phase_caps(plan, runnable, found)
+        return [_most(plan, cap) for cap in caps], provisional
+
     global _PREPARED
     _PREPARED = (plan, runnable)
     try:
         pool = fork_pool(workers) if forked else None
         with pool or contextlib.nullcontext():
-            most = [plan.max_replicas if c.cap is None else c.cap for c in runnable]
+            most = [_most(plan, c.cap) for c in runnable]
             found = probe_all(
-                len(runnable), most, _probe, pool, lambda i: track.item_done(), workers
-            )
+                len(runnable), most, _probe, pool, lambda i: track.item_done(), workers,
+                revise if staged else None,
+            )  # fmt: skip
     finally:
         _PREPARED = None
+    if staged:
+        for c, cap in zip(runnable, _phase_caps(plan, runnable, found)[0], strict=True):
+            c.cap = cap
     for c, probes in zip(runnable, found, strict=True):
         _finish(plan, c, probes)
+
+
+def _most(plan: PlanSpec, cap: int | None) -> int:
+    """The most replicas a search with ``cap`` tries."""
+    return plan.max_replicas if cap is None else cap
+
+
+def _phase_caps(
+    plan: PlanSpec, candidates: list[Candidate], found: Sequence[Mapping[int, Probe]]
+) -> tuple[list[int | None], set[int]]:
+    """Each search's cap from the probes ``found`` so far, and which caps are provisional
+    (pruned, the aggregated candidates and the phases searched at once): an aggregated
+    candidate's is --max-replicas; a prefill phase's hangs on the cheapest aggregated
+    answer (``_phase_cap``), a decode phase's on its GPU's smallest prefill pool too.
+    While the answers it hangs on are not all in, a prefill phase's cap is the one the
+    cheapest aggregated probe that met so far allows (at least the final one; 0 while
+    none met), a decode phase's 0."""
+    kinds = [c.out.get("phase") for c in candidates]
+    caps: list[int | None] = [0 if kind == "decode" else None for kind in kinds]
+    aggregated = [i for i, kind in enumerate(kinds) if kind is None]
+    prefills = [i for i, kind in enumerate(kinds) if kind == "prefill"]
+    decodes = [i for i, kind in enumerate(kinds) if kind == "decode"]
+    answers = [_settled(found[i], plan.max_replicas) for i in aggregated]
+    if not all(done for done, _ in answers):
+        met = [(_cost(p), p["gpus"]) for i in aggregated for p in found[i].values() if p["meets"]]
+        for i in prefills:  # no probe met yet: none of a phase either
+            caps[i] = _phase_cap(plan, candidates[i].out, min(met), min(plan.tps)) if met else 0
+        return caps, set(prefills + decodes)
+    best = min([(_cost(p), p["gpus"]) for _, p in answers if p is not None], default=None)
+    for i in prefills:
+        caps[i] = _phase_cap(plan, candidates[i].out, best, min(plan.tps))
+    sized = {i: _settled(found[i], _most(plan, caps[i])) for i in prefills}
+    if not all(done for done, _ in sized.values()):
+        return caps, set(decodes)
+    for i in decodes:  # with the smallest prefill pool of its GPU found
+        gpu = candidates[i].out["gpu"]
+        pools = [p["gpus"] for j, (_, p) in sized.items()
+                 if p is not None and candidates[j].out["gpu"] == gpu]  # fmt: skip
+        caps[i] = _phase_cap(plan, candidates[i].out, best, min(pools, default=None))
+    return caps, set()
+
+
+def _settled(probes: Mapping[int, Probe], most: int) -> tuple[bool, Probe | None]:
+    """Whether a search up to ``most`` replicas has its answer in ``probes``, and the
+    probe at its answer (None: none, or not yet)."""
+    verdicts = {n: bool(p["meets"]) for n, p in probes.items()}
+    if next_probe(verdicts, most) is not None:
+        return False, None
+    high = fewest_meeting(verdicts.__getitem__, most)
+    return True, None if high is None else probes[high]
 
 
 def _pairs(plan: PlanSpec, phases: list[Candidate]) -> list[Candidate]:

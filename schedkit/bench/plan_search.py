@@ -9,22 +9,35 @@ same probes in the same order and reach the same answers as run one after anothe
 
 :func:`probe_all` runs every search, in this process or on a pool of workers. With a
 pool, a worker that falls free takes the next probe of the search with the fewest
-verdicts so far (ties: the candidate given first). When no search needs a probe that is
-not already running, it takes one a search may need next: the count the search would
-ask for if the probe it is waiting for missed (or, failing that, met). Such a probe's
-result is kept for the search should it ask; a search only ever reports the probes it
-asked for.
+verdicts so far (ties: the candidate given first; a search whose cap is provisional,
+below, comes after every other). When no search needs a probe that is not already
+running, it takes one a search may need next: the count the search would ask for if the
+probe it is waiting for missed (or, failing that, met). Such a probe's result is kept
+for the search should it ask; a search only ever reports the probes it asked for.
+
+A search's cap (the most replicas it tries) may hang on other searches' answers, as a
+plan's phases sized alone hang on its aggregated candidates' (``revise``). Until the
+searches it hangs on have their answers, its cap is provisional: an estimate its probes
+may run under (kept as those run ahead are), but the search is not done, whatever it
+would answer under it. Once its cap is final, the search asks for the probes it would
+under that cap and is done when it has its answer, as any other. So every search ends
+with the probes and the answer it would have had run after those it hangs on, and the
+workers never wait for one stage of searches to end before the next starts. Without a
+pool, the searches run one after another: the first (in the order given) whose cap is
+final, to its answer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence, Set
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
 from typing import Any
 
 __all__ = ["fewest_meeting", "next_probe", "probe_all"]
 
 Probe = dict[str, Any]  # one probe's figures; its verdict is ``meets``
+# The results so far -> every search's cap, and the searches whose caps are provisional.
+Revise = Callable[[Sequence[Mapping[int, Probe]]], tuple[Sequence[int], Set[int]]]
 
 
 def fewest_meeting(meets: Callable[[int], bool], max_replicas: int) -> int | None:
@@ -75,22 +88,43 @@ def probe_all(
     pool: Executor | None,
     done: Callable[[int], None],
     workers: int = 1,
+    revise: Revise | None = None,
 ) -> list[dict[int, Probe]]:
     """Every search's probes (replica count -> figures; those run ahead for it that it
     never asked for included): ``probe(search, replicas)`` runs one, in this process
     (``pool`` None: one search after another) or on ``pool``'s ``workers`` processes;
     ``done(search)`` is called as each search has its answer. ``max_replicas``: the
-    largest count each search tries (one for all, or one per search)."""
+    largest count each search tries (one for all, or one per search); ``revise``, where
+    caps hang on answers: from the results so far, every search's cap and those that are
+    provisional (called after every probe; a cap once final must stay so, and a search
+    must have a final cap once those it hangs on are done)."""
     results: list[dict[int, Probe]] = [{} for _ in range(searches)]
     most = [max_replicas] * searches if isinstance(max_replicas, int) else list(max_replicas)
+    caps = revise or (lambda results: (most, frozenset()))
     if pool is None:
-        for i in range(searches):
-            while (n := next_probe(_verdicts(results[i]), most[i])) is not None:
-                results[i][n] = probe(i, n)
-            done(i)
-        return results
-    _Scheduler(results, most, probe, pool, done, workers).run()
+        _one_by_one(results, probe, done, caps)
+    else:
+        _Scheduler(results, caps, probe, pool, done, workers).run()
     return results
+
+
+def _one_by_one(
+    results: list[dict[int, Probe]],
+    probe: Callable[[int, int], Probe],
+    done: Callable[[int], None],
+    revise: Revise,
+) -> None:
+    """Each search to its answer in turn: the first left whose cap is final."""
+    left = list(range(len(results)))
+    while left:
+        most, provisional = revise(results)
+        i = next((i for i in left if i not in provisional), None)
+        if i is None:
+            raise RuntimeError("every search left has a provisional cap")
+        while (n := next_probe(_verdicts(results[i]), most[i])) is not None:
+            results[i][n] = probe(i, n)
+        left.remove(i)
+        done(i)
 
 
 def _verdicts(probes: Mapping[int, Probe]) -> dict[int, bool]:
@@ -103,21 +137,25 @@ class _Scheduler:
     def __init__(
         self,
         results: list[dict[int, Probe]],
-        max_replicas: list[int],
+        revise: Revise,
         probe: Callable[[int, int], Probe],
         pool: Executor,
         done: Callable[[int], None],
         workers: int,
     ) -> None:
-        self.results, self.max_replicas, self.probe = results, max_replicas, probe
+        self.results, self.revise, self.probe = results, revise, probe
         self.pool, self.done, self.workers = pool, done, workers
         self.running: dict[Future[Probe], tuple[int, int]] = {}
         self.finished: set[int] = set()
+        self.max_replicas: Sequence[int] = []
+        self.provisional: Set[int] = frozenset()
 
     def run(self) -> None:
         self._settle()
         while len(self.finished) < len(self.results):
             self._fill()
+            if not self.running:
+                raise RuntimeError("every search left has a provisional cap")
             ended, _ = wait(self.running, return_when=FIRST_COMPLETED)
             for future in ended:
                 i, n = self.running.pop(future)
@@ -125,9 +163,13 @@ class _Scheduler:
             self._settle()
 
     def _settle(self) -> None:
-        """Mark the searches that have their answer done, in the order given."""
+        """Revise the caps, and mark the searches that have their answer under a final
+        cap done, in the order given."""
+        self.max_replicas, self.provisional = self.revise(self.results)
         for i in range(len(self.results)):
-            if i not in self.finished and self._next(i) is None:
+            if i in self.finished or i in self.provisional:
+                continue
+            if self._next(i) is None:
                 self.finished.add(i)
                 self.done(i)
 
@@ -147,11 +189,18 @@ class _Scheduler:
             future = self.pool.submit(self.probe, *wanted)
             self.running[future] = wanted
 
+    def _order(self) -> list[int]:
+        """The searches, those with final caps first, then by fewest verdicts."""
+
+        def key(i: int) -> tuple[bool, int]:
+            return i in self.provisional, len(self.results[i])
+
+        return sorted(range(len(self.results)), key=key)
+
     def _needed(self) -> tuple[int, int] | None:
-        """The next probe of the search with the fewest verdicts, not running yet."""
+        """The next probe of the search first in order (``_order``), not running yet."""
         busy = set(self.running.values())
-        order = sorted(range(len(self.results)), key=lambda i: len(self.results[i]))
-        for i in order:
+        for i in self._order():
             n = self._next(i) if i not in self.finished else None
             if n is not None and (i, n) not in busy:
                 return i, n
@@ -161,8 +210,7 @@ class _Scheduler:
         """A probe a search may need once the probe it waits for ends: the one it would
         ask for if that probe missed, else if it met."""
         busy = set(self.running.values())
-        order = sorted(range(len(self.results)), key=lambda i: len(self.results[i]))
-        for i in order:
+        for i in self._order():
             n = self._next(i) if i not in self.finished else None
             if n is None:
                 continue
