@@ -39,10 +39,8 @@ from __future__ import annotations
 import csv
 import json
 import os
-import re
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -53,13 +51,21 @@ from typing import Any
 
 import pytest
 from engine_util import tiny_model
-from test_server import SCHEDKIT, _env, _free_port, _kill, _tail
+from schedkit.testing.servers import (
+    available_gib,
+    prometheus_sample,
+    start_logged,
+    wait_healthy,
+)
+from test_server import SCHEDKIT, _env, _free_port, _kill
 
+_sample = prometheus_sample  # short, for the many checks below
 SERVER_POLICY = "priority+test-echo-metadata"  # rejects 17-token prompts (tests/site)
 ROUTER = "test-route-by-length"  # instance = prompt length % pool size
 LENGTHS = (40, 65, 90, 111, 150, 201)  # odd and even
 REJECTED = 17
 MAX_TOKENS = 8
+EXPECTED = "three SGLang servers start in ~60 s on an idle 2-core machine"
 STARTUP_S = 400  # ~60 s for the three together on an idle 2-core machine
 NEEDS_GIB = 8  # ~2.1 GB RSS a server, and headroom
 SYSROOT = Path(sys.prefix) / "sysroot"  # Mooncake's Debian libraries (make-venv.sh)
@@ -72,13 +78,6 @@ class Pair:
     reference: str
     proxy: str
     logs: Path
-
-
-def _available_gib() -> float:
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("MemAvailable:"):
-            return int(line.split()[1]) / 2**20
-    return float("inf")
 
 
 def _pair_env() -> dict[str, str]:
@@ -107,44 +106,12 @@ def _server(model: Path, port: int, steps: Path, extra: list[str]) -> list[str]:
     return [SCHEDKIT, "serve", "sglang", "--policy", SERVER_POLICY, *record, "--", *args]
 
 
-def _start(command: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    with log.open("wb") as out:
-        return subprocess.Popen(
-            command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
-
-
-def _wait(started: dict[str, tuple[subprocess.Popen[bytes], str, Path]]) -> None:
-    """Until every server answers ``/health``; fails naming the one that exits or is
-    not up within ``STARTUP_S``, with its log's tail."""
-    deadline = time.monotonic() + STARTUP_S
-    waiting = dict(started)
-    while waiting:
-        for name, (process, base, log) in list(waiting.items()):
-            if process.poll() is not None:
-                pytest.fail(f"{name} server exited with {process.returncode}:\n{_tail(log)}")
-            try:
-                with urllib.request.urlopen(f"{base}/health", timeout=2) as response:
-                    if response.status == 200:
-                        del waiting[name]
-            except (urllib.error.URLError, OSError):
-                pass
-        if waiting and time.monotonic() > deadline:
-            name = next(iter(waiting))
-            pytest.fail(
-                f"{name} server not up after {STARTUP_S} s (three SGLang servers start in"
-                f" ~60 s on an idle 2-core machine; this one is slower or busy):\n"
-                f"{_tail(waiting[name][2])}"
-            )
-        time.sleep(1)
-
-
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
-    if _available_gib() < NEEDS_GIB:
+    if available_gib() < NEEDS_GIB:
         pytest.fail(
             f"a prefill/decode pair and a reference server need ~{NEEDS_GIB} GiB of free"
-            f" memory; this machine has {_available_gib():.1f} GiB available: the pair"
+            f" memory; this machine has {available_gib():.1f} GiB available: the pair"
             " was NOT tested"
         )
     env = _pair_env()
@@ -168,8 +135,8 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
         for name, extra in roles.items():
             log = logs / f"{name}.log"
             command = _server(model, ports[name], logs / f"{name}-steps.csv", extra)
-            started[name] = (_start(command, log, env), base[name], log)
-        _wait(started)
+            started[name] = (start_logged(command, log, env), base[name], log)
+        wait_healthy(started, STARTUP_S, EXPECTED)
         proxy = [
             sys.executable, "-m", "schedkit.edge.pd", "--policy", ROUTER,
             "--protocol", "sglang", "--prefill", base["prefill"],
@@ -178,8 +145,8 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
             "--port", str(ports["proxy"]), "--metrics-interval-s", "0.5",
         ]  # fmt: skip
         log = logs / "proxy.log"
-        started["proxy"] = (_start(proxy, log, env), base["proxy"], log)
-        _wait({"proxy": started["proxy"]})
+        started["proxy"] = (start_logged(proxy, log, env), base["proxy"], log)
+        wait_healthy({"proxy": started["proxy"]}, STARTUP_S, EXPECTED)
         yield Pair(base["prefill"], base["decode"], base["reference"], base["proxy"], logs)
     finally:
         for process, _, _ in started.values():
@@ -223,16 +190,6 @@ def _complete(base: str, n: int, stream: bool, salt: int = 0) -> dict[str, Any]:
 def _metrics(base: str) -> str:
     with urllib.request.urlopen(f"{base}/metrics", timeout=10) as response:
         return str(response.read().decode())
-
-
-def _sample(page: str, name: str, **labels: str) -> float:
-    """The sum of ``name``'s samples whose labels include ``labels``."""
-    total = 0.0
-    for match in re.finditer(rf"^{re.escape(name)}(\{{[^}}]*\}})?\s+(\S+)$", page, re.M):
-        have = dict(re.findall(r'(\w+)="([^"]*)"', match.group(1) or ""))
-        if all(have.get(k) == v for k, v in labels.items()):
-            total += float(match.group(2))
-    return total
 
 
 def _steps(path: Path) -> list[dict[str, str]]:

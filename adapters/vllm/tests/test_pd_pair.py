@@ -37,7 +37,6 @@ import json
 import re
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -47,14 +46,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_server import SCHEDKIT, _engine_args, _env, _free_port, _kill, _tail
+from schedkit.testing.servers import (
+    available_gib,
+    prometheus_sample,
+    start_logged,
+    wait_healthy,
+)
+from test_server import SCHEDKIT, _engine_args, _env, _free_port, _kill
 
+_sample = prometheus_sample  # short, for the many checks below
 SERVER_POLICY = "priority+test-echo-metadata"  # rejects 17-token prompts (tests/site)
 ROUTER = "test-route-by-length"  # instance = prompt length % pool size (tests/site)
 BLOCK = 32  # --block-size: the CPU default (128) moved nothing for these prompts
 LENGTHS = (40, 65, 90, 111, 150, 201)  # each over one block; odd and even; 65: see loaded()
 REJECTED = 17
 MAX_TOKENS = 8
+EXPECTED = "three vLLM servers start in ~95 s on an idle 2-core machine"
 STARTUP_S = 400  # 40-95 s for the three together on a 2-core machine
 NEEDS_GIB = 11  # ~3.3 GB RSS a server (engine core included), and headroom
 
@@ -69,13 +76,6 @@ class Pair:
     model: str
 
 
-def _available_gib() -> float:
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("MemAvailable:"):
-            return int(line.split()[1]) / 2**20
-    return float("inf")
-
-
 def _connector(role: str, storage: Path) -> list[str]:
     config = {
         "kv_connector": "ExampleConnector",
@@ -85,50 +85,18 @@ def _connector(role: str, storage: Path) -> list[str]:
     return ["--kv-transfer-config", json.dumps(config)]
 
 
-def _start(command: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    with log.open("wb") as out:
-        return subprocess.Popen(
-            command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
-
-
 def _serve(model: Path, port: int, extra: list[str], steps: Path) -> list[str]:
     args = [*_engine_args(model, port), "--block-size", str(BLOCK), *extra]
     record = ["--record-steps", str(steps)]
     return [SCHEDKIT, "serve", "vllm", "--policy", SERVER_POLICY, *record, "--", *args]
 
 
-def _wait(started: dict[str, tuple[subprocess.Popen[bytes], str, Path]]) -> None:
-    """Until every server answers ``/health``; fails naming the one that exits or is
-    not up within ``STARTUP_S``, with its log's tail."""
-    deadline = time.monotonic() + STARTUP_S
-    waiting = dict(started)
-    while waiting:
-        for name, (process, base, log) in list(waiting.items()):
-            if process.poll() is not None:
-                pytest.fail(f"{name} server exited with {process.returncode}:\n{_tail(log)}")
-            try:
-                with urllib.request.urlopen(f"{base}/health", timeout=2) as response:
-                    if response.status == 200:
-                        del waiting[name]
-            except (urllib.error.URLError, OSError):
-                pass
-        if waiting and time.monotonic() > deadline:
-            name = next(iter(waiting))
-            pytest.fail(
-                f"{name} server not up after {STARTUP_S} s (three vLLM servers start in"
-                f" ~95 s on an idle 2-core machine; this one is slower or busy):\n"
-                f"{_tail(waiting[name][2])}"
-            )
-        time.sleep(1)
-
-
 @pytest.fixture(scope="module")
 def pair(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
-    if _available_gib() < NEEDS_GIB:
+    if available_gib() < NEEDS_GIB:
         pytest.fail(
             f"a prefill/decode pair and a reference server need ~{NEEDS_GIB} GiB of free"
-            f" memory; this machine has {_available_gib():.1f} GiB available: the pair"
+            f" memory; this machine has {available_gib():.1f} GiB available: the pair"
             " was NOT tested"
         )
     logs = tmp_path_factory.mktemp("pd-logs")
@@ -150,8 +118,8 @@ def pair(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         for name, (command, cpu) in servers.items():
             log = logs / f"{name}.log"
             env_i = {**env, "VLLM_CPU_OMP_THREADS_BIND": cpu}
-            started[name] = (_start(command, log, env_i), base[name], log)
-        _wait(started)
+            started[name] = (start_logged(command, log, env_i), base[name], log)
+        wait_healthy(started, STARTUP_S, EXPECTED)
         proxy = [
             sys.executable, "-m", "schedkit.edge.pd", "--policy", ROUTER,
             "--prefill", base["prefill"],
@@ -159,8 +127,8 @@ def pair(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
             "--port", str(ports["proxy"]), "--metrics-interval-s", "0.5",
         ]  # fmt: skip
         log = logs / "proxy.log"
-        started["proxy"] = (_start(proxy, log, env), base["proxy"], log)
-        _wait({"proxy": started["proxy"]})
+        started["proxy"] = (start_logged(proxy, log, env), base["proxy"], log)
+        wait_healthy({"proxy": started["proxy"]}, STARTUP_S, EXPECTED)
         yield Pair(
             base["prefill"], base["decode"], base["reference"], base["proxy"], logs, str(tiny_model)
         )
@@ -217,16 +185,6 @@ def _computed(steps: Path) -> tuple[int, int]:
     """The prefill and decode tokens of every step in a ``--record-steps`` file."""
     rows = list(csv.DictReader(steps.read_text().splitlines()[1:]))
     return sum(int(r["prefill_tokens"]) for r in rows), sum(int(r["decode_tokens"]) for r in rows)
-
-
-def _sample(page: str, name: str, **labels: str) -> float:
-    """The sum of ``name``'s samples whose labels include ``labels``."""
-    total = 0.0
-    for match in re.finditer(rf"^{re.escape(name)}(\{{[^}}]*\}})?\s+(\S+)$", page, re.M):
-        have = dict(re.findall(r'(\w+)="([^"]*)"', match.group(1) or ""))
-        if all(have.get(k) == v for k, v in labels.items()):
-            total += float(match.group(2))
-    return total
 
 
 def test_pair_behind_the_proxy_answers_as_one_engine_with_policies_on_both_sides(
