@@ -216,8 +216,15 @@ class SglangEngineView:
         in the running batch and its new ones not yet, and when a request arrives (or
         while the next batch is formed) the last prefill batch (``last_batch``) and the
         request being prefilled in chunks (``chunked_req``) may be outside it. Finished
-        requests are skipped, the others counted once wherever they are."""
+        requests are skipped, the others counted once wherever they are. On a
+        disaggregated prefill server (``--disaggregation-mode prefill``) a request whose
+        prefill has ended is held for its KV transfer, not running (as the simulator's
+        prefill instances count it): only a prompt still being prefilled in chunks is."""
         scheduler = self._scheduler
+        mode = getattr(scheduler, "disaggregation_mode", None)
+        if getattr(mode, "value", mode) == "prefill":
+            chunked = getattr(scheduler, "chunked_req", None)
+            return int(chunked is not None and not chunked.finished())
         reqs = scheduler.running_batch.reqs
         running = sum(1 for r in reqs if not r.finished())
         last = getattr(scheduler, "last_batch", None)

@@ -263,6 +263,9 @@ def _check_both_sides(pair: Pair, before: dict[str, float], lengths: list[int]) 
     assert computed["decode"] == (0, len(lengths) * (MAX_TOKENS - 1)), computed
     durations = [float(r["seconds"]) for got in rows.values() for r in got]
     assert 0 < max(durations) < 30, max(durations)  # a step's time, not the uptime
+    # a prefill server's request whose prefill ended waits for its transfer: not running
+    # (no prompt here is prefilled in chunks)
+    assert {r["num_running"] for r in rows["prefill"]} == {"0"}, rows["prefill"]
 
     # the policy in both schedulers: admission of every request on each side (the
     # rejected one reaches decode unless the proxy has closed its leg first), the
