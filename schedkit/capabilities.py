@@ -71,7 +71,9 @@ MATRIX: dict[str, dict[str, Capability]] = {
             " batches and a prefill batch takes the whole chunk (the simulator's mixed step"
             " shares it with decodes); in the overlap loop (the GPU default) a finished"
             " request's slot is reused a batch later: waits and step reports come at"
-            " another pace, so an order by waits or by tokens served (vtc) may differ",
+            " another pace, so an order by waits or by tokens served (vtc) may differ."
+            " On a disaggregated decode server it orders the pre-allocation queue (who"
+            " gets KV space and a transfer first), as the simulator's decode instances",
         ),
         "lmdeploy": Capability(
             "partial",

@@ -42,7 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from schedkit.bench.arms import EngineSettings
 from schedkit.bench.engines.sim import trusted_requests
 from schedkit.bench.plan_probe import Deployment, Sizes, Stopped, alone, run_probe
-from schedkit.bench.plan_search import Probe, fewest_meeting, next_probe, probe_all
+from schedkit.bench.plan_search import Probe, fewest_meeting, probe_all, settled
 from schedkit.bench.progress import tracking
 from schedkit.bench.runner import Bench, arrival_rate
 from schedkit.bench.spec import BenchSpec
@@ -510,7 +510,7 @@ def _phase_caps(
     aggregated = [i for i, kind in enumerate(kinds) if kind is None]
     prefills = [i for i, kind in enumerate(kinds) if kind == "prefill"]
     decodes = [i for i, kind in enumerate(kinds) if kind == "decode"]
-    answers = [_settled(found[i], plan.max_replicas) for i in aggregated]
+    answers = [settled(found[i], plan.max_replicas) for i in aggregated]
     if not all(done for done, _ in answers):
         met = [(_cost(p), p["gpus"]) for i in aggregated for p in found[i].values() if p["meets"]]
         for i in prefills:  # no probe met yet: none of a phase either
@@ -519,7 +519,7 @@ def _phase_caps(
     best = min([(_cost(p), p["gpus"]) for _, p in answers if p is not None], default=None)
     for i in prefills:
         caps[i] = _phase_cap(plan, candidates[i].out, best, min(plan.tps))
-    sized = {i: _settled(found[i], _most(plan, caps[i])) for i in prefills}
+    sized = {i: settled(found[i], _most(plan, caps[i])) for i in prefills}
     if not all(done for done, _ in sized.values()):
         return caps, set(decodes)
     for i in decodes:  # with the smallest prefill pool of its GPU found
@@ -528,16 +528,6 @@ def _phase_caps(
                  if p is not None and candidates[j].out["gpu"] == gpu]  # fmt: skip
         caps[i] = _phase_cap(plan, candidates[i].out, best, min(pools, default=None))
     return caps, set()
-
-
-def _settled(probes: Mapping[int, Probe], most: int) -> tuple[bool, Probe | None]:
-    """Whether a search up to ``most`` replicas has its answer in ``probes``, and the
-    probe at its answer (None: none, or not yet)."""
-    verdicts = {n: bool(p["meets"]) for n, p in probes.items()}
-    if next_probe(verdicts, most) is not None:
-        return False, None
-    high = fewest_meeting(verdicts.__getitem__, most)
-    return True, None if high is None else probes[high]
 
 
 def _pairs(plan: PlanSpec, phases: list[Candidate]) -> list[Candidate]:

@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping, Sequence, Set
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
 from typing import Any
 
-__all__ = ["fewest_meeting", "next_probe", "probe_all"]
+__all__ = ["fewest_meeting", "next_probe", "probe_all", "settled"]
 
 Probe = dict[str, Any]  # one probe's figures; its verdict is ``meets``
 # The results so far -> every search's cap, and the searches whose caps are provisional.
@@ -129,6 +129,16 @@ def _one_by_one(
 
 def _verdicts(probes: Mapping[int, Probe]) -> dict[int, bool]:
     return {n: bool(p["meets"]) for n, p in probes.items()}
+
+
+def settled(probes: Mapping[int, Probe], most: int) -> tuple[bool, Probe | None]:
+    """Whether a search up to ``most`` replicas has its answer in ``probes``, and the
+    probe at its answer (None: none, or not yet)."""
+    verdicts = _verdicts(probes)
+    if next_probe(verdicts, most) is not None:
+        return False, None
+    high = fewest_meeting(verdicts.__getitem__, most)
+    return True, None if high is None else probes[high]
 
 
 class _Scheduler:

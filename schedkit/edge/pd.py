@@ -166,7 +166,6 @@ class PDProxy:
     # -- serving -----------------------------------------------------------------------
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
-        from aiohttp import web
 
         try:
             body = json.loads(await request.read())
@@ -185,14 +184,10 @@ class PDProxy:
             leg = asyncio.create_task(self._prefill(prefill, request.path, body, headers))
             return await self._relay(request, decode, body, headers, leg)
         status, raw = await self._prefill(prefill, request.path, body, headers)
-        if status != 200:
-            self.outcomes["prefill failed"] += 1
-            return web.Response(status=status, body=raw, content_type="application/json")
-        answer = json.loads(raw)
-        if _rejected(answer):
-            self.outcomes["rejected at prefill"] += 1
-            return _as_asked(body, answer)
-        params = answer.get("kv_transfer_params")
+        ended = self._prefill_refused(body, status, raw)
+        if ended is not None:
+            return ended
+        params = json.loads(raw).get("kv_transfer_params")
         if params:
             body = {**body, "kv_transfer_params": params}
         decode = self.choose(view, "decode")
@@ -307,26 +302,37 @@ class PDProxy:
         await asyncio.wait((prefill, head), return_when=asyncio.FIRST_COMPLETED)
         if head.done() or not prefill.done():
             return None
-        status, raw = prefill.result()
-        if status == 200 and not _rejected(json.loads(raw)):
-            return None
+        ended = self._prefill_refused(body, *prefill.result())
+        if ended is not None:
+            head.cancel()
+            await asyncio.gather(head, return_exceptions=True)
+        return ended
+
+    def _prefill_refused(
+        self, body: Mapping[str, Any], status: int, raw: bytes
+    ) -> web.Response | None:
+        """The client's answer when the prefill leg failed or was rejected (counted), as
+        the client asked it; None when it went through. A rejection is vLLM's finish
+        reason ``abort``, or SGLang's 503 naming it (streamed, as SGLang streams one: an
+        error chunk, then ``[DONE]``)."""
         from aiohttp import web
 
-        head.cancel()
-        await asyncio.gather(head, return_exceptions=True)
-        if status != 200:  # SGLang answers an admission policy's "no" with a 503
-            refused = status == 503 and b"rejected: " in raw
-            self.outcomes["rejected at prefill" if refused else "prefill failed"] += 1
-            if refused and body.get("stream"):  # as SGLang streams it: a chunk, [DONE]
-                try:
-                    error = json.loads(raw)
-                except ValueError:
-                    error = {"message": raw.decode(errors="replace"), "code": status}
-                text = f"data: {json.dumps({'error': error})}\n\ndata: [DONE]\n\n"
-                return web.Response(text=text, content_type="text/event-stream")
-            return web.Response(status=status, body=raw, content_type="application/json")
-        self.outcomes["rejected at prefill"] += 1
-        return _as_asked(body, json.loads(raw))
+        if status == 200:
+            answer = json.loads(raw)
+            if not _rejected(answer):
+                return None
+            self.outcomes["rejected at prefill"] += 1
+            return _as_asked(body, answer)
+        refused = status == 503 and b"rejected: " in raw
+        self.outcomes["rejected at prefill" if refused else "prefill failed"] += 1
+        if refused and body.get("stream"):
+            try:
+                error = json.loads(raw)
+            except ValueError:
+                error = {"message": raw.decode(errors="replace"), "code": status}
+            text = f"data: {json.dumps({'error': error})}\n\ndata: [DONE]\n\n"
+            return web.Response(text=text, content_type="text/event-stream")
+        return web.Response(status=status, body=raw, content_type="application/json")
 
     def _fail(self, status: int, message: str, outcome: str) -> web.Response:
         from aiohttp import web
