@@ -476,3 +476,30 @@ def test_the_scheduler_patches_load_no_bench_simulator_or_numpy_of_ours() -> Non
     harness = [m for m in modules if m.startswith((*HARNESS_PACKAGES, "schedkit_sglang.harness"))]
     assert harness == [], harness
     assert not any(m == "numpy" or m.startswith("numpy.") for m in modules)
+
+
+class _Evicts(Policy):
+    @hookimpl
+    def select_evictions(self, candidates: list[object], num_blocks: int) -> list[object]:
+        return candidates
+
+
+@pytest.mark.parametrize(
+    ("mode", "cacheless", "warned"),
+    [("decode", True, True), ("decode", False, False), ("prefill", True, False)],
+)
+def test_a_cacheless_decode_server_warns_that_eviction_hooks_never_run(
+    mode: str, cacheless: bool, warned: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    from types import SimpleNamespace
+
+    from schedkit import PolicyFacade
+
+    args = SimpleNamespace(disaggregation_mode=mode, disable_radix_cache=cacheless)
+    with caplog.at_level(logging.WARNING, logger="schedkit.sglang"):
+        patches._warn_decode_cache(
+            SimpleNamespace(server_args=args), PolicyFacade([("e", _Evicts())])
+        )
+        patches._warn_decode_cache(SimpleNamespace(server_args=args), PolicyFacade([]))
+    said = [r.getMessage() for r in caplog.records if "never run here" in r.getMessage()]
+    assert len(said) == int(warned), said
