@@ -63,11 +63,13 @@ __all__ = [
     "Bench",
     "BenchSpec",
     "arrival_rate",
+    "engine_cost",
     "engines",
     "load_engine",
     "run_arms",
     "run_bench",
     "run_on_sim",
+    "sim_config_of",
     "simulate",
     "truncation_flag",
     "trusted_requests",
@@ -365,38 +367,8 @@ class Bench:
     def _cost(
         self, s: dict[str, Any], where: str
     ) -> tuple[StepCostModel, ModelProfile, GPUProfile]:
-        """The step-time model of the engine settings ``s``, and the model and GPU profiles
-        the KV cache is sized from."""
-        overlap = s["async_scheduling"]
-        try:
-            model_name = register_model_dir(s["model"]) or s["model"]
-            if self.spec.engine == "openai" and model_name.lower() not in {
-                m.lower() for m in DEFAULT_REGISTRY.model_names()
-            }:
-                model_name = EngineSpec.model_fields["model"].default  # a served model's name:
-                # the replay needs no profile of it, only the simulator's config below
-            cost, model, gpu = make_cost_model(
-                model_name, s["gpu"], s["tp"], s["profile"], async_scheduling=overlap
-            )
-        except SchedkitError as exc:
-            raise SchedkitError(f"{where}{exc}") from None
-        if s["kv_cache_dtype"] != "auto":  # fewer bytes per token: more blocks, less to read
-            model = dataclasses.replace(model, kv_dtype_bytes=KV_CACHE_DTYPES[s["kv_cache_dtype"]])
-            if not isinstance(cost, LinearCostModel):
-                cost = default_cost_model(model, gpu, s["tp"], async_scheduling=overlap)
-        if not overlap and not isinstance(cost, OperatorCostModel):
-            timed = (
-                "the cost profile given with --profile"
-                if isinstance(cost, LinearCostModel)
-                else f"the roofline ({model.name} on {gpu.name} has no per-operator fits:"
-                " a GPU of your own profile, or an MoE or MLA model)"
-            )
-            raise SchedkitError(
-                f"{where}--no-async-scheduling changes only the per-operator GPU model's steps"
-                f" (its CPU work per step adds to the GPU's), and this run's steps are timed by"
-                f" {timed}, which has no CPU work to overlap; drop --no-async-scheduling"
-            )
-        return cost, model, gpu
+        """The step-time model of the engine settings ``s`` (``engine_cost``)."""
+        return engine_cost(s, where, served=self.spec.engine == "openai")
 
     def _engine(
         self, overrides: dict[str, Any], longest: int, arm: ResolvedArm | None
@@ -488,26 +460,15 @@ class Bench:
     def _sim_config(
         self, s: dict[str, Any], blocks: int, host: dict[str, Any] | None = None
     ) -> SimConfig:
-        """The simulator's config for engine settings ``s``, batching as the engine does;
-        ``host``: its host KV tier's fields (``host_tier``)."""
+        """The simulator's config for engine settings ``s`` (``sim_config_of``)."""
         mixed = self.spec.settings.mixed_prefill
-        return SimConfig(
-            **(host or {}),
-            num_blocks=blocks,
-            block_size=s["block_size"],
-            max_num_seqs=s["max_num_seqs"],
-            max_num_batched_tokens=s["max_num_batched_tokens"],
-            long_prefill_token_threshold=s["long_prefill_token_threshold"],
-            prefill_schedule_interval=s["prefill_schedule_interval"],
-            cache_aware_admission_window=s["cache_aware_admission_window"],
-            cache_aware_admission_threshold=s["cache_aware_admission_threshold"],
-            enable_prefix_caching=s["prefix_caching"],
+        return sim_config_of(
+            s,
+            blocks,
+            host,
             mixed_prefill=self.spec.engine != "sglang" if mixed is None else mixed,
             hash_block_tokens=self.base.hash_block_tokens,
             max_concurrency=self.spec.workload.max_concurrency,
-            eviction_window=(
-                DEFAULT_EVICTION_WINDOW if s["eviction_window"] is None else s["eviction_window"]
-            ),
         )
 
     def workload(self, rate_scale: float) -> Workload:
@@ -562,6 +523,75 @@ class Bench:
             else:
                 hi = mid
         return {"goodput_rps": lo * base_rate, "goodput_rate_scale": lo}
+
+
+def engine_cost(
+    s: dict[str, Any], where: str = "", *, served: bool = False
+) -> tuple[StepCostModel, ModelProfile, GPUProfile]:
+    """The step-time model of the engine settings ``s`` (``EngineSpec``'s keys), and the
+    model and GPU profiles the KV cache is sized from; ``where`` prefixes errors.
+    ``served``: ``s["model"]`` may name a served model (``--engine openai``) the
+    simulator has no profile of."""
+    overlap = s["async_scheduling"]
+    try:
+        model_name = register_model_dir(s["model"]) or s["model"]
+        if served and model_name.lower() not in {m.lower() for m in DEFAULT_REGISTRY.model_names()}:
+            model_name = EngineSpec.model_fields["model"].default  # a served model's name:
+            # the replay needs no profile of it, only the simulator's config below
+        cost, model, gpu = make_cost_model(
+            model_name, s["gpu"], s["tp"], s["profile"], async_scheduling=overlap
+        )
+    except SchedkitError as exc:
+        raise SchedkitError(f"{where}{exc}") from None
+    if s["kv_cache_dtype"] != "auto":  # fewer bytes per token: more blocks, less to read
+        model = dataclasses.replace(model, kv_dtype_bytes=KV_CACHE_DTYPES[s["kv_cache_dtype"]])
+        if not isinstance(cost, LinearCostModel):
+            cost = default_cost_model(model, gpu, s["tp"], async_scheduling=overlap)
+    if not overlap and not isinstance(cost, OperatorCostModel):
+        timed = (
+            "the cost profile given with --profile"
+            if isinstance(cost, LinearCostModel)
+            else f"the roofline ({model.name} on {gpu.name} has no per-operator fits:"
+            " a GPU of your own profile, or an MoE or MLA model)"
+        )
+        raise SchedkitError(
+            f"{where}--no-async-scheduling changes only the per-operator GPU model's steps"
+            f" (its CPU work per step adds to the GPU's), and this run's steps are timed by"
+            f" {timed}, which has no CPU work to overlap; drop --no-async-scheduling"
+        )
+    return cost, model, gpu
+
+
+def sim_config_of(
+    s: dict[str, Any],
+    blocks: int,
+    host: dict[str, Any] | None = None,
+    *,
+    mixed_prefill: bool = True,
+    hash_block_tokens: int = 0,
+    max_concurrency: int | None = None,
+) -> SimConfig:
+    """The simulator's config for engine settings ``s`` with a KV cache of ``blocks``
+    blocks, batching as the engine does; ``host``: its host KV tier's fields
+    (``host_tier``)."""
+    return SimConfig(
+        **(host or {}),
+        num_blocks=blocks,
+        block_size=s["block_size"],
+        max_num_seqs=s["max_num_seqs"],
+        max_num_batched_tokens=s["max_num_batched_tokens"],
+        long_prefill_token_threshold=s["long_prefill_token_threshold"],
+        prefill_schedule_interval=s["prefill_schedule_interval"],
+        cache_aware_admission_window=s["cache_aware_admission_window"],
+        cache_aware_admission_threshold=s["cache_aware_admission_threshold"],
+        enable_prefix_caching=s["prefix_caching"],
+        mixed_prefill=mixed_prefill,
+        hash_block_tokens=hash_block_tokens,
+        max_concurrency=max_concurrency,
+        eviction_window=(
+            DEFAULT_EVICTION_WINDOW if s["eviction_window"] is None else s["eviction_window"]
+        ),
+    )
 
 
 def host_tier(s: dict[str, Any], model: ModelProfile) -> dict[str, Any]:

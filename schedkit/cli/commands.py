@@ -193,7 +193,7 @@ SERVE_GROUP = "schedkit.serve"  # entry points: engine name -> serve(config, eng
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def serve(
     ctx: typer.Context,
-    engine: Annotated[str, typer.Argument(help="Engine to launch: vllm or sglang.")],
+    engine: Annotated[str, typer.Argument(help="Engine to launch: sim, vllm, sglang or lmdeploy.")],
     policy: Annotated[
         str, typer.Option(help="Policy, composition 'a+b', or config file.")
     ] = "fcfs",
@@ -205,7 +205,7 @@ def serve(
         typer.Option(help="Write one CSV row per engine step to FILE, for schedkit calibrate."),
     ] = None,
 ) -> None:
-    """Launch an engine's server with a policy: schedkit serve vllm|sglang --policy X -- <engine args>."""
+    """Launch an engine's server with a policy: schedkit serve sim|vllm|sglang|lmdeploy --policy X -- <engine args>."""
     from importlib import metadata
 
     from schedkit.adapter.recording import RECORDING_ENGINES

@@ -11,7 +11,7 @@ when the wall clock reaches its arrival time (open loop), or when one of
 - **Metadata.** The tenant goes in the operator's tenant header (``trust.tenant_header``,
   ``x-tenant-id`` by default), as a gateway would set it. Priority and SLO targets go in
   the body the way the server's adapter reads them: ``vllm_xargs`` and ``priority`` for
-  vLLM, ``custom_params`` and ``priority`` for SGLang, told apart by ``GET /v1/models``
+  vLLM and ``schedkit serve sim``, ``custom_params`` and ``priority`` for SGLang, told apart by ``GET /v1/models``
   (``owned_by``); another server gets the header only. The server's trust settings
   decide what it believes (``docs/trust.md``).
 - **Timing** is the client's: TTFT is from the request's arrival time to its first
@@ -57,6 +57,7 @@ DEFAULT_VOCAB = 32000  # token ids stay below it when --model names no local dir
 DEFAULT_POSITIONS = 1 << 20  # no clipping unless the server or --model says otherwise
 ERROR = "error"
 SNIPPET = 200  # characters of an error body kept in a reason
+VLLM_FIELDS = ("vllm", "schedkit-sim")  # servers reading vLLM's request fields
 
 
 def run_live_arm(bench: PreparedBench, index: int, rate_scale: float) -> RunResult:
@@ -115,7 +116,7 @@ async def probe(url: str, timeout_s: float) -> Target:
     except (ValueError, KeyError, IndexError, TypeError):
         return Target(base, problem="GET /v1/models is not an OpenAI model list")
     owner = str(data.get("owned_by", "")).lower()
-    kind = owner if owner in ("vllm", "sglang") else "openai"
+    kind = owner if owner in ("vllm", "sglang", "schedkit-sim") else "openai"
     length = data.get("max_model_len")
     return Target(base, str(data.get("id", "")), kind, length if isinstance(length, int) else None)
 
@@ -248,11 +249,11 @@ class LiveArm(RealArm):
             "stream_options": {"include_usage": True, "continuous_usage_stats": True},
         }
         meta = request_metadata(trace)
-        if self.target.kind == "vllm":
+        if self.target.kind in VLLM_FIELDS:
             body["vllm_xargs"] = meta
         elif self.target.kind == "sglang":
             body["custom_params"] = meta
-        if rec.priority and self.target.kind in ("vllm", "sglang"):
+        if rec.priority and self.target.kind in (*VLLM_FIELDS, "sglang"):
             body["priority"] = rec.priority
         return body
 

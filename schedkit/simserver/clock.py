@@ -1,0 +1,225 @@
+"""The simulated engine advancing in wall-clock time: what ``schedkit serve sim`` serves.
+
+A :class:`SimEngine` runs the requests delivered to it step by step up to a time it is
+given (``advance``). Here that time is the wall clock since start: a request is delivered
+when it arrives, the engine runs the step that starts next (its tokens are computed then)
+and the tokens are released to their streams when the wall clock reaches the step's end,
+so a client sees each token when the modelled GPU would have produced it. An idle engine
+waits for the next arrival.
+
+The engine keeps up while computing a step takes less wall time than the step models.
+When it does not, a step starts late: ``lag_s`` is how late the last one started,
+``late_steps`` counts steps that started more than ``max_lag_s`` late, and the first such
+step is logged once as a warning (its latencies are then longer than the modelled GPU's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import zlib
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+
+from schedkit.facade import PolicyFacade
+from schedkit.records import RequestRecord
+from schedkit.sim.config import SimConfig, StepCost
+from schedkit.sim.engine import SimEngine
+from schedkit.sim.request import SimRequest
+from schedkit.workload import TraceRequest
+
+__all__ = ["Stream", "WallClockEngine", "prompt_hashes", "text_token_ids"]
+
+log = logging.getLogger("schedkit.simserver")
+
+KEEP_FINISHED = 4096  # delivered requests kept before the finished ones are dropped
+TEXT_TOKEN_CHARS = 4  # text prompts: one token per 4 characters (no tokenizer here)
+
+
+def prompt_hashes(ids: Sequence[int], block_tokens: int) -> tuple[int, ...]:
+    """One hash per full block of ``block_tokens`` prompt tokens, each chained to the
+    blocks before it (vLLM's prefix-cache hashes): equal prompt starts give equal
+    hashes, so the simulated prefix cache shares them."""
+    out: list[int] = []
+    h = 0
+    for start in range(0, len(ids) - block_tokens + 1, block_tokens):
+        h = hash((h, tuple(ids[start : start + block_tokens])))
+        out.append(h)
+    return tuple(out)
+
+
+def text_token_ids(text: str) -> list[int]:
+    """Token ids for a text prompt without a tokenizer: one per ``TEXT_TOKEN_CHARS``
+    characters (about what BPE tokenizers give for English), equal for equal text."""
+    step = TEXT_TOKEN_CHARS
+    return [zlib.crc32(text[i : i + step].encode()) for i in range(0, len(text), step)] or [0]
+
+
+@dataclass(eq=False)
+class Stream:
+    """One request's progress as its client sees it: ``tokens`` released so far, and
+    once it ends ``finish_reason`` (``length``, or ``rejected`` with ``reject_reason``)."""
+
+    record: RequestRecord
+    tokens: int = 0
+    finish_reason: str = ""
+    reject_reason: str = ""
+    cached_tokens: int = 0
+    _changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def updates(self) -> AsyncIterator[int]:
+        """The released token count each time it grows, until the request ends."""
+        seen = 0
+        while True:
+            await self._changed.wait()
+            self._changed.clear()
+            if self.tokens > seen:
+                seen = self.tokens
+                yield seen
+            if self.finish_reason:
+                return
+
+
+class WallClockEngine:
+    """A :class:`SimEngine` whose clock is the wall clock since it started."""
+
+    def __init__(
+        self, cost: StepCost, config: SimConfig, facade: PolicyFacade, *, max_lag_s: float = 0.05
+    ) -> None:
+        self.engine = SimEngine([], cost, config, facade)
+        self.cfg = config
+        self.max_lag_s = max_lag_s
+        self.started = time.monotonic()
+        self.lag_s = 0.0  # how late the last step started
+        self.late_steps = 0
+        self.prompt_tokens = 0
+        self.generation_tokens = 0
+        self.finished: dict[str, int] = {}  # by finish reason
+        self.rejections: dict[str, int] = {}  # by reason
+        self._streams: dict[SimRequest, Stream] = {}
+        self._next = 0  # requests delivered: each one's index in the engine
+        self._arrived = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def now(self) -> float:
+        return time.monotonic() - self.started
+
+    @property
+    def num_active(self) -> int:
+        return len(self._streams)
+
+    def submit(self, ids: Sequence[int], max_tokens: int, meta: TraceRequest) -> Stream:
+        """Deliver a request now: prompt ``ids``, ``max_tokens`` to generate, its tenant,
+        priority and SLO targets from ``meta`` (whose other fields are ignored)."""
+        trace = TraceRequest(
+            request_id=meta.request_id,
+            arrival_s=self.now(),
+            prompt_tokens=len(ids),
+            output_tokens=max_tokens,
+            tenant=meta.tenant,
+            priority=meta.priority,
+            slo_ttft_ms=meta.slo_ttft_ms,
+            slo_tpot_ms=meta.slo_tpot_ms,
+            hash_ids=prompt_hashes(ids, self.cfg.hash_block_tokens),
+        )
+        req = SimRequest.from_trace(
+            self._next, trace, self.cfg.block_size, self.cfg.hash_block_tokens
+        )
+        self._next += 1
+        self.engine.deliver_request(req)
+        stream = Stream(req.record)
+        self._streams[req] = stream
+        self.prompt_tokens += len(ids)
+        self._arrived.set()
+        return stream
+
+    def start(self) -> None:
+        """Run the engine in the running event loop until ``stop``."""
+        self.started = time.monotonic()
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    async def _run(self) -> None:
+        engine = self.engine
+        while True:
+            self._arrived.clear()
+            now = self.now()
+            start = self._next_start()
+            steps = engine.step_index
+            engine.advance(now)
+            if start is not None and engine.step_index > steps:
+                self._count_late(now - start)
+            ahead = engine.clock - self.now()
+            if ahead > 0:
+                await asyncio.sleep(ahead)  # the step's tokens exist when it ends
+            self._release()
+            if self._next_start() is None:
+                await self._arrived.wait()
+            else:
+                await asyncio.sleep(0)  # let arrivals and clients in between steps
+
+    def _next_start(self) -> float | None:
+        """When the engine's next step starts (the end of the last one, or the next
+        arrival when it is idle); None when it has nothing to run."""
+        engine = self.engine
+        if engine.running or engine.waiting:
+            return engine.clock
+        if engine.arrived < len(engine.pending):
+            return max(engine.clock, engine.pending[engine.arrived].record.arrival_s)
+        return None
+
+    def _count_late(self, late: float) -> None:
+        """The step just run started ``late`` seconds of wall time after its start."""
+        self.lag_s = max(0.0, late)
+        if self.lag_s <= self.max_lag_s:
+            return
+        self.late_steps += 1
+        if self.late_steps == 1:
+            log.warning(
+                "schedkit serve sim: a step started %.0f ms late; the simulator cannot keep up"
+                " with this load in real time, so latencies are longer than the modelled"
+                " GPU's (schedkit_sim_late_steps_total counts these; run more server"
+                " processes or send fewer requests per second)",
+                self.lag_s * 1e3,
+            )
+
+    def _release(self) -> None:
+        """Give each stream the tokens its request has by now, and end those that ended."""
+        ended = []
+        for req, stream in self._streams.items():
+            tokens = req.num_output_tokens
+            record = req.record
+            if tokens > stream.tokens:
+                self.generation_tokens += tokens - stream.tokens
+                stream.tokens = tokens
+                stream.cached_tokens = req.num_cached_tokens
+                stream._changed.set()
+            if record.finish_reason:
+                stream.finish_reason = record.finish_reason
+                stream.reject_reason = record.reject_reason or ""
+                stream._changed.set()
+                ended.append(req)
+                self.finished[record.finish_reason] = self.finished.get(record.finish_reason, 0) + 1
+                if record.reject_reason:
+                    why = record.reject_reason
+                    self.rejections[why] = self.rejections.get(why, 0) + 1
+        for req in ended:
+            del self._streams[req]
+        self._forget()
+
+    def _forget(self) -> None:
+        """Drop delivered requests that have ended from the engine's lists, so a server
+        running for days holds only what is in flight."""
+        engine = self.engine
+        if engine.arrived < KEEP_FINISHED:
+            return
+        del engine.pending[: engine.arrived]
+        engine.arrived = 0
+        engine.result.records[:] = [r.record for r in engine.pending]
+        engine.result.timeline.clear()

@@ -1,0 +1,110 @@
+"""``schedkit serve sim``'s ``/metrics``: vLLM's series a router and dashboards read, and
+schedkit's.
+
+Each server has its own registry (several servers in one process, as in tests and Ray
+Serve replicas, keep their own series), collected when scraped: nothing is counted on
+the engine's path beyond the counters it keeps anyway.
+
+- vLLM's: ``vllm:num_requests_running``, ``vllm:num_requests_waiting``,
+  ``vllm:kv_cache_usage_perc``, ``vllm:cache_config_info{block_size,num_gpu_blocks}``,
+  ``vllm:prompt_tokens_total``, ``vllm:generation_tokens_total``,
+  ``vllm:request_success_total{finished_reason}``, each with ``model_name``.
+- schedkit's: ``schedkit_rejections_total{policy,reason}``,
+  ``schedkit_policy_errors_total{policy,hook}``, ``schedkit_hook_over_budget_total{policy,hook}``
+  (as the engine adapters export them, ``schedkit.prometheus``); the simulator calls the
+  policies without timing each call, so ``schedkit_policy_decisions_total`` and
+  ``schedkit_hook_latency_seconds`` are not exported. And the simulator's own:
+  ``schedkit_sim_lag_seconds`` (how late the last step started),
+  ``schedkit_sim_late_steps_total`` (steps later than ``--max-lag-ms``),
+  ``schedkit_sim_steps_total``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from schedkit.prometheus import reason_label
+
+if TYPE_CHECKING:
+    from schedkit.simserver.server import SimServer
+
+__all__ = ["metrics_page"]
+
+
+def _families(server: SimServer) -> Iterator[Any]:
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    clock, model = server.clock, server.args.served_model_name
+    gauges = server.gauges()
+    for name in (
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",
+    ):
+        family = GaugeMetricFamily(name, name, labels=["model_name"])
+        family.add_metric([model], gauges[name])
+        yield family
+    info = GaugeMetricFamily("vllm:cache_config_info", "KV cache config",
+                             labels=["block_size", "num_gpu_blocks"])  # fmt: skip
+    info.add_metric(
+        [str(int(gauges["vllm:block_size"])), str(int(gauges["vllm:num_gpu_blocks"]))], 1
+    )
+    yield info
+    for name, value in (("vllm:prompt_tokens", clock.prompt_tokens),
+                        ("vllm:generation_tokens", clock.generation_tokens)):  # fmt: skip
+        counter = CounterMetricFamily(name, name, labels=["model_name"])
+        counter.add_metric([model], value)
+        yield counter
+    success = CounterMetricFamily("vllm:request_success", "finished requests",
+                                  labels=["model_name", "finished_reason"])  # fmt: skip
+    success.add_metric([model, "length"], clock.finished.get("length", 0))
+    yield success
+    yield from _schedkit(server)
+
+
+def _schedkit(server: SimServer) -> Iterator[Any]:
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    clock, facade = server.clock, server.facade
+    policy = facade.label
+    rejections = CounterMetricFamily("schedkit_rejections", "rejected at admission",
+                                     labels=["policy", "reason"])  # fmt: skip
+    labelled: dict[str, int] = {}
+    for why, n in clock.rejections.items():
+        label = reason_label(why)
+        labelled[label] = labelled.get(label, 0) + n
+    for label, n in labelled.items():
+        rejections.add_metric([policy, label], n)
+    yield rejections
+    for name, counts in (("schedkit_policy_errors", facade.errors),
+                         ("schedkit_hook_over_budget", facade.slow_calls)):  # fmt: skip
+        family = CounterMetricFamily(name, name, labels=["policy", "hook"])
+        for (who, hook), n in counts.items():
+            family.add_metric([who, hook], n)
+        yield family
+    lag = GaugeMetricFamily("schedkit_sim_lag_seconds", "how late the last step started")
+    lag.add_metric([], clock.lag_s)
+    yield lag
+    for name, value in (("schedkit_sim_late_steps", clock.late_steps),
+                        ("schedkit_sim_steps", clock.engine.step_index)):  # fmt: skip
+        family = CounterMetricFamily(name, name)
+        family.add_metric([], value)
+        yield family
+
+
+class _Collector:
+    def __init__(self, server: SimServer) -> None:
+        self.server = server
+
+    def collect(self) -> Iterator[Any]:
+        return _families(self.server)
+
+
+def metrics_page(server: SimServer) -> str:
+    """The Prometheus text page of ``server`` now."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Collector(server))
+    return generate_latest(registry).decode()
