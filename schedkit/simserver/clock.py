@@ -8,9 +8,10 @@ so a client sees each token when the modelled GPU would have produced it. An idl
 waits for the next arrival.
 
 The engine keeps up while computing a step takes less wall time than the step models.
-When it does not, a step starts late: ``lag_s`` is how late the last one started,
-``late_steps`` counts steps that started more than ``max_lag_s`` late, and the first such
-step is logged once as a warning (its latencies are then longer than the modelled GPU's).
+When it does not, a step's tokens are released after the step's modelled end: ``lag_s``
+is how late the last ones were, ``late_steps`` counts steps whose tokens came more than
+``max_lag_s`` late, and the first time is logged once as a warning (latencies are then
+longer than the modelled GPU's).
 """
 
 from __future__ import annotations
@@ -91,8 +92,9 @@ class WallClockEngine:
         self.cfg = config
         self.max_lag_s = max_lag_s
         self.started = time.monotonic()
-        self.lag_s = 0.0  # how late the last step started
+        self.lag_s = 0.0  # how late the last step's tokens were released
         self.late_steps = 0
+        self._warned = False
         self.prompt_tokens = 0
         self.generation_tokens = 0
         self.finished: dict[str, int] = {}  # by finish reason
@@ -149,43 +151,37 @@ class WallClockEngine:
         engine = self.engine
         while True:
             self._arrived.clear()
-            now = self.now()
-            start = self._next_start()
             steps = engine.step_index
-            engine.advance(now)
-            if start is not None and engine.step_index > steps:
-                self._count_late(now - start)
+            engine.advance(self.now())
             ahead = engine.clock - self.now()
+            if engine.step_index > steps:
+                self._count_late(-ahead, engine.step_index - steps)
             if ahead > 0:
                 await asyncio.sleep(ahead)  # the step's tokens exist when it ends
             self._release()
-            if self._next_start() is None:
+            if self._idle():
                 await self._arrived.wait()
             else:
                 await asyncio.sleep(0)  # let arrivals and clients in between steps
 
-    def _next_start(self) -> float | None:
-        """When the engine's next step starts (the end of the last one, or the next
-        arrival when it is idle); None when it has nothing to run."""
+    def _idle(self) -> bool:
         engine = self.engine
-        if engine.running or engine.waiting:
-            return engine.clock
-        if engine.arrived < len(engine.pending):
-            return max(engine.clock, engine.pending[engine.arrived].record.arrival_s)
-        return None
+        return not (engine.running or engine.waiting or engine.arrived < len(engine.pending))
 
-    def _count_late(self, late: float) -> None:
-        """The step just run started ``late`` seconds of wall time after its start."""
+    def _count_late(self, late: float, steps: int) -> None:
+        """The ``steps`` steps just run ended ``late`` seconds of wall time ago (their
+        tokens are released that late; negative: not yet ended)."""
         self.lag_s = max(0.0, late)
         if self.lag_s <= self.max_lag_s:
             return
-        self.late_steps += 1
-        if self.late_steps == 1:
+        self.late_steps += steps
+        if not self._warned:
+            self._warned = True
             log.warning(
-                "schedkit serve sim: a step started %.0f ms late; the simulator cannot keep up"
-                " with this load in real time, so latencies are longer than the modelled"
-                " GPU's (schedkit_sim_late_steps_total counts these; run more server"
-                " processes or send fewer requests per second)",
+                "schedkit serve sim: a step ended %.0f ms before the simulator had computed it;"
+                " it cannot keep up with this load in real time, so latencies are longer than"
+                " the modelled GPU's (schedkit_sim_late_steps_total counts late steps; run"
+                " more server processes or send fewer requests per second)",
                 self.lag_s * 1e3,
             )
 

@@ -21,22 +21,21 @@ the engine's path beyond the counters it keeps anyway.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator, Mapping
+from typing import Any
 
+from schedkit.facade import PolicyFacade
 from schedkit.prometheus import reason_label
-
-if TYPE_CHECKING:
-    from schedkit.simserver.server import SimServer
+from schedkit.simserver.clock import WallClockEngine
 
 __all__ = ["metrics_page"]
 
 
-def _families(server: SimServer) -> Iterator[Any]:
+def _families(
+    clock: WallClockEngine, facade: PolicyFacade, model: str, gauges: Mapping[str, float]
+) -> Iterator[Any]:
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-    clock, model = server.clock, server.args.served_model_name
-    gauges = server.gauges()
     for name in (
         "vllm:num_requests_running",
         "vllm:num_requests_waiting",
@@ -60,13 +59,12 @@ def _families(server: SimServer) -> Iterator[Any]:
                                   labels=["model_name", "finished_reason"])  # fmt: skip
     success.add_metric([model, "length"], clock.finished.get("length", 0))
     yield success
-    yield from _schedkit(server)
+    yield from _schedkit(clock, facade)
 
 
-def _schedkit(server: SimServer) -> Iterator[Any]:
+def _schedkit(clock: WallClockEngine, facade: PolicyFacade) -> Iterator[Any]:
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-    clock, facade = server.clock, server.facade
     policy = facade.label
     rejections = CounterMetricFamily("schedkit_rejections", "rejected at admission",
                                      labels=["policy", "reason"])  # fmt: skip
@@ -94,17 +92,20 @@ def _schedkit(server: SimServer) -> Iterator[Any]:
 
 
 class _Collector:
-    def __init__(self, server: SimServer) -> None:
-        self.server = server
+    def __init__(self, families: list[Any]) -> None:
+        self.families = families
 
     def collect(self) -> Iterator[Any]:
-        return _families(self.server)
+        return iter(self.families)
 
 
-def metrics_page(server: SimServer) -> str:
-    """The Prometheus text page of ``server`` now."""
+def metrics_page(
+    clock: WallClockEngine, facade: PolicyFacade, model: str, gauges: Mapping[str, float]
+) -> str:
+    """The Prometheus text page of a server now: its engine, policies, served model
+    name and gauges (``SimServer.gauges``)."""
     from prometheus_client import CollectorRegistry, generate_latest
 
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Collector(server))
+    registry.register(_Collector(list(_families(clock, facade, model, gauges))))
     return generate_latest(registry).decode()

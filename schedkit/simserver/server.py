@@ -40,10 +40,14 @@ OWNED_BY = "schedkit-sim"  # /v1/models' owned_by: bench --engine openai sends v
 class SimServer:
     """A simulated replica serving OpenAI requests (see the module's docstring)."""
 
-    def __init__(self, config: SchedkitConfig, args: ServeSimArgs) -> None:
+    def __init__(
+        self, config: SchedkitConfig, args: ServeSimArgs, facade: PolicyFacade | None = None
+    ) -> None:
+        """A server of ``config``'s policies (or ``facade``'s: policy objects of one's
+        own, for tests) with ``args``' engine."""
         self.config = config
         self.args = args
-        self.facade = PolicyFacade.from_config(config)
+        self.facade = facade or PolicyFacade.from_config(config)
         built = build_engine(args)
         self.description = built.description
         self.max_model_len = built.max_model_len
@@ -156,7 +160,7 @@ class SimServer:
 
     def metrics_text(self) -> str:
         """The Prometheus page (``/metrics``)."""
-        return metrics_page(self)
+        return metrics_page(self.clock, self.facade, self.args.served_model_name, self.gauges())
 
     def models(self) -> dict[str, Any]:
         model = {

@@ -1,0 +1,100 @@
+"""``schedkit serve sim`` as a user runs it: a process on a port, ``bench --engine openai``
+against it, and one-line errors for bad arguments."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from schedkit.bench.runner import BenchSpec, run_bench
+
+
+def serve_sim(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "schedkit", "serve", "sim", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--model", "GPT-9"], ["unknown model 'GPT-9'", "Llama-3-8B", "--profile"]),
+        (["--gpu", "TPU"], ["unknown GPU 'TPU'", "H100-SXM", "profile file"]),
+        (["--max-num-seqs", "0"], ["--max-num-seqs", "greater than 0"]),
+        (["--bogus"], ["unrecognized arguments: --bogus"]),
+        (["--max-model-len", "99999999"], ["--max-model-len 99999999", "KV cache"]),
+    ],
+)
+def test_bad_arguments_are_one_line(args: list[str], words: list[str]) -> None:
+    proc = serve_sim("--", *args)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    line = " ".join(proc.stderr.split())
+    assert all(w in line for w in words), proc.stderr
+
+
+def test_a_port_in_use_is_named() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        proc = serve_sim("--", "--port", str(port))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"port {port} on 127.0.0.1 is in use" in proc.stderr and "--port" in proc.stderr
+
+
+def test_bench_replays_a_trace_against_it(tmp_path: Path) -> None:
+    """A server process with a policy, a replay of 30 requests against it: every one
+    finishes, the results say what served them, and SIGTERM stops it cleanly."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "schedkit", "serve", "sim", "--policy", "sjf", "--",
+         "--port", str(port), "--max-num-seqs", "8"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/health", timeout=1)
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline
+                time.sleep(0.2)
+        spec = BenchSpec(
+            workload="azure-conv", policies=["sjf"], engine="openai", targets=[url],
+            max_requests=30, rate_scale=4.0,
+        )  # fmt: skip
+        results = run_bench(spec, tmp_path / "out")
+        page = urllib.request.urlopen(f"{url}/metrics", timeout=5).read().decode()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, out
+    assert "policy sjf" in out and "simulated Llama-3-8B on H100-SXM" in out
+    metrics = results["arms"][0]["metrics"]
+    assert metrics["completed"] == 30, json.dumps(metrics)[:500]
+    assert results["engine"]["targets"]["sjf"]["server"] == "schedkit-sim"
+    assert (
+        'vllm:request_success_total{finished_reason="length",model_name="Llama-3-8B"} 30.0' in page
+    )
