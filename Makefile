@@ -28,7 +28,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check adapters/tensorrt-llm
 	$(BIN)/mypy --strict --config-file adapters/tensorrt-llm/pyproject.toml adapters/tensorrt-llm/schedkit_trtllm
 
-test: lint lint-vllm lint-sglang lint-lmdeploy browser promtool
+test: lint lint-vllm lint-sglang lint-lmdeploy lint-ray browser promtool
 	$(BIN)/pytest -q tests $(foreach p,$(PLUGINS),$(dir $(p))tests)
 	$(BIN)/pytest -q adapters/tensorrt-llm/tests  # the skeleton, with stand-ins: no tensorrt_llm
 	$(MAKE) test-vllm
@@ -36,6 +36,7 @@ test: lint lint-vllm lint-sglang lint-lmdeploy browser promtool
 	$(MAKE) test-vllm-upstream
 	$(MAKE) test-sglang
 	$(MAKE) test-lmdeploy
+	$(MAKE) test-ray
 
 # The report's browser test (tests/bench/test_report_browser.py) opens report.html in
 # headless Chromium: Debian's package, installed when missing (~15 s, once; needs root).
@@ -146,3 +147,18 @@ test-lmdeploy:
 	$(LMDEPLOY_VENV)/bin/pytest -q adapters/lmdeploy/tests
 	# every shipped policy's contract test, here on the simulator and LMDeploy's scheduler
 	$(LMDEPLOY_VENV)/bin/pytest -q $(foreach p,$(PLUGINS),$(dir $(p))tests) -k contract
+
+# The Ray Serve adapter's suites run on a real local Ray (one per session) in their own
+# environment (.venv-ray, created on first use by adapters/ray/scripts/make-venv.sh,
+# ~45 s): schedkit's route_request as Ray Serve's request router, simulated replicas.
+RAY_VENV := .venv-ray
+.PHONY: test-ray lint-ray
+lint-ray:
+	adapters/ray/scripts/make-venv.sh
+	$(RAY_VENV)/bin/ruff check adapters/ray
+	$(RAY_VENV)/bin/ruff format --check adapters/ray
+	$(RAY_VENV)/bin/mypy --strict --config-file adapters/ray/pyproject.toml adapters/ray/schedkit_ray
+
+test-ray:
+	adapters/ray/scripts/make-venv.sh
+	$(RAY_VENV)/bin/pytest -q adapters/ray/tests
