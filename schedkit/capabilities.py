@@ -32,7 +32,7 @@ __all__ = [
 log = logging.getLogger("schedkit")
 
 Level = Literal["full", "partial", "none"]
-ENGINES = ("sim", "vllm", "sglang", "lmdeploy")
+ENGINES = ("sim", "vllm", "sglang", "lmdeploy", "ray")
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,8 +43,34 @@ class Capability:
 
 FULL = Capability("full")
 
+# Ray Serve (schedkit_ray): its router calls route_request; every other hook runs in the
+# replicas' engines, each its own column.
+IN_REPLICAS = Capability(
+    "none",
+    "Ray's router only routes: this hook runs in the replicas' engines (schedkit_ray's"
+    " SimReplica runs schedkit serve sim with the same config; see the sim, vllm and"
+    " sglang columns)",
+)
+RAY_ROUTE = Capability(
+    "partial",
+    "schedkit_ray.SchedkitRouter, once per routing attempt (Ray asks again after a backoff"
+    " when the chosen replica is full); the replicas are Ray's candidates (those not at"
+    " max_ongoing_requests) sorted by replica id; each engine view is the replica's"
+    " vLLM-named gauges as last reported (as old as request_routing_stats_period_s) and"
+    " the router's own count of requests in flight there; cached_tokens is the router's"
+    " prefix index of the prompts it sent there (text counted as words), not the engine's"
+    " cache; a policy that raises, answers None or out of range, or runs past budget_ms"
+    " gets Ray's power-of-two choice, counted",
+)
+
 MATRIX: dict[str, dict[str, Capability]] = {
-    "on_request_arrived": {"sim": FULL, "vllm": FULL, "sglang": FULL, "lmdeploy": FULL},
+    "on_request_arrived": {
+        "sim": FULL,
+        "vllm": FULL,
+        "sglang": FULL,
+        "lmdeploy": FULL,
+        "ray": IN_REPLICAS,
+    },
     "admit_request": {
         "sim": FULL,
         "vllm": Capability(
@@ -54,6 +80,7 @@ MATRIX: dict[str, dict[str, Capability]] = {
         "lmdeploy": Capability(
             "full", "a rejected request is stopped unscheduled and ends when its session does"
         ),
+        "ray": IN_REPLICAS,
     },
     "order_waiting": {
         "sim": FULL,
@@ -88,6 +115,7 @@ MATRIX: dict[str, dict[str, Capability]] = {
             " decode are separate forwards, so waits and step reports come at another"
             " pace than on the simulator: an order by waits or by tokens served may differ",
         ),
+        "ray": IN_REPLICAS,
     },
     "plan_batch": {
         "sim": FULL,
@@ -107,6 +135,7 @@ MATRIX: dict[str, dict[str, Capability]] = {
             " chunk sizes), max_running caps ready plus running sequences (max_batches);"
             " prefill_chunk is not honoured; decode steps are not capped",
         ),
+        "ray": IN_REPLICAS,
     },
     "select_victims": {
         "sim": FULL,
@@ -133,6 +162,7 @@ MATRIX: dict[str, dict[str, Capability]] = {
             " 95/95/79/79; simulator v0, 96/95/94/93) and a policy reading them may choose"
             " other victims",
         ),
+        "ray": IN_REPLICAS,
     },
     "select_evictions": {
         "sim": FULL,
@@ -151,6 +181,7 @@ MATRIX: dict[str, dict[str, Capability]] = {
             " go, and follows a chosen child; num_hits and last_access are counted by the"
             " adapter (LMDeploy keeps no hit count and stamps whole seconds)",
         ),
+        "ray": IN_REPLICAS,
     },
     "waiting_key": {
         "sim": FULL,
@@ -162,6 +193,7 @@ MATRIX: dict[str, dict[str, Capability]] = {
             " order, shorter prompts wait for their turn; among long prompts the key order"
             " replaces LMDeploy's (fewest chunks first, aged)",
         ),
+        "ray": IN_REPLICAS,
     },
     "victim_key": {
         "sim": FULL,
@@ -170,6 +202,7 @@ MATRIX: dict[str, dict[str, Capability]] = {
         "lmdeploy": Capability(
             "partial", "as select_victims: needing and computed tokens are LMDeploy's"
         ),
+        "ray": IN_REPLICAS,
     },
     "eviction_key": {
         "sim": Capability("full", "every evictable block in key order (no eviction window)"),
@@ -183,6 +216,7 @@ MATRIX: dict[str, dict[str, Capability]] = {
             "as select_evictions: radix-tree leaves; needs --radix-cache-backend schedkit",
         ),
         "lmdeploy": Capability("partial", "as select_evictions: the prefix trie's leaves"),
+        "ray": IN_REPLICAS,
     },
     "route_request": {
         "sim": Capability(
@@ -206,6 +240,7 @@ MATRIX: dict[str, dict[str, Capability]] = {
         "lmdeploy": Capability(
             "none", "one engine has no replicas to route to; a router runs in front of them"
         ),
+        "ray": RAY_ROUTE,
     },
     "on_step_finished": {
         "sim": Capability("full", "a run of identical decode steps may come as one report"),
@@ -220,8 +255,15 @@ MATRIX: dict[str, dict[str, Capability]] = {
             "prefill, decode and each chunk of a long prompt are separate steps; a step is"
             " reported when the next is dispatched (LMDeploy prefetches) or a session ends",
         ),
+        "ray": IN_REPLICAS,
     },
-    "on_request_finished": {"sim": FULL, "vllm": FULL, "sglang": FULL, "lmdeploy": FULL},
+    "on_request_finished": {
+        "sim": FULL,
+        "vllm": FULL,
+        "sglang": FULL,
+        "lmdeploy": FULL,
+        "ray": IN_REPLICAS,
+    },
 }
 assert set(MATRIX) == set(HOOK_NAMES), "every hook has a row"
 
@@ -240,6 +282,9 @@ FIELDS: dict[str, dict[str, Capability]] = {
             "ids of the trie blocks that hold a prefix of the prompt now (walked on each"
             " read); prompt blocks only",
         ),
+        "ray": Capability(
+            "none", "empty: the router has no engine's hashes (its prefix index is its own)"
+        ),
     },
     "RequestView.num_cached_tokens": {
         "sim": FULL,
@@ -248,6 +293,7 @@ FIELDS: dict[str, dict[str, Capability]] = {
         "lmdeploy": Capability(
             "full", "LMDeploy's cached_tokens at admission (0 when recomputing a preempted one)"
         ),
+        "ray": Capability("full", "0: a request being routed has not been admitted anywhere"),
     },
     "EngineView.kv_blocks_free": {
         "sim": FULL,
@@ -256,6 +302,11 @@ FIELDS: dict[str, dict[str, Capability]] = {
             "full", "pages of --page-size tokens (1 by default): free plus evictable"
         ),
         "lmdeploy": Capability("full", "free GPU blocks plus the trie's unreferenced ones"),
+        "ray": Capability(
+            "partial",
+            "from the replica's vllm:num_gpu_blocks and vllm:kv_cache_usage_perc gauges, as"
+            " old as the routing-stats period",
+        ),
     },
 }
 """View fields whose meaning differs by engine; a policy lists those it relies on in
@@ -281,6 +332,7 @@ TIERS: dict[str, dict[str, Capability]] = {
         ),
         "sglang": Capability("none", "HiCache's host tier evicts by its own rules"),
         "lmdeploy": Capability("none", "LMDeploy has no host KV tier"),
+        "ray": Capability("none", "a replica's host tier is its engine's (see its column)"),
     },
 }
 """Decisions on KV tiers beyond the GPU's, by the hooks that make them on the GPU."""

@@ -191,8 +191,10 @@ def route_request(request: RequestView, replicas: Sequence[ReplicaView]) -> int 
 
     Called once per request a cluster receives, before any replica sees it (so before
     that replica's ``on_request_arrived`` and ``admit_request``). Only a cluster calls
-    it: the simulator's with ``replicas > 1`` (``schedkit bench --replicas N``). A single
-    vLLM or SGLang engine has nothing to route (capability matrix).
+    it: the simulator's with ``replicas > 1`` (``schedkit bench --replicas N``), the
+    prefill/decode proxy in front of real servers (``schedkit.edge.pd``) and Ray Serve's
+    router (``schedkit_ray``: once per routing attempt, over Ray's candidate replicas). A
+    single vLLM or SGLang engine has nothing to route (capability matrix).
 
     A disaggregated deployment (``prefill_replicas``/``decode_replicas``) asks it once
     per pool: when the request arrives, over the prefill instances (every replica's
