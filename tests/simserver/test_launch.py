@@ -62,25 +62,30 @@ def test_a_port_in_use_is_named() -> None:
     assert f"port {port} on 127.0.0.1 is in use" in proc.stderr and "--port" in proc.stderr
 
 
-def test_bench_replays_a_trace_against_it(tmp_path: Path) -> None:
-    """A server process with a policy, a replay of 30 requests against it: every one
-    finishes, the results say what served them, and SIGTERM stops it cleanly."""
+def start(policy: str, *args: str) -> tuple[subprocess.Popen[str], str]:
+    """``schedkit serve sim --policy policy -- args`` on a free port, once healthy."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "schedkit", "serve", "sim", "--policy", "sjf", "--",
-         "--port", str(port), "--max-num-seqs", "8"],
+        [sys.executable, "-m", "schedkit", "serve", "sim", "--policy", policy, "--",
+         "--port", str(port), *args],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            urllib.request.urlopen(f"{url}/health", timeout=1)
+            return proc, url
+        except OSError:
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.2)
+
+
+def test_bench_replays_a_trace_against_it(tmp_path: Path) -> None:
+    """A server process with a policy, a replay of 30 requests against it: every one
+    finishes, the results say what served them, and SIGTERM stops it cleanly."""
+    proc, url = start("sjf", "--max-num-seqs", "8")
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/health", timeout=1)
-                break
-            except OSError:
-                assert proc.poll() is None and time.monotonic() < deadline
-                time.sleep(0.2)
         spec = BenchSpec(
             workload="azure-conv", policies=["sjf"], engine="openai", targets=[url],
             max_requests=30, rate_scale=4.0,
@@ -98,3 +103,22 @@ def test_bench_replays_a_trace_against_it(tmp_path: Path) -> None:
     assert (
         'vllm:request_success_total{finished_reason="length",model_name="Llama-3-8B"} 30.0' in page
     )
+
+
+def test_its_prefix_hits_are_the_simulators(tmp_path: Path) -> None:
+    """mooncake-conv's shared prefixes, replayed against the server as token ids, hit its
+    prefix cache as they hit the offline simulator's for the same trace (the bench reads
+    ``cached_tokens`` from the usage the server streams)."""
+    gpu = ["--gpu", "H200", "--tp", "4"]  # a fast replica: the replay takes less wall time
+    proc, url = start("fcfs", *gpu, "--max-model-len", "131072")  # mooncake's prompts unclipped
+    common = {"workload": "mooncake-conv", "policies": ["fcfs"], "max_requests": 80,
+              "rate_scale": 2.0}  # fmt: skip
+    try:
+        live = run_bench(BenchSpec(engine="openai", targets=[url], **common), tmp_path / "live")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    offline = run_bench(BenchSpec(engine="sim", gpu="H200", tp=4, **common), tmp_path / "sim")
+    hits = [r["arms"][0]["metrics"]["prefix_hit_rate"] for r in (live, offline)]
+    assert hits[1] > 0.03
+    assert hits[0] == pytest.approx(hits[1], abs=0.02)

@@ -14,6 +14,9 @@ when the wall clock reaches its arrival time (open loop), or when one of
   vLLM and ``schedkit serve sim``, ``custom_params`` and ``priority`` for SGLang, told apart by ``GET /v1/models``
   (``owned_by``); another server gets the header only. The server's trust settings
   decide what it believes (``docs/trust.md``).
+- **Prefix hits** are the server's: ``usage.prompt_tokens_details.cached_tokens`` where
+  it sends it (vLLM with ``--enable-prompt-tokens-details``, ``schedkit serve sim``);
+  the arm's ``prefix_hit_rate`` is over the requests that reported one (0 when none did).
 - **Timing** is the client's: TTFT is from the request's arrival time to its first
   streamed token, inter-token gaps between streamed chunks (usage counts tokens when
   the server sends ``continuous_usage_stats``, else one per chunk), E2E to the last.
@@ -151,6 +154,7 @@ class LiveArm(RealArm):
         self.header = bench.configs[index].trust.tenant_header
         self.errors: Counter[str] = Counter()
         self.lags: list[float] = []
+        self.cache_reported: set[str] = set()  # requests whose usage gave cached_tokens
         self.progress: LiveProgress | None = None  # while run() replays, if shown
         # per arm, in results.json's engine.targets (engine.real is the last arm's)
         self.arm_info: dict[str, Any] = {
@@ -187,7 +191,12 @@ class LiveArm(RealArm):
                 len(self.records),
                 "; ".join(f"{n} {why}" for why, n in self.errors.most_common(5)),
             )
-        return self.finish_run(self.clock(), 0)
+        run = self.finish_run(self.clock(), 0)
+        reported = [r for r in self.records if r.request_id in self.cache_reported]
+        if reported:  # the prefix hit rate, where the server says what its cache served
+            run.prefix_query_tokens = sum(r.prompt_tokens for r in reported)
+            run.prefix_hit_tokens = sum(r.cached_tokens for r in reported)
+        return run
 
     async def _replay(self) -> None:
         import aiohttp
@@ -305,6 +314,10 @@ class LiveArm(RealArm):
             return tokens
         choices = chunk.get("choices") or []
         usage = chunk.get("usage") or {}
+        details = usage.get("prompt_tokens_details")
+        if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+            rec.cached_tokens = details["cached_tokens"]  # the server's prefix cache hit
+            self.cache_reported.add(rec.request_id)
         if usage.get("completion_tokens") is not None:
             tokens = max(tokens, int(usage["completion_tokens"]))
         elif choices:
