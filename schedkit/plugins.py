@@ -24,6 +24,7 @@ BUILTINS = {
     "priority": "schedkit.policies.builtin:PriorityPolicy",
     "round-robin": "schedkit.policies.builtin:RoundRobin",
     "least-loaded": "schedkit.policies.builtin:LeastLoaded",
+    "power-of-two": "schedkit.policies.builtin:PowerOfTwo",
 }
 
 

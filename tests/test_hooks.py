@@ -212,6 +212,23 @@ def test_hook_route_request_builtins(engine: EngineState) -> None:
     assert PolicyFacade.from_config("least-loaded").route(request, replicas) == 1
 
 
+def test_hook_route_request_power_of_two_is_rays_default() -> None:
+    """Two replicas drawn at random, the less loaded of them chosen: never the busiest
+    of three unless drawn with an equal, every idle one chosen over a run, the same
+    choices for the same seed."""
+    request = make_requests(1)[0]
+    busy = EngineState(100, 16)
+    busy.num_waiting = 5
+    replicas = [ReplicaState(0, busy), ReplicaState(1, EngineState(100, 16)),
+                ReplicaState(2, EngineState(100, 16))]  # fmt: skip
+    p2 = PolicyFacade.from_config("power-of-two")
+    chosen = [p2.route(request, replicas) for _ in range(60)]
+    assert 0 not in chosen and set(chosen) == {1, 2}
+    again = PolicyFacade.from_config("power-of-two")
+    assert [again.route(request, replicas) for _ in range(60)] == chosen
+    assert p2.route(request, replicas[:1]) == 0
+
+
 # -- waiting_key ------------------------------------------------------------------------
 
 

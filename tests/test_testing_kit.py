@@ -31,7 +31,9 @@ from schedkit.testing import ConformanceError, check_policy, conformance_test
 EXAMPLES = 30
 
 
-@pytest.mark.parametrize("name", ["fcfs", "priority", "round-robin", "least-loaded"])
+@pytest.mark.parametrize(
+    "name", ["fcfs", "priority", "round-robin", "least-loaded", "power-of-two"]
+)
 def test_builtin_policies_conform(name: str) -> None:
     check_policy(name, max_examples=EXAMPLES, seed=0)
 

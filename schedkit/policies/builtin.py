@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from typing import Any
+
+from pydantic import Field
 
 from schedkit._markers import hookimpl
 from schedkit.policy import Policy, PolicyOptions
@@ -64,3 +67,25 @@ class LeastLoaded(Policy):
     @hookimpl
     def route_request(self, request: RequestView, replicas: Sequence[ReplicaView]) -> int:
         return min(replicas, key=load).index
+
+
+class PowerOfTwo(Policy):
+    """Ray Serve's default router (``PowerOfTwoChoicesRequestRouter``): pick two replicas at
+    random and route to the one with fewer running plus waiting requests (the first
+    picked on a tie). Seeded, so a simulation repeats (``seed``)."""
+
+    class Options(PolicyOptions):
+        seed: int = Field(default=0, ge=0)
+
+    def __init__(self, options: PolicyOptions | None = None, **kwargs: Any) -> None:
+        super().__init__(options, **kwargs)
+        self._rng = random.Random(self.options.seed)  # type: ignore[attr-defined]
+
+    @hookimpl
+    def route_request(self, request: RequestView, replicas: Sequence[ReplicaView]) -> int:
+        if len(replicas) == 1:
+            return replicas[0].index
+        first, second = self._rng.sample(range(len(replicas)), 2)
+        a, b = replicas[first], replicas[second]
+        queued = [r.engine.num_running + r.engine.num_waiting for r in (a, b)]
+        return b.index if queued[1] < queued[0] else a.index
