@@ -40,7 +40,8 @@ REPLICA_HEADER = "x-schedkit-replica"
 class AppSpec:
     """What the application runs: ``replicas`` simulated engines started with
     ``engine_args`` (``schedkit serve sim``'s), each with ``config``'s policies, and the
-    router choosing with ``config``'s ``route_request`` (Ray's default without a config).
+    router choosing with ``config``'s ``route_request`` (Ray's default without a config, or
+    when no policy of it routes).
     """
 
     replicas: int
@@ -141,10 +142,20 @@ async def _relay(replies: Any, replica: str) -> AsyncIterator[bytes]:
         yield f"data: {json.dumps({'error': error})}\n\n".encode()
 
 
+def routes(config: SchedkitConfig | None) -> bool:
+    """Whether ``config``'s policies route (``route_request``); else Ray's default router
+    chooses, untouched, and the policies run only in the replicas' engines."""
+    if config is None:
+        return False
+    from schedkit.facade import PolicyFacade
+
+    return PolicyFacade.from_config(config).has_route
+
+
 def build_app(spec: AppSpec) -> Any:
     """The application ``spec`` describes (``serve.run`` it)."""
     config = spec.config
-    if config is None:  # Ray's default router, untouched
+    if not routes(config):  # Ray's default router, untouched
         router = RequestRouterConfig(request_routing_stats_period_s=spec.stats_period_s)
     else:
         router = RequestRouterConfig(

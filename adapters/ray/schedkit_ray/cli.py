@@ -17,6 +17,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from typing import NoReturn
 
@@ -85,6 +86,7 @@ def _check(args: argparse.Namespace, engine_args: list[str]) -> SchedkitConfig |
     PolicyFacade.from_config(config)  # the policies load here, not in a replica's log
     SimServer.create(config or SchedkitConfig(), engine_args)  # the engine arguments too
     with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as Ray's proxy binds
         try:
             probe.bind((args.host, args.port))
         except OSError as exc:
@@ -98,7 +100,7 @@ def _serve(args: argparse.Namespace, config: SchedkitConfig | None, engine: list
     import ray
     from ray import serve
 
-    from schedkit_ray.app import AppSpec, build_app
+    from schedkit_ray.app import AppSpec, build_app, routes
 
     stop = threading.Event()
     ray.init(
@@ -114,16 +116,34 @@ def _serve(args: argparse.Namespace, config: SchedkitConfig | None, engine: list
         serve.start(http_options={"host": args.host, "port": args.port})
         spec = AppSpec(args.replicas, config, engine, args.stats_period_s, args.budget_ms)
         serve.run(build_app(spec), name=APP_NAME, route_prefix="/")
-        policy = "Ray's default router" if config is None else "+".join(config.policy)
+        engines = "" if config is None else f", {'+'.join(config.policy)} in the engines"
+        router = f"routed by {'+'.join(config.policy)}" if routes(config) else "Ray's default router"
         print(
-            f"schedkit_ray: {args.replicas} replicas, {policy}, on http://{args.host}:{args.port}"
+            f"schedkit_ray: {args.replicas} replicas, {router}{engines},"
+            f" on http://{args.host}:{args.port}"
         )
         sys.stdout.flush()
         stop.wait()
         print("schedkit_ray: stopping")
     finally:
-        serve.shutdown()
+        # Not serve.shutdown(): a signal to the process group (Ctrl-C, bench's
+        # --serve-command) has reached Ray's own processes too, and it would wait 30 s for
+        # a controller already gone. The cluster is this process's: ray.shutdown() ends it.
         ray.shutdown()
+        _wait_closed(args.host, args.port)
+
+
+def _wait_closed(host: str, port: int, limit_s: float = 20.0) -> None:
+    """Return once nothing answers on ``host:port`` (Ray's HTTP proxy is another process,
+    which outlives ``ray.shutdown`` by a moment): whoever stopped this server may start
+    another on the port as soon as it exits."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        with socket.socket() as probe:
+            probe.settimeout(0.5)
+            if probe.connect_ex((host, port)) != 0:
+                return
+        time.sleep(0.2)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

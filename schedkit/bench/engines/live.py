@@ -73,7 +73,8 @@ def run_live_arm(bench: PreparedBench, index: int, rate_scale: float) -> RunResu
     from schedkit.bench.engines.launch import arm_command, launched, log_name
 
     label = bench.labels[index]
-    command = arm_command(spec.live.serve_command, label)
+    policy = "+".join(bench.configs[index].policy)  # an --arm's own name is only its label
+    command = arm_command(spec.live.serve_command, policy)
     log = (bench.out_dir or Path(".")) / log_name(index, label)
     with launched(command, url, spec.live.server_start_timeout_s, log):
         result = _replay_arm(bench, index, rate_scale, url)
