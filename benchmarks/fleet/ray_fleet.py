@@ -67,7 +67,9 @@ def table(live: dict[str, Any], sim: dict[str, Any]) -> tuple[str, list[dict[str
             label = f"{key} {q}" if q else key
             gap = (b / a - 1) * 100 if a else float("nan")
             rows.append({"router": name, "metric": label, "live": a, "sim": b, "gap_pct": gap})
-            shown = (f"{a:.3f}", f"{b:.3f}") if key == "prefix_hit_rate" else (f"{a:,.1f}", f"{b:,.1f}")
+            shown = (
+                (f"{a:.3f}", f"{b:.3f}") if key == "prefix_hit_rate" else (f"{a:,.1f}", f"{b:,.1f}")
+            )
             lines.append(f"| {name} | {label} | {shown[0]} | {shown[1]} | {gap:+.1f}% |")
         errors = lm.get("errors") or {}
         if errors:
@@ -110,7 +112,9 @@ def main() -> None:
     body = "\n".join([head, text, "", "Live verdicts (paired, against the first arm):",
                       *verdicts(live), "", "Simulated verdicts:", *verdicts(sim), ""])  # fmt: skip
     (args.out / "fleet.md").write_text(body)
-    (args.out / "fleet.json").write_text(json.dumps({"args": vars(args) | {"out": str(args.out)}, "rows": rows}, indent=1))
+    (args.out / "fleet.json").write_text(
+        json.dumps({"args": vars(args) | {"out": str(args.out)}, "rows": rows}, indent=1)
+    )
     print(body)
 
 

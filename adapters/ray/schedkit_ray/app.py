@@ -155,7 +155,7 @@ def routes(config: SchedkitConfig | None) -> bool:
 def build_app(spec: AppSpec) -> Any:
     """The application ``spec`` describes (``serve.run`` it)."""
     config = spec.config
-    if not routes(config):  # Ray's default router, untouched
+    if config is None or not routes(config):  # Ray's default router, untouched
         router = RequestRouterConfig(request_routing_stats_period_s=spec.stats_period_s)
     else:
         router = RequestRouterConfig(

@@ -117,7 +117,9 @@ def _serve(args: argparse.Namespace, config: SchedkitConfig | None, engine: list
         spec = AppSpec(args.replicas, config, engine, args.stats_period_s, args.budget_ms)
         serve.run(build_app(spec), name=APP_NAME, route_prefix="/")
         engines = "" if config is None else f", {'+'.join(config.policy)} in the engines"
-        router = f"routed by {'+'.join(config.policy)}" if routes(config) else "Ray's default router"
+        router = "Ray's default router"
+        if config is not None and routes(config):
+            router = f"routed by {'+'.join(config.policy)}"
         print(
             f"schedkit_ray: {args.replicas} replicas, {router}{engines},"
             f" on http://{args.host}:{args.port}"

@@ -124,10 +124,8 @@ class SchedkitRouter(PowerOfTwoChoicesRequestRouter):  # type: ignore[misc]
             return await self._ray_default(candidate_replicas, pending_request)
         if not candidate_replicas:
             return []
-        kwargs = pending_request.kwargs or {}
-        body = kwargs.get("body")
-        body = body if isinstance(body, Mapping) else {}
-        tenant = kwargs.get("tenant")
+        body = request_body(pending_request)
+        tenant = (pending_request.kwargs or {}).get("tenant")
         metadata = pending_request.metadata
         clock = time.monotonic() - self._started
         request = request_view(
@@ -175,8 +173,7 @@ class SchedkitRouter(PowerOfTwoChoicesRequestRouter):  # type: ignore[misc]
         if pending_request is None:
             return
         if prompt is None:
-            body = (pending_request.kwargs or {}).get("body")
-            prompt = PromptBlocks(prompt_token_ids(body if isinstance(body, Mapping) else {}))
+            prompt = PromptBlocks(prompt_token_ids(request_body(pending_request)))
         key = pending_request.metadata.internal_request_id
         self._decisions[key] = (chosen_by, reason, prompt)
         self._decisions.move_to_end(key)
@@ -238,3 +235,20 @@ class SchedkitRouter(PowerOfTwoChoicesRequestRouter):  # type: ignore[misc]
             prefix_blocks={uid: self._prefix.size(uid) for uid in self._prefix.replicas()},
             died=list(self._died),
         )
+
+
+def request_body(pending_request: PendingRequest) -> Mapping[str, Any]:
+    """The OpenAI body of a request: the ``body`` keyword (``schedkit_ray``'s ingress), or
+    the first positional argument as Ray Serve LLM passes it (a dict, or vLLM's pydantic
+    ``CompletionRequest``/``ChatCompletionRequest``, read with ``model_dump``); ``{}``
+    otherwise (the policy then sees a request of unknown length)."""
+    body = (pending_request.kwargs or {}).get("body")
+    if body is None and pending_request.args:
+        body = pending_request.args[0]
+        dump = getattr(body, "model_dump", None)
+        if callable(dump):
+            try:
+                body = dump(exclude_unset=True)
+            except Exception:  # a model of another kind: nothing to read
+                body = None
+    return body if isinstance(body, Mapping) else {}

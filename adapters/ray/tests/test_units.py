@@ -4,6 +4,7 @@ fallback reasons, the router's config."""
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import pytest
 from conftest import SITE
@@ -97,3 +98,27 @@ def test_router_config_reads_policy_and_options() -> None:
         router_config("prefix-affinity", "{nope")
     with pytest.raises(SchedkitError, match="without a policy"):
         router_config(None, "{}")
+
+
+def test_the_body_is_read_as_the_ingress_and_ray_serve_llm_pass_it() -> None:
+    """``body=`` from schedkit_ray's ingress; the first positional argument from Ray Serve
+    LLM (a dict, or a pydantic request read with ``model_dump``); else nothing."""
+    from types import SimpleNamespace
+
+    from pydantic import BaseModel
+
+    from schedkit_ray.router import request_body
+
+    class CompletionRequest(BaseModel):
+        model: str = "m"
+        prompt: list[int]
+        max_tokens: int | None = None
+
+    def pending(*args: Any, **kwargs: Any) -> Any:
+        return SimpleNamespace(args=list(args), kwargs=kwargs)
+
+    assert request_body(pending(body={"prompt": [1, 2]}, tenant="t")) == {"prompt": [1, 2]}
+    assert request_body(pending({"prompt": [3]})) == {"prompt": [3]}
+    assert request_body(pending(CompletionRequest(prompt=[4, 5]))) == {"prompt": [4, 5]}
+    assert request_body(pending("text")) == {}
+    assert request_body(pending()) == {}
