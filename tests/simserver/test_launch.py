@@ -122,3 +122,32 @@ def test_its_prefix_hits_are_the_simulators(tmp_path: Path) -> None:
     hits = [r["arms"][0]["metrics"]["prefix_hit_rate"] for r in (live, offline)]
     assert hits[1] > 0.03
     assert hits[0] == pytest.approx(hits[1], abs=0.02)
+
+
+def test_a_live_arms_prefix_hits_are_paired_samples() -> None:
+    """A live run's records have no scheduling time; where the server reported its
+    prefix hits, the finished requests are the paired comparison's samples of them."""
+    from schedkit.bench.stats.paired import samples
+    from schedkit.records import RequestRecord, RunResult
+
+    records = [
+        RequestRecord(
+            request_id=f"r{i}",
+            tenant="t",
+            priority=0,
+            arrival_s=float(i),
+            prompt_tokens=100,
+            max_tokens=4,
+            first_token_s=i + 0.1,
+            finish_s=i + 0.5,
+            finish_reason="length",
+            output_tokens=4,
+            cached_tokens=c,
+        )
+        for i, c in enumerate([0, 64, 32])
+    ]
+    run = RunResult(policy="p", records=records, duration_s=3.0)
+    assert samples(run)["prefix"].sum() == 0  # nothing reported: no sample
+    run.prefix_query_tokens, run.prefix_hit_tokens = 300, 96
+    prefix = samples(run)["prefix"]
+    assert prefix[:, 0].tolist() == [0, 64, 32] and prefix[:, 1].tolist() == [100, 100, 100]

@@ -43,7 +43,9 @@ def samples(
     applies), ``rejected`` (1/0), ``throughput`` (a completed request's output tokens
     over the run's duration: they sum to the throughput), ``preemptions``,
     ``recomputed`` (NaN when the engine counts recomputed tokens only per run),
-    ``prefix`` (cached and prompt tokens of requests that were scheduled), and
+    ``prefix`` (cached and prompt tokens of requests that were scheduled; for a live
+    server, which says when it served a request but not when it scheduled it, of those
+    it finished), and
     ``wait_s`` (:func:`wait_s`, every request). ``table``: ``run``'s, when built already.
     """
     t = table if table is not None else RequestTable.of(run)
@@ -58,6 +60,8 @@ def samples(
     if recomputed.sum() != run.recomputed_tokens:  # counted per run only: no interval
         recomputed = np.full(n, np.nan)
     scheduled = ~np.isnan(t.scheduled_s)
+    if not scheduled.any() and run.prefix_query_tokens:  # a live server's: the requests
+        scheduled = t.completed.astype(bool)  # it finished said what its cache served
     prefix = np.zeros((n, 2))
     prefix[scheduled, 0] = t.cached_tokens[scheduled]
     prefix[scheduled, 1] = t.prompt_tokens[scheduled]
