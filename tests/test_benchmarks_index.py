@@ -11,7 +11,17 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "benchmarks"
-QUESTIONS = ("speed", "fidelity", "policies", "stats", "engines", "report", "gpu", "disagg")
+QUESTIONS = (
+    "speed",
+    "fidelity",
+    "policies",
+    "stats",
+    "engines",
+    "report",
+    "gpu",
+    "disagg",
+    "fleet",
+)
 
 
 def scripts() -> list[Path]:
