@@ -43,6 +43,7 @@ log = logging.getLogger("schedkit_ray")
 
 DEFAULT_BUDGET_MS = 50.0
 DEFAULT_PREFIX_BLOCKS = 65536
+ROLES = ("both", "prefill", "decode")  # ReplicaView.role
 _PENDING_LIMIT = 65536  # decisions kept for requests Ray has not sent yet
 
 
@@ -93,7 +94,14 @@ class SchedkitRouter(PowerOfTwoChoicesRequestRouter):  # type: ignore[misc]
         options: str | Mapping[str, Any] | None = None,
         budget_ms: float = DEFAULT_BUDGET_MS,
         prefix_blocks: int = DEFAULT_PREFIX_BLOCKS,
+        role: str = "both",
     ) -> None:
+        """``role``: what the deployment's replicas are to the policy (``ReplicaView.role``):
+        ``both``, or ``prefill``/``decode`` for one pool of a disaggregated deployment (Ray
+        Serve LLM's ``PDPrefillServer``/``PDDecodeServer``, each with its own router)."""
+        if role not in ROLES:
+            raise ValueError(f"role {role!r}: give one of {', '.join(ROLES)}")
+        self._role = role
         config = router_config(policy, options)
         self._facade = None if config is None else RouteFacade.for_router(config, budget_ms)
         self._started = time.monotonic()
@@ -159,6 +167,7 @@ class SchedkitRouter(PowerOfTwoChoicesRequestRouter):  # type: ignore[misc]
             self._started,
             self._prefix,
             prompt,
+            self._role,
         )
 
     def _remember(

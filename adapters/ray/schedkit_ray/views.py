@@ -45,8 +45,10 @@ class RayReplica:
         started: float,
         prefix: PrefixIndex,
         prompt: PromptBlocks,
+        role: str = "both",
     ) -> None:
         self._index = index
+        self._role = role
         self.unique_id = unique_id
         self.load = Load(started)
         self.load.gauges = dict(gauges)
@@ -60,7 +62,7 @@ class RayReplica:
 
     @property
     def role(self) -> str:
-        return "both"
+        return self._role
 
     @property
     def engine(self) -> EngineView:

@@ -122,3 +122,18 @@ def test_the_body_is_read_as_the_ingress_and_ray_serve_llm_pass_it() -> None:
     assert request_body(pending(CompletionRequest(prompt=[4, 5]))) == {"prompt": [4, 5]}
     assert request_body(pending("text")) == {}
     assert request_body(pending()) == {}
+
+
+def test_a_pool_routers_replicas_have_its_role() -> None:
+    """A router given ``role`` shows its replicas in that role, as the simulator shows a
+    disaggregated pool; an unknown role is refused."""
+    from types import SimpleNamespace
+
+    from schedkit_ray.router import SchedkitRouter
+
+    router = SchedkitRouter.__new__(SchedkitRouter)
+    router.initialize_state(policy="round-robin", role="decode")
+    replica = SimpleNamespace(replica_id=SimpleNamespace(unique_id="r1"), routing_stats={})
+    assert router._view(0, replica, PromptBlocks([])).role == "decode"  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="role 'middle'"):
+        router.initialize_state(role="middle")
