@@ -11,8 +11,8 @@ from pathlib import Path
 
 from schedkit.testing.contract import SCENARIOS
 
-SITE = Path(__file__).resolve().parent / "data" / "contract_site"  # schedkit-hrrn, installed
-HRRN = ["hrrn+keep-priority", "--options", '{"hrrn": {"max_prompt_tokens": 300}}']
+SITE = Path(__file__).resolve().parent / "data" / "contract_site"  # schedkit-ratio-demo, installed
+HRRN = ["ratio-demo+keep-priority", "--options", '{"ratio-demo": {"max_prompt_tokens": 300}}']
 
 
 def contract(*args: str, path: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -29,7 +29,7 @@ def contract(*args: str, path: Path | None = None) -> subprocess.CompletedProces
 def test_a_third_party_composition_with_options_keeps_the_contract() -> None:
     proc = contract(*HRRN)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert f"hrrn+keep-priority: {len(SCENARIOS)} scenarios on sim" in proc.stdout
+    assert f"ratio-demo+keep-priority: {len(SCENARIOS)} scenarios on sim" in proc.stdout
     for scenario in SCENARIOS:
         assert f"{scenario.name} " in proc.stdout
     assert "DIFFERS" not in proc.stdout
@@ -90,14 +90,14 @@ def test_bad_input_is_refused_with_a_clear_error() -> None:
         (["no-such-policy"], "unknown policy 'no-such-policy'"),
         (["fcfs", "--engine", "tpu"], "engine 'tpu' is not installed here; installed: sim"),
         (["fcfs", "--scenario", "nope"], "unknown scenario 'nope'; scenarios: arrival-order"),
-        (["hrrn", "--options", "{"], "--options is not valid JSON"),
+        (["ratio-demo", "--options", "{"], "--options is not valid JSON"),
         (
-            ["hrrn", "--options", '{"hrrn": {"cap": 1}}'],
-            "error: policy 'hrrn': unknown option 'cap'; valid options: ",
+            ["ratio-demo", "--options", '{"ratio-demo": {"cap": 1}}'],
+            "error: policy 'ratio-demo': unknown option 'cap'; valid options: ",
         ),
         (
-            ["hrrn", "--options", '{"hrrn": {"max_prompt_tokens": "many"}}'],
-            "error: policy 'hrrn' option max_prompt_tokens: 'many' is not accepted; it takes an"
+            ["ratio-demo", "--options", '{"ratio-demo": {"max_prompt_tokens": "many"}}'],
+            "error: policy 'ratio-demo' option max_prompt_tokens: 'many' is not accepted; it takes an"
             " integer",
         ),
     ]:
@@ -110,10 +110,10 @@ def test_bad_input_is_refused_with_a_clear_error() -> None:
 AUTHOR_TEST = """
 from schedkit.testing import contract_test
 
-test_hrrn = contract_test("hrrn+keep-priority", {"hrrn": {"max_prompt_tokens": 300}})
+test_ratio_demo = contract_test("ratio-demo+keep-priority", {"ratio-demo": {"max_prompt_tokens": 300}})
 
 def test_rows(schedkit_contract):
-    rows = schedkit_contract("hrrn+least-progress", scenarios=["victims"])
+    rows = schedkit_contract("ratio-demo+least-progress", scenarios=["victims"])
     assert [(r.scenario, r.engine) for r in rows][:1] == [("victims", "sim")]
 """
 

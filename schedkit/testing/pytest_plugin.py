@@ -4,7 +4,7 @@ Installed with schedkit (entry point ``pytest11``), so a policy package's tests 
 set-up::
 
     def test_my_policy_keeps_the_contract(schedkit_contract):
-        schedkit_contract("hrrn+keep-priority", {"hrrn": {"max_prompt_tokens": 300}})
+        schedkit_contract("ratio-demo+keep-priority", {"ratio-demo": {"max_prompt_tokens": 300}})
 
 runs the policy (a name, a composition ``a+b`` or a config file, with options per policy)
 through every contract scenario on the simulator and on every engine whose adapter is

@@ -14,7 +14,7 @@ from pathlib import Path
 from schedkit.testing.contract import SCENARIOS
 
 SITE = Path(__file__).resolve().parents[3] / "tests" / "data" / "contract_site"
-OPTIONS = ["--options", '{"hrrn": {"max_prompt_tokens": 300}}']
+OPTIONS = ["--options", '{"ratio-demo": {"max_prompt_tokens": 300}}']
 
 
 def contract(*args: str) -> subprocess.CompletedProcess[str]:
@@ -34,7 +34,7 @@ def rows(stdout: str) -> dict[str, list[str]]:
 
 
 def test_a_third_party_package_keeps_the_contract_on_lmdeploy() -> None:
-    for composition in ("hrrn+keep-priority", "hrrn+least-progress"):
+    for composition in ("ratio-demo+keep-priority", "ratio-demo+least-progress"):
         proc = contract(composition, *OPTIONS)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert f"{len(SCENARIOS)} scenarios on sim, lmdeploy" in proc.stdout
@@ -48,7 +48,7 @@ def test_a_third_party_package_keeps_the_contract_on_lmdeploy() -> None:
 
 
 def test_what_lmdeploy_shows_the_victim_hook_is_named_where_it_differs() -> None:
-    proc = contract("hrrn+least-progress", *OPTIONS, "--scenario", "victims")
+    proc = contract("ratio-demo+least-progress", *OPTIONS, "--scenario", "victims")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert rows(proc.stdout)["victims"] == ["kept", "kept*"]
     flat = " ".join(proc.stdout.split())

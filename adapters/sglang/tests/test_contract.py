@@ -46,7 +46,7 @@ vtc on staggered, both loops, admits s7 before s4: it learns from step reports, 
 SGLang's prefill batch takes its whole 128-token chunk (the simulator's mixed step gives
 the decodes theirs), so when s4 and s7 compete the ledger has charged tenant b 32 tokens
 less (s5's last chunk is in that very batch). A clock-reading order (the contract site's
-hrrn) on slo-mix in the overlap loop: the loop frees a finished request's slot one batch
+ratio-demo) on slo-mix in the overlap loop: the loop frees a finished request's slot one batch
 later, so l2 and l4 compete at 0.06 s, not 0.05 s (the simulator: 0.04 s), and l4 wins.
 """
 

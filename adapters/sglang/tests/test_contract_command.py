@@ -24,8 +24,8 @@ CONFTEST_ENV = ("SGLANG_USE_CPU_ENGINE", "HF_HUB_OFFLINE", "PYTHONPATH")
 def test_a_third_party_package_keeps_the_contract_on_sglang() -> None:
     env = {k: v for k, v in os.environ.items() if k not in CONFTEST_ENV}
     proc = subprocess.run(
-        [sys.executable, "-m", "schedkit", "contract", "hrrn+keep-priority",
-         "--options", '{"hrrn": {"max_prompt_tokens": 300}}', "--engine", "sglang"],
+        [sys.executable, "-m", "schedkit", "contract", "ratio-demo+keep-priority",
+         "--options", '{"ratio-demo": {"max_prompt_tokens": 300}}', "--engine", "sglang"],
         capture_output=True, text=True, timeout=900,
         env={**env, "PYTHONPATH": str(SITE), "COLUMNS": "200"},
     )  # fmt: skip

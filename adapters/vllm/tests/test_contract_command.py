@@ -16,8 +16,8 @@ SITE = Path(__file__).resolve().parents[3] / "tests" / "data" / "contract_site"
 
 def test_a_third_party_package_keeps_the_contract_on_every_vllm_scheduler() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "schedkit", "contract", "hrrn+keep-priority",
-         "--options", '{"hrrn": {"max_prompt_tokens": 300}}'],
+        [sys.executable, "-m", "schedkit", "contract", "ratio-demo+keep-priority",
+         "--options", '{"ratio-demo": {"max_prompt_tokens": 300}}'],
         capture_output=True, text=True, timeout=900,
         env={**os.environ, "PYTHONPATH": str(SITE), "COLUMNS": "200", "HF_HUB_OFFLINE": "1"},
     )  # fmt: skip
@@ -35,8 +35,8 @@ def test_the_real_cpu_engine_runs_with_a_model(tiny_model: Path) -> None:
     ends requests by its own output processing) schedules every step as the simulator,
     for a package whose victim policy reads needing and computed tokens."""
     proc = subprocess.run(
-        [sys.executable, "-m", "schedkit", "contract", "hrrn+least-progress",
-         "--options", '{"hrrn": {"max_prompt_tokens": 300}}',
+        [sys.executable, "-m", "schedkit", "contract", "ratio-demo+least-progress",
+         "--options", '{"ratio-demo": {"max_prompt_tokens": 300}}',
          "--engine", "vllm-engine", "--model", str(tiny_model)],
         capture_output=True, text=True, timeout=900,
         env={**os.environ, "PYTHONPATH": str(SITE), "COLUMNS": "200", "HF_HUB_OFFLINE": "1"},
