@@ -5,20 +5,21 @@ HTTP requests sent to them (``schedkit.edge.pd`` routes with them).
 - ``Load``: an ``EngineView`` of a server from what the router sent it and its
   Prometheus ``/metrics`` gauges (``parse_metrics``; vLLM's names, or SGLang's).
 - ``Instance``: a ``ReplicaView`` of one server of a pool, with its role.
+- ``block_hashes``: a prompt's chained block hashes, as a prefix cache names them.
 """
 
 from __future__ import annotations
 
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from schedkit.views import EngineView, RequestView
 
-__all__ = ["DEFAULT_MAX_TOKENS", "Instance", "Load", "ProxyRequest", "parse_metrics",
-           "prompt_tokens", "request_view"]  # fmt: skip
+__all__ = ["DEFAULT_MAX_TOKENS", "Instance", "Load", "ProxyRequest", "block_hashes",
+           "parse_metrics", "prompt_tokens", "request_view"]  # fmt: skip
 
 DEFAULT_MAX_TOKENS = 16  # vLLM's completions default
 _SAMPLE = re.compile(r"^([a-zA-Z_:][\w:]*)(\{[^}]*\})?\s+(\S+)")
@@ -95,6 +96,18 @@ def request_view(
         slo_ttft_ms=_number(xargs.get("slo_ttft_ms")),
         slo_tpot_ms=_number(xargs.get("slo_tpot_ms")),
     )
+
+
+def block_hashes(tokens: Sequence[int], block_size: int) -> list[int]:
+    """The chained hashes of ``tokens``' full blocks, in order (as vLLM's prefix cache
+    names them: each block's hash covers every token before it; a partial last block has
+    none). A router's prefix index and ``schedkit serve sim``'s cache hash prompts so."""
+    out: list[int] = []
+    parent = 0
+    for start in range(0, len(tokens) - block_size + 1, block_size):
+        parent = hash((parent, tuple(tokens[start : start + block_size])))
+        out.append(parent)
+    return out
 
 
 def parse_metrics(text: str) -> dict[str, float]:

@@ -23,6 +23,7 @@ import zlib
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
+from schedkit.edge.remote import block_hashes
 from schedkit.facade import PolicyFacade
 from schedkit.records import RequestRecord
 from schedkit.sim.config import SimConfig, StepCost
@@ -40,14 +41,9 @@ TEXT_TOKEN_CHARS = 4  # text prompts: one token per 4 characters (no tokenizer h
 
 def prompt_hashes(ids: Sequence[int], block_tokens: int) -> tuple[int, ...]:
     """One hash per full block of ``block_tokens`` prompt tokens, each chained to the
-    blocks before it (vLLM's prefix-cache hashes): equal prompt starts give equal
-    hashes, so the simulated prefix cache shares them."""
-    out: list[int] = []
-    h = 0
-    for start in range(0, len(ids) - block_tokens + 1, block_tokens):
-        h = hash((h, tuple(ids[start : start + block_tokens])))
-        out.append(h)
-    return tuple(out)
+    blocks before it (``schedkit.edge.remote.block_hashes``, as a router hashes them):
+    equal prompt starts give equal hashes, so the simulated prefix cache shares them."""
+    return tuple(block_hashes(ids, block_tokens))
 
 
 def text_token_ids(text: str) -> list[int]:
@@ -106,10 +102,6 @@ class WallClockEngine:
 
     def now(self) -> float:
         return time.monotonic() - self.started
-
-    @property
-    def num_active(self) -> int:
-        return len(self._streams)
 
     def submit(self, ids: Sequence[int], max_tokens: int, meta: TraceRequest) -> Stream:
         """Deliver a request now: prompt ``ids``, ``max_tokens`` to generate, its tenant,

@@ -1,15 +1,16 @@
 """``SimServer``: the simulated engine behind vLLM's OpenAI API, and its HTTP routes.
 
 One server is one simulated replica (:class:`WallClockEngine`) with the selected
-policies. ``stream`` and ``answer`` serve one request body each (the HTTP routes here and
-Ray Serve replicas, ``schedkit_ray``, call them); ``gauges`` are the vLLM-named gauges a
-router reads (``schedkit.edge.remote.Load``); ``metrics_text`` is the ``/metrics`` page.
+policies. ``respond`` serves one request body (the HTTP routes here and Ray Serve
+replicas, ``schedkit_ray``, call it); ``gauges`` are the vLLM-named gauges a router reads
+(``schedkit.edge.remote.Load``); ``metrics_text`` is the ``/metrics`` page.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from schedkit.config import SchedkitConfig
@@ -32,9 +33,19 @@ from schedkit.workload import TraceRequest
 if TYPE_CHECKING:
     from aiohttp import web
 
-__all__ = ["SimServer"]
+__all__ = ["Reply", "SimServer"]
 
 OWNED_BY = "schedkit-sim"  # /v1/models' owned_by: bench --engine openai sends vLLM's fields
+
+
+@dataclass(frozen=True)
+class Reply:
+    """The answer to one request: its HTTP status and either a JSON ``body`` (a request not
+    streamed, or refused) or the server-sent ``events`` of a streamed one."""
+
+    status: int
+    body: dict[str, Any] | None = None
+    events: AsyncIterator[bytes] | None = None
 
 
 class SimServer:
@@ -92,20 +103,6 @@ class SimServer:
         )
         return p, self.clock.submit(p.ids, p.max_tokens, trace)
 
-    async def stream(
-        self, body: object, tenant: str | None, *, chat: bool = False
-    ) -> AsyncIterator[bytes]:
-        """A streamed request's server-sent events, ``[DONE]`` last; a refused body is
-        one error event (``{"error": ...}``) and ``[DONE]``."""
-        try:
-            p, s = self.submit(body, tenant, chat)
-        except BadRequest as exc:
-            yield sse({"error": error_json(exc.status, exc.message, exc.kind)["error"]})
-            yield sse("[DONE]")
-            return
-        async for event in self.events(p, s):
-            yield event
-
     async def events(self, p: Parsed, s: Stream) -> AsyncIterator[bytes]:
         """The server-sent events of a request delivered (``submit``): a chunk per token
         as the engine releases it, the finish, usage when asked, ``[DONE]``."""
@@ -138,8 +135,17 @@ class SimServer:
             return 200, answer(p, 0, "abort", f"rejected: {s.reject_reason}", 0)
         return 200, answer(p, s.tokens, "length", None, s.cached_tokens)
 
-    def is_streamed(self, body: object) -> bool:
-        return isinstance(body, dict) and body.get("stream") is True
+    async def respond(self, body: object, tenant: str | None, *, chat: bool = False) -> Reply:
+        """Serve ``body``: a streamed request's events once it is delivered (a body refused
+        before streaming is an HTTP error, as vLLM answers it), else the whole answer."""
+        if not (isinstance(body, dict) and body.get("stream") is True):
+            status, data = await self.answer(body, tenant, chat=chat)
+            return Reply(status, data)
+        try:
+            p, s = self.submit(body, tenant, chat)
+        except BadRequest as exc:
+            return Reply(exc.status, error_json(exc.status, exc.message, exc.kind))
+        return Reply(200, events=self.events(p, s))
 
     # -- what routers and Prometheus read ---------------------------------------------
 
@@ -209,18 +215,12 @@ class SimServer:
         except ValueError:
             return web.json_response(error_json(400, "the request body is not JSON"), status=400)
         tenant = request.headers.get(self.config.trust.tenant_header)
-        if not self.is_streamed(body):
-            status, data = await self.answer(body, tenant, chat=chat)
-            return web.json_response(data, status=status)
-        try:  # refused before streaming: an HTTP error, as vLLM answers it
-            p, s = self.submit(body, tenant, chat)
-        except BadRequest as exc:
-            return web.json_response(
-                error_json(exc.status, exc.message, exc.kind), status=exc.status
-            )
+        reply = await self.respond(body, tenant, chat=chat)
+        if reply.events is None:
+            return web.json_response(reply.body, status=reply.status)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
-        async for event in self.events(p, s):
+        async for event in reply.events:
             await response.write(event)
         await response.write_eof()
         return response

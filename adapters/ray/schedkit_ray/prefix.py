@@ -16,6 +16,8 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from schedkit.edge.remote import block_hashes
+
 __all__ = ["PrefixIndex", "block_hashes", "prompt_token_ids"]
 
 
@@ -44,17 +46,6 @@ def prompt_token_ids(body: Mapping[str, Any]) -> list[int]:
     if isinstance(messages, list):
         return [t for m in messages if isinstance(m, dict) for t in _words(m.get("content"))]
     return []
-
-
-def block_hashes(tokens: Sequence[int], block_size: int) -> list[int]:
-    """The chained hashes of ``tokens``' full blocks, in order (a partial last block has
-    none: engines cache full blocks only)."""
-    out: list[int] = []
-    parent = 0
-    for start in range(0, len(tokens) - block_size + 1, block_size):
-        parent = hash((parent, tuple(tokens[start : start + block_size])))
-        out.append(parent)
-    return out
 
 
 class PrefixIndex:

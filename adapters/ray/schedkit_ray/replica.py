@@ -32,15 +32,16 @@ class ReplyHead:
     replica: str
 
 
+class _Reply(Protocol):
+    status: int
+    body: dict[str, Any] | None
+    events: AsyncIterator[bytes] | None
+
+
 class _Server(Protocol):
     async def start(self) -> None: ...
     async def stop(self) -> None: ...
-    def submit(self, body: object, tenant: str | None, chat: bool) -> tuple[Any, Any]: ...
-    def events(self, parsed: Any, stream: Any) -> AsyncIterator[bytes]: ...
-    async def answer(
-        self, body: object, tenant: str | None, *, chat: bool = False
-    ) -> tuple[int, dict[str, Any]]: ...
-    def is_streamed(self, body: object) -> bool: ...
+    async def respond(self, body: object, tenant: str | None, *, chat: bool = False) -> _Reply: ...
     def gauges(self) -> dict[str, float]: ...
     def metrics_text(self) -> str: ...
     def models(self) -> dict[str, Any]: ...
@@ -75,22 +76,12 @@ class SimReplica:
     async def __call__(
         self, body: dict[str, Any], tenant: str | None = None, chat: bool = False
     ) -> AsyncIterator[ReplyHead | bytes]:
-        server = self.server
-        if not server.is_streamed(body):
-            status, answer = await server.answer(body, tenant, chat=chat)
-            yield ReplyHead(status, False, self.replica)
-            yield json.dumps(answer).encode()
+        reply = await self.server.respond(body, tenant, chat=chat)
+        yield ReplyHead(reply.status, reply.events is not None, self.replica)
+        if reply.events is None:
+            yield json.dumps(reply.body).encode()
             return
-        from schedkit.simserver.openai import BadRequest, error_json
-
-        try:
-            parsed, stream = server.submit(body, tenant, chat)
-        except BadRequest as exc:  # refused before streaming: an HTTP error, as vLLM's
-            yield ReplyHead(exc.status, False, self.replica)
-            yield json.dumps(error_json(exc.status, exc.message, exc.kind)).encode()
-            return
-        yield ReplyHead(200, True, self.replica)
-        async for event in server.events(parsed, stream):
+        async for event in reply.events:
             yield event
 
     def record_routing_stats(self) -> dict[str, float]:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from schedkit.edge.remote import Load
-from schedkit.views import EngineView, RequestView
+from schedkit.edge.remote import Instance
+from schedkit.views import RequestView
 
 from schedkit_ray.prefix import PrefixIndex, block_hashes
 
@@ -32,9 +32,10 @@ class PromptBlocks:
         return self._hashes[block_size]
 
 
-class RayReplica:
-    """A ``ReplicaView`` of one Ray Serve replica: ``index`` is its place among this
-    decision's candidates (sorted by replica id), ``unique_id`` Ray's id of it."""
+class RayReplica(Instance):
+    """A ``ReplicaView`` of one Ray Serve replica (``schedkit.edge.remote.Instance``, its
+    ``url`` Ray's id of it): ``index`` is its place among this decision's candidates
+    (sorted by replica id), ``unique_id`` Ray's id of it."""
 
     def __init__(
         self,
@@ -47,26 +48,12 @@ class RayReplica:
         prompt: PromptBlocks,
         role: str = "both",
     ) -> None:
-        self._index = index
-        self._role = role
+        super().__init__(index, role, unique_id, started)
         self.unique_id = unique_id
-        self.load = Load(started)
         self.load.gauges = dict(gauges)
         self.load.in_flight = in_flight
         self._prefix = prefix
         self._prompt = prompt
-
-    @property
-    def index(self) -> int:
-        return self._index
-
-    @property
-    def role(self) -> str:
-        return self._role
-
-    @property
-    def engine(self) -> EngineView:
-        return self.load
 
     def cached_tokens(self, request: RequestView) -> int:
         size = self.load.block_size
