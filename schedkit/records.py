@@ -58,6 +58,7 @@ class RequestRecord:
     preemptions: int = 0
     recomputed_tokens: int = 0  # computed tokens its preemptions threw away and redid
     handoff: Handoff | None = None  # served disaggregated: its way from prefill to decode
+    deadline_s: float | None = None  # to finish within this many seconds of arrival
 
     @property
     def rejected(self) -> bool:

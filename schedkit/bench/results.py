@@ -111,6 +111,9 @@ class GroupMetrics(_Model):
     queue_ms_max: float | None
     slo_attainment: float | None
     slo_met: int | None
+    throughput_tok_s: float | None = None  # output tokens per second of the run
+    deadline_met: int | None = None  # completed within their deadline (None: no deadlines)
+    deadline_attainment: float | None = None  # deadline_met over requests with a deadline
 
 
 class DisaggMetrics(_Model):

@@ -37,6 +37,8 @@ class TraceLike(Protocol):
     def slo_tpot_ms(self) -> float | None: ...
     @property
     def hash_ids(self) -> tuple[int, ...]: ...
+    @property
+    def deadline_s(self) -> float | None: ...
 
 
 def record_of(trace: TraceLike) -> RequestRecord:
@@ -50,6 +52,7 @@ def record_of(trace: TraceLike) -> RequestRecord:
         max_tokens=max(1, trace.output_tokens),
         slo_ttft_ms=trace.slo_ttft_ms,
         slo_tpot_ms=trace.slo_tpot_ms,
+        deadline_s=trace.deadline_s,
     )
 
 

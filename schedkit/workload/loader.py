@@ -2,7 +2,8 @@
 
 ``load_workload(spec, seed=0)`` accepts a bundled name from ``KNOWN_WORKLOADS`` (real traces
 ``azure-conv``, ``azure-code``, ``mooncake-conv``, licences in ``schedkit/data/TRACES-LICENSES.md``;
-example specs ``two-tenant-flood``, ``two-class``); a trace file, ``.csv``/``.csv.gz`` in the Azure
+example specs ``two-tenant-flood``, ``two-class``; the mix ``online-offline``, interactive chat
+with a batch backlog, :mod:`schedkit.workload.mix`); a trace file, ``.csv``/``.csv.gz`` in the Azure
 format (header ``TIMESTAMP,ContextTokens,GeneratedTokens``, 2023's times or 2024's with a UTC
 offset, other columns ignored, quoted cells as CSV quotes them) or BurstGPT's (header
 ``Timestamp,Model,Request tokens,Response tokens,...``, :mod:`schedkit.workload.formats.burstgpt`), told apart
@@ -41,7 +42,7 @@ from typing import Literal
 
 from schedkit.errors import SchedkitError, did_you_mean, quote
 from schedkit.inputs import MAX_DOCUMENT_BYTES, decode_text
-from schedkit.workload import synthetic
+from schedkit.workload import mix, synthetic
 from schedkit.workload.formats import azure, burstgpt, jsonl, prompt_text
 from schedkit.workload.model import Workload
 from schedkit.workload.source import Readable, TraceSource
@@ -66,6 +67,7 @@ _BUNDLED: dict[str, tuple[str, str]] = {
     "mooncake-conv": ("mooncake-fast25-conversation.jsonl.gz", _MOONCAKE_SOURCE),
     "two-tenant-flood": ("two-tenant-flood.toml", ""),
     "two-class": ("two-class.toml", ""),
+    "online-offline": ("online-offline.toml", ""),
 }
 KNOWN_WORKLOADS: tuple[str, ...] = tuple(_BUNDLED)
 
@@ -129,7 +131,13 @@ def _load(
         text = _read_spec(path, filename)
         fmt: Literal["toml", "json"] = "json" if lowered.endswith(".json") else "toml"
         where = str(path) if path is not None else f"bundled file {filename}"
-        workload = synthetic.spec_workload(text, origin=where, fmt=fmt, seed=seed)
+        if mix.is_mix(text, fmt):
+            base = path.parent if path is not None else None
+            workload = mix.mix_workload(
+                text, origin=where, fmt=fmt, seed=seed, base=base, load=load_workload
+            )
+        else:
+            workload = synthetic.spec_workload(text, origin=where, fmt=fmt, seed=seed)
         return workload if max_requests is None else workload.truncated(max_requests)
     trace = _trace_source(path, filename)
     if lowered.endswith((".csv", ".csv.gz")):

@@ -25,6 +25,7 @@ class TraceRequest:
     slo_ttft_ms: float | None = None
     slo_tpot_ms: float | None = None
     hash_ids: tuple[int, ...] = ()  # prefix block hashes, one per hash_block_tokens prompt tokens
+    deadline_s: float | None = None  # finish within this many seconds of arrival (batch work)
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class Workload:
     requests: tuple[TraceRequest, ...]
     hash_block_tokens: int = 0  # 512 for Mooncake; 0 = requests carry no shared prefixes
     source: str = ""  # attribution line or generator spec
+    mixed: bool = False  # a mix of two workloads by class (schedkit.workload.mix)
 
     def __post_init__(self) -> None:
         requests = tuple(self.requests)

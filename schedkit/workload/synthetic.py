@@ -310,17 +310,22 @@ def parse_spec(text: str, *, origin: str, fmt: Literal["toml", "json"]) -> Workl
     try:
         return WorkloadSpec.model_validate(data)
     except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            msg = err["msg"].removeprefix("Value error, ")
-            given = "" if err["type"] == "missing" else f" (got {quote(err['input'])})"
-            if err["type"] == "value_error" or len(given) > 80:
-                given = ""
-            problems.append(f"  {_field_path(err['loc'], data)}: {msg}{given}")
         raise SchedkitError(
-            f"{origin}: invalid workload spec:\n" + "\n".join(problems) + "\nFix these fields;"
+            f"{origin}: invalid workload spec:\n{field_problems(exc, data)}\nFix these fields;"
             " the format is described in the schedkit.workload.synthetic module docstring."
         ) from None
+
+
+def field_problems(exc: ValidationError, data: Any) -> str:
+    """One line per invalid field of ``data``: its path, what is wrong, what was given."""
+    problems = []
+    for err in exc.errors():
+        msg = err["msg"].removeprefix("Value error, ")
+        given = "" if err["type"] == "missing" else f" (got {quote(err['input'])})"
+        if err["type"] == "value_error" or len(given) > 80:
+            given = ""
+        problems.append(f"  {_field_path(err['loc'], data)}: {msg}{given}")
+    return "\n".join(problems)
 
 
 def spec_workload(

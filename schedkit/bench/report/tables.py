@@ -137,6 +137,8 @@ _GROUP_COLUMNS: list[tuple[str, Callable[[GroupMetrics], float | None], str]] = 
     ("Queue p90 (ms)", lambda g: g.queue_ms.p90, "ms"),
     ("Queue max (ms)", lambda g: g.queue_ms_max, "ms"),
     ("SLO attainment", lambda g: g.slo_attainment, "pct"),
+    ("Output tok/s", lambda g: g.throughput_tok_s, "f1"),
+    ("Done by deadline", lambda g: g.deadline_attainment, "pct"),
 ]
 
 

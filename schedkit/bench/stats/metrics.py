@@ -300,6 +300,8 @@ def _group(
     applies = table.slo_applies(slo_ttft_ms, slo_tpot_ms)
     met = int(np.count_nonzero(table.met_slo(slo_ttft_ms, slo_tpot_ms))) if applies else 0
     n = len(table)
+    deadlines = int(np.count_nonzero(~np.isnan(table.deadline_s)))
+    by_deadline = int(np.count_nonzero(table.met_deadline())) if deadlines else None
     return {
         "requests": n,
         "completed": int(np.count_nonzero(done)),
@@ -311,6 +313,8 @@ def _group(
         "queue_ms_max": float(queue.max()) if queue.size else None,
         "slo_attainment": met / n if applies and n else None,
         "slo_met": met if applies else None,
+        "deadline_met": by_deadline,
+        "deadline_attainment": None if by_deadline is None else by_deadline / deadlines,
     }
 
 
@@ -323,14 +327,18 @@ def _present(values: FloatArray) -> FloatArray:
 def _breakdown(
     table: RequestTable,
     groups: Mapping[str, list[int]],
+    duration_s: float,
     slo_ttft_ms: float | None,
     slo_tpot_ms: float | None,
 ) -> dict[str, dict[str, Any]]:
-    """:func:`_group` of each group of requests (positions in ``table``)."""
-    return {
-        key: _group(table.take(np.array(rows, dtype=np.intp)), slo_ttft_ms, slo_tpot_ms)
-        for key, rows in groups.items()
-    }
+    """:func:`_group` of each group of requests (positions in ``table``), with its output
+    throughput over the run's ``duration_s``."""
+    per_s = 1.0 / duration_s if duration_s > 0 else 0.0
+    out = {}
+    for key, rows in groups.items():
+        group = _group(table.take(np.array(rows, dtype=np.intp)), slo_ttft_ms, slo_tpot_ms)
+        out[key] = {**group, "throughput_tok_s": group["output_tokens"] * per_s}
+    return out
 
 
 def itl_ms(run: RunResult) -> FloatArray:
@@ -520,14 +528,14 @@ def _breakdowns(
     tenants = _positions([r.tenant for r in records])
     if len(tenants) > 1:
         by_tenant = dict(sorted(tenants.items()))
-        out["tenants"] = _breakdown(table, by_tenant, slo_ttft_ms, slo_tpot_ms)
+        out["tenants"] = _breakdown(table, by_tenant, duration_s, slo_ttft_ms, slo_tpot_ms)
         means = [m for t in out["tenants"].values() if (m := t["ttft_ms"]["mean"]) is not None]
         out["jain_fairness"] = service_jain(records, duration_s)
         out["jain_ttft"] = jain(means) if means else None
     priorities = _positions([r.priority for r in records])
     if len(priorities) > 1:
         by_priority = {str(p): rows for p, rows in sorted(priorities.items())}
-        out["priorities"] = _breakdown(table, by_priority, slo_ttft_ms, slo_tpot_ms)
+        out["priorities"] = _breakdown(table, by_priority, duration_s, slo_ttft_ms, slo_tpot_ms)
     return out
 
 

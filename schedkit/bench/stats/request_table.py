@@ -82,6 +82,7 @@ class RequestTable:
     tpot_ms: FloatArray
     e2e_ms: FloatArray
     queue_ms: FloatArray
+    deadline_s: FloatArray  # the request's deadline after arrival (NaN: none)
 
     @classmethod
     def of(cls, run: RunResult | Sequence[RequestRecord]) -> RequestTable:
@@ -119,7 +120,14 @@ class RequestTable:
             tpot_ms=np.where(completed & (output >= 2), tpot, _NAN),
             e2e_ms=np.where(completed, (finish - arrival) * 1000.0, _NAN),
             queue_ms=np.where(completed, (scheduled - arrival) * 1000.0, _NAN),
+            deadline_s=_optional([r.deadline_s for r in records]),
         )
+
+    def met_deadline(self) -> BoolArray:
+        """Which requests completed within their deadline (False without one)."""
+        with np.errstate(invalid="ignore"):
+            met: BoolArray = self.completed & (self.finish_s - self.arrival_s <= self.deadline_s)
+        return met
 
     def take(self, rows: IntArray) -> RequestTable:
         """The table of the requests at positions ``rows``, in that order."""

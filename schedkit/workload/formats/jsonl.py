@@ -67,6 +67,7 @@ def _schedkit_row(obj: dict[str, object], default_id: str) -> TraceRequest:
             f"priority must be an integer (lower is more important), got {quote(priority)}"
         )
     ttft, tpot = obj.get("slo_ttft_ms"), obj.get("slo_tpot_ms")
+    deadline = obj.get("deadline_s")
     return TraceRequest(
         str(request_id),
         number(obj["arrival_s"], "arrival_s"),
@@ -77,6 +78,7 @@ def _schedkit_row(obj: dict[str, object], default_id: str) -> TraceRequest:
         slo_ttft_ms=None if ttft is None else number(ttft, "slo_ttft_ms", positive=True),
         slo_tpot_ms=None if tpot is None else number(tpot, "slo_tpot_ms", positive=True),
         hash_ids=_hash_ids(obj.get("hash_ids", [])),
+        deadline_s=None if deadline is None else number(deadline, "deadline_s", positive=True),
     )
 
 
