@@ -13,7 +13,8 @@ offline work fills the capacity online leaves idle, and gives it back first:
   an online arrival finds room without waiting for batch work to finish.
 - **Step size.** While online requests run and none waits, a step computes at most
   ``offline_step_tokens`` tokens besides one per running request, so offline prefill
-  does not stretch online's time per output token.
+  does not stretch online's time per output token; where online requests carry TPOT
+  targets, that cap adapts so steps take ``tpot_fill`` of the tightest one.
 - **Preemption.** When KV blocks run out, offline requests are the victims first (newest
   first), then online ones (newest first): online preempts offline, never the reverse.
 - **Progress.** Offline work is not starved: while it waits and its share of the tokens
@@ -31,7 +32,7 @@ grows with the run.
 from __future__ import annotations
 
 import heapq
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Sequence
 
 from pydantic import Field
@@ -91,8 +92,17 @@ class Tiers(Policy):
             ge=1,
             le=1 << 20,
             description="While online requests run and none waits, a step computes at most"
-            " this many tokens besides one per running request: offline prefill cannot"
-            " stretch online's time per output token.",
+            " this many tokens besides one per running request (where tpot_fill adapts it:"
+            " where it starts): offline prefill cannot stretch online's time per output token.",
+        )
+        tpot_fill: float = Field(
+            default=0.6,
+            ge=0.0,
+            le=1.0,
+            description="Where running online requests carry TPOT targets, adapt the step"
+            " size so that steps take about this fraction of the tightest target: halve it"
+            " after a slower step, grow it by an eighth after one under 90% of it; 0 keeps"
+            " offline_step_tokens fixed.",
         )
         share_window_s: float = Field(default=30.0, gt=0.0, le=86_400.0)
         offline_max_wait_s: float | None = Field(
@@ -115,7 +125,10 @@ class Tiers(Policy):
         self._offline_tenants = frozenset(self.options.offline_tenants)
         self.waiting: dict[str, bool] = {}  # waiting request id -> served as online
         self.online_waiting = 0
-        self.online_live: set[str] = set()  # online requests that arrived and did not finish
+        self.online_live: dict[str, float | None] = {}  # online, not finished -> TPOT target
+        self._targets: Counter[float] = Counter()  # the live online TPOT targets (ms)
+        self.step_tokens = self.options.offline_step_tokens  # the step cap, adapted
+        self._capped = 0  # the token budget the last plan_batch capped the step at (0: none)
         self.promoted: set[str] = set()  # offline requests served as online until they leave
         self._oldest: list[tuple[float, str]] = []  # offline waiting: (arrival, id), lazily
         self._window: deque[tuple[float, int, int]] = deque()  # (clock, online, offline)
@@ -204,8 +217,11 @@ class Tiers(Policy):
     @hookimpl
     def on_request_arrived(self, request: RequestView) -> None:
         self._join(request)
-        if not self.offline(request):
-            self.online_live.add(request.request_id)
+        if not self.offline(request) and request.request_id not in self.online_live:
+            target = request.slo_tpot_ms
+            self.online_live[request.request_id] = target
+            if target is not None:
+                self._targets[target] += 1
 
     @hookimpl
     def on_step_finished(self, report: StepReport, engine: EngineView) -> None:
@@ -223,12 +239,29 @@ class Tiers(Policy):
             _, online, offline = window.popleft()
             self.served[0] -= online
             self.served[1] -= offline
+        if self._capped and report.num_steps:
+            self._adapt(report.duration_s / report.num_steps)
+
+    def _adapt(self, step_s: float) -> None:
+        """Move the step cap toward steps of ``tpot_fill`` of the tightest online TPOT
+        target, after a step it capped."""
+        fill = self.options.tpot_fill
+        if not fill or not self._targets:
+            return
+        target_s = min(self._targets) * fill / 1000.0
+        if step_s > target_s:
+            self.step_tokens = max(16, self.step_tokens // 2)
+        elif step_s < 0.9 * target_s:
+            self.step_tokens = min(self._capped, self.step_tokens + max(16, self.step_tokens // 8))
 
     @hookimpl
     def on_request_finished(self, request: RequestView) -> None:
         self._leave(request.request_id)
         self.promoted.discard(request.request_id)
-        self.online_live.discard(request.request_id)
+        if (target := self.online_live.pop(request.request_id, None)) is not None:
+            self._targets[target] -= 1
+            if not self._targets[target]:
+                del self._targets[target]
 
     @hookimpl
     def order_waiting(
@@ -246,7 +279,7 @@ class Tiers(Policy):
         if self.online_live and self.online_waiting == promoted:
             # online requests decode, none waits to prefill: offline work, promoted or
             # not, only in small steps
-            tokens = min(tokens, running + self.options.offline_step_tokens)
+            tokens = min(tokens, running + self.step_tokens)
         if self.online_waiting:  # only requests served as online start, behind them none
             cap = running + self.online_waiting
         elif not self.waiting:
@@ -256,6 +289,7 @@ class Tiers(Policy):
         else:
             cap = running  # offline waits for headroom
         cap = max(1, min(cap, default.max_running))
+        self._capped = default.token_budget if tokens < default.token_budget else 0
         if (tokens, cap) == (default.token_budget, default.max_running):
             return None
         return BatchBudget(tokens, cap, default.prefill_chunk)

@@ -123,6 +123,48 @@ def test_small_steps_while_online_runs_and_none_waits() -> None:
     assert policy.plan_batch(engine(running=1), DEFAULT) is None  # nothing waits
 
 
+def timed(seconds: float, *scheduled: tuple[RequestView, int]) -> StepReport:
+    report = step(*scheduled)
+    report.duration_s = seconds
+    return report
+
+
+def test_the_step_cap_adapts_to_the_tightest_online_tpot_target() -> None:
+    policy = Tiers(offline_step_tokens=512, tpot_fill=0.8, offline_min_share=0.0)
+    strict, loose = request("strict"), request("loose")
+    strict.slo_tpot_ms, loose.slo_tpot_ms = 50.0, 200.0
+    offline = request("off", priority=1)
+    for r in (strict, loose, offline):
+        policy.on_request_arrived(r)
+    policy.on_step_finished(timed(0.01, (strict, 100), (loose, 100)), engine())
+    assert policy.plan_batch(engine(running=2), DEFAULT) == BatchBudget(512 + 2, 6)
+    policy.on_step_finished(timed(0.045, (offline, 512)), engine())  # over 0.8 x 50 ms
+    assert policy.step_tokens == 256
+    policy.plan_batch(engine(running=3), DEFAULT)
+    policy.on_step_finished(timed(0.02), engine())  # well under: grows by an eighth
+    assert policy.step_tokens == 288
+    policy.on_request_finished(strict)  # the loose target alone: 160 ms
+    policy.plan_batch(engine(running=2), DEFAULT)
+    policy.on_step_finished(timed(0.1), engine())
+    assert policy.step_tokens == 324
+    policy.on_request_finished(loose)  # no online left: full steps, no adapting
+    assert policy.plan_batch(engine(running=1), DEFAULT) is None
+    policy.on_step_finished(timed(1.0), engine())
+    assert policy.step_tokens == 324
+
+
+def test_a_fixed_step_cap_without_tpot_fill() -> None:
+    policy = Tiers(offline_step_tokens=512, tpot_fill=0.0, offline_min_share=0.0)
+    online = request("on")
+    online.slo_tpot_ms = 10.0
+    policy.on_request_arrived(online)
+    policy.on_request_arrived(request("off", priority=1))
+    policy.on_step_finished(step((online, 10)), engine())
+    policy.plan_batch(engine(running=1), DEFAULT)
+    policy.on_step_finished(timed(1.0), engine())
+    assert policy.step_tokens == 512
+
+
 def test_a_preempted_request_waits_again() -> None:
     policy = Tiers()
     online = request("on")
@@ -199,7 +241,7 @@ def test_nothing_is_kept_for_requests_that_left() -> None:
     policy.order_waiting(rs, engine(clock=1.0))
     for r in rs:
         policy.on_request_finished(r)
-    assert (policy.waiting, policy.promoted, policy.online_live) == ({}, set(), set())
+    assert (policy.waiting, policy.promoted, policy.online_live) == ({}, set(), {})
     assert policy.online_waiting == 0
 
 
