@@ -13,8 +13,9 @@ offline work fills the capacity online leaves idle, and gives it back first:
   an online arrival finds room without waiting for batch work to finish.
 - **Step size.** While online requests run and none waits, a step computes at most
   ``offline_step_tokens`` tokens besides one per running request, so offline prefill
-  does not stretch online's time per output token; where online requests carry TPOT
-  targets, that cap adapts so steps take ``tpot_fill`` of the tightest one.
+  does not stretch online's time per output token; with ``tpot_fill`` set, and where
+  online requests carry TPOT targets, that cap adapts so steps take that fraction of the
+  tightest one.
 - **Preemption.** When KV blocks run out, offline requests are the victims first (newest
   first), then online ones (newest first): online preempts offline, never the reverse.
 - **Progress.** Offline work is not starved: while it waits and its share of the tokens
@@ -96,13 +97,14 @@ class Tiers(Policy):
             " where it starts): offline prefill cannot stretch online's time per output token.",
         )
         tpot_fill: float = Field(
-            default=0.6,
+            default=0.0,
             ge=0.0,
             le=1.0,
             description="Where running online requests carry TPOT targets, adapt the step"
             " size so that steps take about this fraction of the tightest target: halve it"
-            " after a slower step, grow it by an eighth after one under 90% of it; 0 keeps"
-            " offline_step_tokens fixed.",
+            " after a slower step, grow it by an eighth after one under 90% of it; 0 (the"
+            " default) keeps offline_step_tokens fixed. More offline throughput, less margin"
+            " for online: see benchmarks/policies/tiers.md.",
         )
         share_window_s: float = Field(default=30.0, gt=0.0, le=86_400.0)
         offline_max_wait_s: float | None = Field(
