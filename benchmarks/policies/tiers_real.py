@@ -48,7 +48,7 @@ from schedkit.workload import TraceRequest, load_workload
 MID = {"hidden_size": 768, "intermediate_size": 2048, "num_attention_heads": 12,
        "num_key_value_heads": 12, "num_hidden_layers": 6}  # fmt: skip  # loop.py's "mid"
 ONLINE_SHAPE = "prompt=lognormal:128:0.5,output=lognormal:32:0.5"
-ENGINE_ARGS = ["--max-num-seqs", "16", "--max-num-batched-tokens", "1024"]
+ENGINE_ARGS = ["--max-num-seqs", "16", "--max-num-batched-tokens", "2048"]
 SHARED = ("fcfs", "priority", "tiers")
 
 
