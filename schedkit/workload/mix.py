@@ -34,14 +34,14 @@ import contextvars
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from schedkit.errors import SchedkitError, quote
 from schedkit.inputs import parse_document
 from schedkit.workload.model import TraceRequest, Workload
-from schedkit.workload.synthetic import field_problems
+from schedkit.workload.synthetic import validated
 
 __all__ = ["MixSpec", "is_mix", "mix_workload"]
 
@@ -110,7 +110,7 @@ def mix_workload(
 ) -> Workload:
     """The workload a mix spec describes: its parts loaded with ``load`` (the loader's
     ``load_workload``), shaped and labelled by class, merged by arrival."""
-    spec = _parse(text, origin, fmt)
+    spec = validated(MixSpec, text, origin, fmt, "mix spec", __name__)
     if _IN_MIX.get():
         raise SchedkitError(f"{origin}: a mix's part cannot itself be a mix; name plain workloads")
     token = _IN_MIX.set(True)
@@ -131,20 +131,6 @@ def mix_workload(
         for p, (w, _) in zip(spec.part, parts, strict=True)
     )
     return Workload(spec.name, tuple(requests), blocks.pop() if blocks else 0, source, mixed=True)
-
-
-def _parse(text: str, origin: str, fmt: Literal["toml", "json"]) -> MixSpec:
-    try:
-        data: Any = parse_document(text, fmt)
-    except ValueError as exc:
-        raise SchedkitError(f"{origin}: not valid {fmt.upper()}: {exc}") from None
-    try:
-        return MixSpec.model_validate(data)
-    except ValidationError as exc:
-        raise SchedkitError(
-            f"{origin}: invalid mix spec:\n{field_problems(exc, data)}\nFix these fields;"
-            " the format is described in the schedkit.workload.mix module docstring."
-        ) from None
 
 
 def _part(

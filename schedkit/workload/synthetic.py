@@ -43,7 +43,7 @@ import functools
 import math
 import random
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -224,6 +224,9 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
+_M = TypeVar("_M", bound=BaseModel)
+
+
 class SloClassSpec(_Model):
     """Latency targets attached to every request of the tenants in this class."""
 
@@ -303,16 +306,24 @@ def _field_path(loc: tuple[int | str, ...], data: Any) -> str:
 
 def parse_spec(text: str, *, origin: str, fmt: Literal["toml", "json"]) -> WorkloadSpec:
     """Parse and validate a workload spec; errors name ``origin`` and each bad field."""
+    return validated(WorkloadSpec, text, origin, fmt, "workload spec", __name__)
+
+
+def validated(
+    model: type[_M], text: str, origin: str, fmt: Literal["toml", "json"], what: str, doc: str
+) -> _M:
+    """``text`` parsed and validated as ``model``; errors name ``origin``, each bad field,
+    and the module ``doc`` whose docstring describes the format."""
     try:
         data: Any = parse_document(text, fmt)
     except ValueError as exc:
         raise SchedkitError(f"{origin}: not valid {fmt.upper()}: {exc}") from None
     try:
-        return WorkloadSpec.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as exc:
         raise SchedkitError(
-            f"{origin}: invalid workload spec:\n{field_problems(exc, data)}\nFix these fields;"
-            " the format is described in the schedkit.workload.synthetic module docstring."
+            f"{origin}: invalid {what}:\n{field_problems(exc, data)}\nFix these fields;"
+            f" the format is described in the {doc} module docstring."
         ) from None
 
 
