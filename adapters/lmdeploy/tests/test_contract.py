@@ -73,8 +73,10 @@ def test_lmdeploy_keeps_the_contract_and_decides_as_the_simulator(
     assert outcome.finished == sim.finished, f"{where}: finish reasons"
     assert outcome.output_tokens == sim.output_tokens, f"{where}: output tokens"
     assert outcome.policy_errors == 0
-    if (scenario.name, policy) == ("staggered", "vtc"):
-        return  # vtc orders by tokens served so far, which LMDeploy serves in other steps
+    if scenario.name == "staggered" and policy in ("vtc", "hrrn"):
+        # vtc orders by tokens served so far, hrrn by prefill tokens processed since each
+        # arrival: LMDeploy serves them in other steps (capability matrix, order_waiting)
+        return
     if long_prompt_waits(scenario):  # long prompts wait for their turn: compare the rest
         budget = scenario.config.max_num_batched_tokens
         short = {r.request_id for r in scenario.requests if r.prompt_tokens <= budget}
