@@ -104,7 +104,7 @@ def test_the_bundled_mix() -> None:
     ],
 )  # fmt: skip
 def test_bad_mixes_are_refused_naming_the_field(tmp_path: Path, spec: str, expected: str) -> None:
-    with pytest.raises(SchedkitError, match="invalid mix spec|part") as info:
+    with pytest.raises(SchedkitError, match=r"invalid mix spec|part") as info:
         load_workload(str(write(tmp_path, spec)))
     assert expected in str(info.value)
     assert str(tmp_path / "mix.toml") in str(info.value)
