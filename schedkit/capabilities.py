@@ -308,6 +308,29 @@ FIELDS: dict[str, dict[str, Capability]] = {
             " old as the routing-stats period",
         ),
     },
+    "EngineView.cached_tokens": {
+        "sim": Capability("full", "the prefix-cache lookup admission makes, in whole blocks"),
+        "vllm": Capability(
+            "full",
+            "the lookup of KVCacheManager.get_computed_blocks (the coordinator's longest"
+            " hit), without its stats and KV events",
+        ),
+        "sglang": Capability(
+            "partial",
+            "SGLang's tree_cache.match_prefix on the request's key: pages of --page-size"
+            " tokens (1 by default, so a match may end mid-block), and the lookup marks"
+            " the matched prefix used, as SGLang's lpm and hrrn do when they sort",
+        ),
+        "lmdeploy": Capability(
+            "partial",
+            "the prefix trie's blocks matching the prompt (not a preempted request's output)",
+        ),
+        "ray": Capability(
+            "none",
+            "0: the router's view of a replica holds no engine's cache (its prefix"
+            " index is ReplicaView.cached_tokens)",
+        ),
+    },
 }
 """View fields whose meaning differs by engine; a policy lists those it relies on in
 ``Policy.fields`` so the launch warning covers them."""

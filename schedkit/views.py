@@ -92,6 +92,17 @@ class EngineView(Protocol):
     @property
     def step_index(self) -> int: ...
 
+    def cached_tokens(self, request: RequestView) -> int:
+        """Tokens of ``request`` (prompt, and output so far after a preemption) that the
+        engine's prefix cache holds now: what admitting it now would skip computing, at
+        most ``num_tokens - 1`` (the last is always computed). Looked up on each call, as
+        the engine looks up at admission; 0 where prefix caching is off, and for a
+        request this engine does not hold.
+
+        .. versionadded:: 0.3
+        """
+        ...
+
 
 class BlockView(Protocol):
     """A cached, unreferenced KV block that may be evicted."""
@@ -203,10 +214,12 @@ class RequestState:
 
 
 class EngineState:
-    """An ``EngineView`` with settable fields, for tests (engines hand out read-only ones)."""
+    """An ``EngineView`` with settable fields, for tests (engines hand out read-only ones):
+    ``cached`` maps a request id to the tokens its prefix cache holds (0 for any other)."""
 
     __slots__ = (
         "block_size",
+        "cached",
         "clock",
         "kv_blocks_free",
         "kv_blocks_total",
@@ -223,6 +236,10 @@ class EngineState:
         self.num_running = 0
         self.num_waiting = 0
         self.step_index = 0
+        self.cached: dict[str, int] = {}
+
+    def cached_tokens(self, request: RequestView) -> int:
+        return self.cached.get(request.request_id, 0)
 
     def __repr__(self) -> str:
         return _repr(self)

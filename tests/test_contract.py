@@ -57,6 +57,9 @@ def test_scenarios_exercise_what_they_say() -> None:
     assert len(by_name["chunked-prefill"].steps) > 3
     slo = run_sim(next(s for s in SCENARIOS if s.name == "slo-mix"), policies("slo"))
     assert slo.rejected, "slo rejects a tight target"
+    # p3..p8 find their 32-token shared prefix cached when they arrive (engine.cached_tokens)
+    cached = by_name["shared-prefix"].recorder.cached
+    assert cached == {f"p{i}": 32 if i >= 3 else 0 for i in range(9)}
 
 
 MUTATIONS: dict[str, Callable[[Outcome], object]] = {
@@ -87,6 +90,9 @@ MUTATIONS: dict[str, Callable[[Outcome], object]] = {
     "a clock behind an arrival": lambda o: o.recorder.clocks.update(
         {k: (a, a - 0.01) for k, (a, c) in o.recorder.clocks.items()}
     ),
+    "a whole prompt read as cached": lambda o: o.recorder.cached.update(
+        {k: 64 for k in o.recorder.cached}
+    ),
 }
 
 
@@ -114,3 +120,7 @@ def test_compare_outcomes_catches_a_different_batch() -> None:
     c = run_sim(scenario, policies("shortest-prompt"))
     with pytest.raises(AssertionError):
         compare_outcomes(a, c, scenario)
+    d = copy.deepcopy(a)
+    d.recorder.cached[next(iter(d.recorder.cached))] += 16
+    with pytest.raises(AssertionError, match="prefix-cache hits at arrival"):
+        compare_outcomes(a, d, scenario)

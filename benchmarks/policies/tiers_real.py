@@ -13,7 +13,11 @@ profile on its default GPU):
    ``--offline`` prefill-heavy requests (prompt 512, output 8) at 0 s on the other engine.
 3. **Shared fleet (2 engines, round-robin).** Each engine gets every other online request
    and half the backlog: one engine replays that half, under fcfs, priority and tiers
-   (its defaults); the fleet's offline rate is twice that engine's.
+   (its defaults), and tiers with ``tpot_fill`` 0.8 (``tiers-adaptive.toml``: the offline
+   step adapts to online's TPOT targets, for an engine whose prefill costs more per token
+   than the simulator's GPU), and tiers sized for a CPU engine (``tiers-cpu.toml``: small
+   offline steps beside online decodes and when the engine has no online request); the
+   fleet's offline rate is twice that engine's.
 
 Printed per seed and arm: online SLO attainment, p90 TTFT and TPOT; offline requests
 completed per second while online traffic arrives (0 s to its last arrival). Writes
@@ -49,7 +53,9 @@ MID = {"hidden_size": 768, "intermediate_size": 2048, "num_attention_heads": 12,
        "num_key_value_heads": 12, "num_hidden_layers": 6}  # fmt: skip  # loop.py's "mid"
 ONLINE_SHAPE = "prompt=lognormal:128:0.5,output=lognormal:32:0.5"
 ENGINE_ARGS = ["--max-num-seqs", "16", "--max-num-batched-tokens", "2048"]
-SHARED = ("fcfs", "priority", "tiers")
+SHARED = {"fcfs": "fcfs", "priority": "priority", "tiers": "tiers",
+          "tiers-adaptive": "benchmarks/policies/tiers-adaptive.toml",
+          "tiers-cpu": "benchmarks/policies/tiers-cpu.toml"}  # fmt: skip
 
 
 def requests(out: Path, arm: str) -> list[dict[str, Any]]:
@@ -139,9 +145,10 @@ def one_seed(args: argparse.Namespace, model: Path, seed: int, tmp: Path) -> dic
     write_jsonl(tmp / "mix.jsonl", sorted(mix, key=lambda r: r.arrival_s))
     batch = run(args, model, tmp / "offline.jsonl", "fcfs", out / "offline")
     arms = {"separate": {**online_figures(alone, slo), "offline_req_s": offline_rate(batch, until)}}
-    for policy in SHARED:
-        rows = run(args, model, tmp / "mix.jsonl", policy, out / policy)
-        arms[policy] = {**online_figures(rows, slo), "offline_req_s": 2 * offline_rate(rows, until)}
+    for arm in args.arms:
+        policy = SHARED[arm]
+        rows = run(args, model, tmp / "mix.jsonl", policy, out / arm)
+        arms[arm] = {**online_figures(rows, slo), "offline_req_s": 2 * offline_rate(rows, until)}
     return {"capacity_req_s": capacity, "online_rate": args.load * capacity, "window_s": until,
             "slo_ms": slo, "arms": arms}  # fmt: skip
 
@@ -151,9 +158,11 @@ def main() -> None:
     parser.add_argument("--engine", choices=("vllm", "sglang", "sim"), default="vllm")
     parser.add_argument("--out", type=Path, default=Path("/tmp/sk/tiers-real"))
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--online", type=int, default=160, help="online requests")
-    parser.add_argument("--offline", type=int, default=400, help="offline backlog")
+    parser.add_argument("--online", type=int, default=200, help="online requests")
+    parser.add_argument("--offline", type=int, default=2000, help="offline backlog")
     parser.add_argument("--load", type=float, default=0.4, help="online rate / capacity")
+    parser.add_argument("--arms", nargs="+", choices=list(SHARED), default=list(SHARED),
+                        help="the shared fleet's arms (the separate fleet always runs)")  # fmt: skip
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     summary: dict[str, Any] = {}
@@ -166,7 +175,7 @@ def main() -> None:
                   f" {r['online_rate']:.2f}/s for {r['window_s']:.0f} s, SLO"
                   f" {r['slo_ms'][0]:.0f} ms TTFT / {r['slo_ms'][1]:.1f} ms TPOT")  # fmt: skip
             for arm, a in r["arms"].items():
-                print(f"  {arm:9} online {a['attainment']:.1%} (p90 TTFT {a['ttft_p90_ms']:,.0f}"
+                print(f"  {arm:14} online {a['attainment']:.1%} (p90 TTFT {a['ttft_p90_ms']:,.0f}"
                       f" ms, TPOT {a['tpot_p90_ms']:.1f} ms), offline"
                       f" {a['offline_req_s']:.2f} req/s", flush=True)  # fmt: skip
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1))

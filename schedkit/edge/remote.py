@@ -189,6 +189,10 @@ class Load:
     def step_index(self) -> int:
         return self.reads
 
+    def cached_tokens(self, request: RequestView) -> int:
+        """0: the proxy does not know what the server's prefix cache holds."""
+        return 0
+
     def _gauge(self, vllm: str, sglang: str) -> float:
         """A gauge by vLLM's name, else SGLang's (0 when the server has neither)."""
         return self.gauges.get(vllm, self.gauges.get(sglang, 0.0))

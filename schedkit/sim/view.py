@@ -6,11 +6,15 @@ from collections.abc import Sized
 from typing import Protocol
 
 from schedkit.sim.config import SimConfig
+from schedkit.sim.kv.blocks import BlockTable
+from schedkit.sim.request import SimRequest
+from schedkit.views import RequestView
 
 
-class _Free(Protocol):
+class _Kv(Protocol):
     @property
     def num_free(self) -> int: ...
+    def lookup(self, table: BlockTable, num_tokens: int) -> tuple[int, int, int]: ...
 
 
 class ViewedEngine(Protocol):
@@ -21,7 +25,7 @@ class ViewedEngine(Protocol):
     @property
     def cfg(self) -> SimConfig: ...
     @property
-    def kv(self) -> _Free: ...
+    def kv(self) -> _Kv: ...
     @property
     def running(self) -> Sized: ...
     @property
@@ -73,6 +77,14 @@ class SimEngineView:
     @property
     def step_index(self) -> int:
         return self._engine.step_index
+
+    def cached_tokens(self, request: RequestView) -> int:
+        """The leading blocks of ``request``'s tokens in the prefix cache (shared ones
+        and, after a preemption, its own kept ones), as admission would look them up."""
+        if not isinstance(request, SimRequest):
+            return 0
+        shared, own, _ = self._engine.kv.lookup(request.blocks, request.num_tokens)
+        return (shared + own) * self._engine.cfg.block_size
 
     def __repr__(self) -> str:
         return (

@@ -255,6 +255,8 @@ class ContractRecorder(Policy):
         self.arrivals: list[tuple[int, int]] = []
         # per arrival: the request's arrival_time and engine.clock, which share a clock
         self.clocks: dict[str, tuple[float, float]] = {}
+        # per arrival: engine.cached_tokens(request), the prefix cache's hit then
+        self.cached: dict[str, int] = {}
         # per select_victims call: the request needing room, and each running request
         # with its computed tokens (the facade's watch, set by facade_of)
         self.victim_calls: list[tuple[str, list[tuple[str, int]]]] = []
@@ -269,6 +271,7 @@ class ContractRecorder(Policy):
         self.arrived[request.request_id] += 1
         self.arrivals.append((len(self.steps), engine.num_running))
         self.clocks[request.request_id] = (request.arrival_time, engine.clock)
+        self.cached[request.request_id] = engine.cached_tokens(request)
         self._kept[request.request_id] = request
 
     @hookimpl
@@ -502,6 +505,12 @@ def check_outcome(scenario: Scenario, outcome: Outcome, aborted: Sequence[str] =
     )
     _check_running(rec.steps, rec.arrivals, where, set(aborted))
     _check_clocks(scenario, rec.clocks, where)
+    for r in scenario.requests:
+        hit = rec.cached.get(r.request_id, 0)
+        assert 0 <= hit < max(r.prompt_tokens, 1), (
+            f"{where}: engine.cached_tokens({r.request_id}) read {hit} at arrival, of"
+            f" {r.prompt_tokens} prompt tokens (at most all but the last may hit)"
+        )
     assert not rec.drifted, (
         f"{where}: a view kept after its request finished changed: {rec.drifted[0]}"
         " (it must read the request's last state)"
@@ -573,6 +582,10 @@ def compare_outcomes(a: Outcome, b: Outcome, scenario: Scenario) -> None:
                 f" vs {y} preempting {b.preempted[i]}"
             )
         assert len(a.steps) == len(b.steps), f"{where}: {len(a.steps)} vs {len(b.steps)} steps"
+        assert a.recorder.cached == b.recorder.cached, (
+            f"{where}: prefix-cache hits at arrival (engine.cached_tokens) differ:"
+            f" {a.recorder.cached} vs {b.recorder.cached}"
+        )
     else:
         assert a.admitted == b.admitted, f"{where}: admission order {a.admitted} vs {b.admitted}"
         assert [p for p in a.preempted if p] == [p for p in b.preempted if p], (

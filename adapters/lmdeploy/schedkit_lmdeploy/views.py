@@ -20,7 +20,7 @@ from typing import Any
 from schedkit.adapter.metadata_view import MetadataView
 from schedkit.seal import Seal
 from schedkit.trust import DEFAULT_TRUST, TrustConfig
-from schedkit.views import BlockSnapshot
+from schedkit.views import BlockSnapshot, RequestView
 
 __all__ = [
     "LmdeployEngineView",
@@ -280,3 +280,12 @@ class LmdeployEngineView:
     @property
     def num_waiting(self) -> int:
         return int(self._scheduler.num_waiting())
+
+    def cached_tokens(self, request: RequestView) -> int:
+        """The prompt blocks LMDeploy's prefix trie holds now, as its match walks them
+        (``LmdeployRequestView.block_hashes``: full blocks, the last token computed),
+        times the block size; prompt blocks only (a preempted request's output is not
+        matched)."""
+        if not isinstance(request, LmdeployRequestView):
+            return 0
+        return len(request.block_hashes) * self.block_size

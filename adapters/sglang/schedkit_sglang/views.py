@@ -16,7 +16,7 @@ from typing import Any
 from schedkit.adapter.metadata_view import MetadataView
 from schedkit.seal import Seal
 from schedkit.trust import DEFAULT_TRUST, TrustConfig
-from schedkit.views import BlockSnapshot
+from schedkit.views import BlockSnapshot, RequestView
 
 # SGLang stamps request times with time.perf_counter() (rebased across its processes).
 _now = time.perf_counter
@@ -244,6 +244,24 @@ class SglangEngineView:
     @property
     def num_waiting(self) -> int:
         return len(self._scheduler.waiting_queue)
+
+    def cached_tokens(self, request: RequestView) -> int:
+        """SGLang's own prefix match of the request's tokens (``tree_cache.match_prefix``
+        on the key ``match_kv_cache`` builds, at most ``num_tokens - 1``): the device
+        prefix admission would reuse now. Like SGLang's cache-aware policies when they
+        sort (``lpm``, ``hrrn``), the lookup marks the matched prefix as used, so its
+        LRU keeps it longer; the request itself is left as it was."""
+        if not isinstance(request, SglangRequestView):
+            return 0
+        from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
+        from sglang.srt.mem_cache.common import _req_radix_key
+
+        req, tree = request.req, self._scheduler.tree_cache
+        if getattr(tree, "disable", False):
+            return 0
+        tokens = req.origin_input_ids + req.output_ids
+        key = _req_radix_key(tree, req, tokens, req._compute_max_prefix_len(len(tokens)))
+        return int(tree.match_prefix(MatchPrefixParams(key=key)).device_prefix_len)
 
 
 class SglangNodeView(BlockSnapshot):

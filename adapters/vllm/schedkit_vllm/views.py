@@ -15,7 +15,7 @@ from typing import Any
 from schedkit.adapter.metadata_view import MetadataView
 from schedkit.seal import Seal
 from schedkit.trust import DEFAULT_TRUST, TrustConfig
-from schedkit.views import BlockSnapshot
+from schedkit.views import BlockSnapshot, RequestView
 
 # vLLM stamps Request.arrival_time with time.time(); the engine clock uses the same
 # source so that ``engine.clock - request.arrival_time`` is a wait in seconds.
@@ -172,6 +172,20 @@ class VllmEngineView:
         # vLLM's own count of every waiting queue: waiting and kv_holding_waiting, plus
         # async_kv_waiting (remote KV loads not yet started) since 0.34.
         return int(self._scheduler.get_request_counts()[1])
+
+    def cached_tokens(self, request: RequestView) -> int:
+        """The prefix-cache hit admission would find now: the lookup
+        ``KVCacheManager.get_computed_blocks`` makes (the coordinator's longest hit over
+        the request's block hashes, at most ``num_tokens - 1``), without its side
+        effects (prefix-cache stats, KV events)."""
+        if not isinstance(request, VllmRequestView):
+            return 0
+        req = request.request
+        manager = self._scheduler.kv_cache_manager
+        if not manager.enable_caching or getattr(req, "skip_reading_prefix_cache", False):
+            return 0
+        hit = manager.coordinator.find_longest_cache_hit(req.block_hashes, req.num_tokens - 1)
+        return int(hit[1])  # (blocks per group, hit length[, 0.32+: uncached shared prefix])
 
 
 class VllmBlockView(BlockSnapshot):

@@ -15,7 +15,9 @@ offline work fills the capacity online leaves idle, and gives it back first:
   ``offline_step_tokens`` tokens besides one per running request, so offline prefill
   does not stretch online's time per output token; with ``tpot_fill`` set, and where
   online requests carry TPOT targets, that cap adapts so steps take that fraction of the
-  tightest one.
+  tightest one. With ``idle_step_tokens`` set, steps without online work are capped too,
+  so an online arrival never waits long for the offline step in flight (for engines
+  whose step time grows with every token, such as CPUs).
 - **Preemption.** When KV blocks run out, offline requests are the victims first (newest
   first), then online ones (newest first): online preempts offline, never the reverse.
 - **Progress.** Offline work is not starved: while it waits and its share of the tokens
@@ -105,6 +107,15 @@ class Tiers(Policy):
             " after a slower step, grow it by an eighth after one under 90% of it; 0 (the"
             " default) keeps offline_step_tokens fixed. More offline throughput, less margin"
             " for online: see benchmarks/policies/tiers.md.",
+        )
+        idle_step_tokens: int | None = Field(
+            default=None,
+            ge=1,
+            le=1 << 20,
+            description="While no online request runs or waits, a step computes at most this"
+            " many tokens besides one per running request (default: the engine's budget):"
+            " it bounds how long an arriving online request waits for the offline step in"
+            " flight. For engines whose step time grows with every token (CPUs).",
         )
         share_window_s: float = Field(default=30.0, gt=0.0, le=86_400.0)
         offline_max_wait_s: float | None = Field(
@@ -282,6 +293,8 @@ class Tiers(Policy):
             # online requests decode, none waits to prefill: offline work, promoted or
             # not, only in small steps
             tokens = min(tokens, running + self.step_tokens)
+        elif not self.online_live and self.options.idle_step_tokens:
+            tokens = min(tokens, running + self.options.idle_step_tokens)
         if self.online_waiting:  # only requests served as online start, behind them none
             cap = running + self.online_waiting
         elif not self.waiting:

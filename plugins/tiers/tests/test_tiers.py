@@ -123,6 +123,20 @@ def test_small_steps_while_online_runs_and_none_waits() -> None:
     assert policy.plan_batch(engine(running=1), DEFAULT) is None  # nothing waits
 
 
+def test_idle_steps_capped_with_idle_step_tokens() -> None:
+    """Without online work the offline step is capped at idle_step_tokens (an online
+    arrival waits for at most that step); with online decoding, offline_step_tokens."""
+    policy = Tiers(offline_step_tokens=32, idle_step_tokens=512, offline_min_share=0.0)
+    offline = request("off", priority=1)
+    policy.on_request_arrived(offline)
+    policy.on_step_finished(step((offline, 512)), engine())
+    assert policy.plan_batch(engine(running=1), DEFAULT) == BatchBudget(512 + 1, 8)
+    online = request("on")
+    policy.on_request_arrived(online)
+    policy.on_step_finished(step((online, 100), (offline, 32)), engine())
+    assert policy.plan_batch(engine(running=2), DEFAULT) == BatchBudget(32 + 2, 8)
+
+
 def timed(seconds: float, *scheduled: tuple[RequestView, int]) -> StepReport:
     report = step(*scheduled)
     report.duration_s = seconds
