@@ -3,10 +3,11 @@ the simulator reading the same model: a burst of conversation turns whose prompt
 one of a few long prefixes, in a KV cache too small to keep them all (see
 cache_aware_admission.md).
 
-Per seed: ``--requests`` requests at 0 s, each from one of ``--groups`` conversations
-drawn at random (the seed's), prompt = the conversation's 256-token prefix + 64 tokens of
-its own, output 16; ``--max-num-seqs 8``, ``--kv-blocks 320`` (5,120 tokens: the running
-batch holds about half, and the prefixes of about three conversations fit beside it).
+Per seed: ``--requests`` requests at 0 s, each from one of ``--groups`` (16)
+conversations drawn at random (the seed's), prompt = the conversation's 256-token prefix +
+64 tokens of its own, output 16; ``--max-num-seqs 8``, ``--num-gpu-blocks-override 320``
+(5,120 tokens: the running batch holds about half, and the prefixes of about nine of the
+sixteen conversations fit beside it).
 Arms: fcfs, ``cache-aware`` (defaults: window 64, threshold 0.5) and
 ``cache-aware-t0.toml`` (threshold 0). Prints the prefix hit rate, request throughput and
 TTFT p50/p90 per arm; writes ``summary.json``. Run from the repository root:
@@ -31,7 +32,7 @@ from real_engine import arm_metrics, bench
 from schedkit.testing.models import VLLM_CPU, tiny_llama
 
 ARMS = ["fcfs", "cache-aware", "benchmarks/policies/cache-aware-t0.toml"]
-ENGINE_ARGS = ["--max-num-seqs", "8", "--kv-blocks", "320"]
+ENGINE_ARGS = ["--max-num-seqs", "8", "--num-gpu-blocks-override", "320"]
 PREFIX_BLOCKS, BLOCK, OWN, OUTPUT = 8, 32, 64, 16
 
 
@@ -65,7 +66,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("/tmp/sk/cacheaware-real"))
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--requests", type=int, default=120)
-    parser.add_argument("--groups", type=int, default=8)
+    parser.add_argument("--groups", type=int, default=16)
     parser.add_argument("--engines", nargs="+", default=["vllm", "sim"])
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)

@@ -37,15 +37,19 @@ import dataclasses
 import json
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.append(str(Path(__file__).resolve().parents[1] / "stats"))  # bootstrap.py
+from bootstrap import paired_bootstrap
 from real_engine import bench
 from tiers_proof import write_jsonl
 
+from schedkit.bench.stats.estimators import Mean
 from schedkit.testing.models import tiny_llama
 from schedkit.workload import TraceRequest, load_workload
 
@@ -112,6 +116,42 @@ def online_figures(rows: list[dict[str, Any]], slo: tuple[float, float]) -> dict
             "tpot_p90_ms": p(tpot, 90), "ttft_p99_ms": p(ttft, 99), "tpot_p99_ms": p(tpot, 99)}  # fmt: skip
 
 
+def met(row: dict[str, Any], slo: Sequence[float]) -> float:
+    tpot = row["tpot_ms"]
+    return float(row["outcome"] in ("length", "stop") and row["ttft_ms"] <= slo[0]
+                 and (tpot is None or tpot <= slo[1]))  # fmt: skip
+
+
+def attainment_ci(out: Path, arm: str, slo: Sequence[float]) -> str:
+    """The shared arm's online attainment, and its change against online alone over the
+    same requests (the shared engine serves every other one), with a paired block
+    bootstrap 95% interval (blocks of 10 requests in arrival order)."""
+    alone = {r["request_id"]: r for r in requests(out / "online", "fcfs")}
+    shared = [r for r in requests(out / arm, arm) if r["tenant"] == "online"]
+    shared.sort(key=lambda r: r["arrival_s"])
+    a = [met(alone[r["request_id"]], slo) for r in shared]
+    b = [met(r, slo) for r in shared]
+    boot = paired_bootstrap({"att": (a, b, Mean())}, block=10)["att"]
+    lo, hi = boot["ci"] or (float("nan"), float("nan"))
+    return f"{boot['b']:.1%} ({boot['diff']:+.1%}, CI {lo:+.1%} .. {hi:+.1%})"
+
+
+def summarize(out: Path) -> None:
+    """Each saved seed's arms again, with the attainment change's interval."""
+    for path in sorted(out.glob("*/summary.json")) or [out / "summary.json"]:
+        for seed, r in json.loads(path.read_text()).items():
+            runs = next(path.parent.glob(f"*-{seed}"), path.parent / seed)
+            print(f"{runs.name}: SLO {r['slo_ms'][0]:.0f} ms / {r['slo_ms'][1]:.1f} ms")
+            for arm, a in r["arms"].items():
+                att = (
+                    f"{a['attainment']:.1%}"
+                    if arm == "separate"
+                    else attainment_ci(runs, arm, r["slo_ms"])
+                )
+                print(f"  {arm:14} online {att}, p90 TTFT {a['ttft_p90_ms']:,.0f} ms, TPOT"
+                      f" {a['tpot_p90_ms']:.1f} ms; offline {a['offline_req_s']:.2f} req/s")  # fmt: skip
+
+
 def offline_rate(rows: list[dict[str, Any]], until: float) -> float:
     done = [
         r for r in rows
@@ -163,7 +203,12 @@ def main() -> None:
     parser.add_argument("--load", type=float, default=0.4, help="online rate / capacity")
     parser.add_argument("--arms", nargs="+", choices=list(SHARED), default=list(SHARED),
                         help="the shared fleet's arms (the separate fleet always runs)")  # fmt: skip
+    parser.add_argument("--summarize", action="store_true",
+                        help="print the saved runs under --out with intervals; run nothing")  # fmt: skip
     args = parser.parse_args()
+    if args.summarize:
+        summarize(args.out)
+        return
     args.out.mkdir(parents=True, exist_ok=True)
     summary: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="tiers-real-") as name:

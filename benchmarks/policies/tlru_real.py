@@ -6,7 +6,7 @@ tlru.md, "On a real CPU engine").
 Per seed: 3 conversations of 3 turns; turn ``t`` (``t`` = 0, 1, 2) arrives at ``4t`` s
 and resends the conversation so far, ``4(t+1)`` blocks of 32 tokens, plus 16 tokens of
 its own. Between turns, 40 one-off prompts of 3 blocks (+8 tokens) arrive over about a
-second, each with blocks of its own. Output 4 tokens each; ``--kv-blocks 120`` (1,920
+second, each with blocks of its own. Output 4 tokens each; ``--num-gpu-blocks-override 120`` (1,920
 tokens, 60 of vLLM's 32-token blocks): the one-offs alone overflow it. Arms: ``fcfs``
 (LRU eviction) and ``tlru-real.toml`` (``xi_tokens`` 256, ``next_prompt_tokens`` 64: a
 one-off is all safe; a 12-block conversation keeps its first 6 blocks). Seeds move the
@@ -34,7 +34,7 @@ from real_engine import arm_metrics, bench
 from schedkit.testing.models import VLLM_CPU, tiny_llama
 
 ARMS = ["fcfs", "benchmarks/policies/tlru-real.toml"]
-ENGINE_ARGS = ["--max-num-seqs", "4", "--kv-blocks", "120"]
+ENGINE_ARGS = ["--max-num-seqs", "4", "--num-gpu-blocks-override", "120"]
 BLOCK, TURNS, CONVERSATIONS, ONE_OFFS = 32, 3, 3, 40
 
 

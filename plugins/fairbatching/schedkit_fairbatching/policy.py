@@ -10,7 +10,8 @@ from the first token, as serving benchmarks measure TPOT: ``first token + j x TP
 target``, so slack banked by an early first token is not spent on TPOT):
 
 - **Order.** Waiting requests go least slack first: the first-token deadline less the
-  time their remaining prefill takes; a preempted request resuming with output first.
+  time their remaining prefill takes (priced with the step fit when the request joins
+  the queue); a preempted request resuming with output first.
 - **Step size.** While the most urgent request waiting for its first token can still
   start after the tightest decode deadline, the step's token budget is what the
   step-time model says fits before that deadline (at least one token per running
@@ -31,7 +32,6 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import math
-from collections.abc import Sequence
 
 from pydantic import Field
 from schedkit import (
@@ -107,6 +107,7 @@ class FairBatching(Policy):
         self.last_token: dict[str, float] = {}  # request id -> clock at its last token
         self.pending: dict[str, RequestView] = {}  # arrived, no first token yet
         self._due_heap: list[tuple[float, str]] = []  # (first-token deadline, id), lazily
+        self._gone: set[str] = set()  # finished since the last step report
 
     def due(self, request: RequestView, token: int) -> float:
         """When output token ``token`` (0: the first) of ``request`` is due (its envelope)."""
@@ -143,8 +144,9 @@ class FairBatching(Policy):
         if report.num_steps > 0:
             tokens = (report.num_prefill_tokens + report.num_decode_tokens) / report.num_steps
             self.fit.add(tokens, report.duration_s / report.num_steps)
+        gone, self._gone = self._gone, set()
         for request in report.scheduled:
-            if request.num_output_tokens > 0:
+            if request.num_output_tokens > 0 and request.request_id not in gone:
                 rid = request.request_id
                 self.decoding[rid] = request
                 self.first_token.setdefault(rid, engine.clock)
@@ -156,16 +158,19 @@ class FairBatching(Policy):
     @hookimpl
     def on_request_finished(self, request: RequestView) -> None:
         rid = request.request_id
+        # An engine may tell of the finish before the report of the step that ended it
+        # (the simulator, for a run of decode steps): that report must not bring it back.
+        self._gone.add(rid)
         self.decoding.pop(rid, None)
         self.first_token.pop(rid, None)
         self.last_token.pop(rid, None)
         self.pending.pop(rid, None)
 
     @hookimpl
-    def order_waiting(
-        self, waiting: Sequence[RequestView], engine: EngineView
-    ) -> list[RequestView]:
-        return sorted(waiting, key=self.slack_key)
+    def waiting_key(self, request: RequestView) -> tuple[int, float, float]:
+        # Keyed when the request joins the queue, with the step fit of that moment: the
+        # engine keeps the queue in key order (no sort of the whole queue per step).
+        return self.slack_key(request)
 
     def first_token_due(self) -> float:
         """The earliest first-token deadline among requests without one (inf: none)."""

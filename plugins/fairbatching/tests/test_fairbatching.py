@@ -82,7 +82,7 @@ def test_least_slack_first_and_resuming_requests_before_all() -> None:
     short = request("short", 10, arrival=0.0)  # start by 0.99
     late = request("late", 10, arrival=0.5)  # start by 1.49
     resumed = request("resumed", 10, arrival=2.0, output=4)
-    order = policy.order_waiting([late, short, resumed, long], engine_at(0.0))
+    order = sorted([late, short, resumed, long], key=policy.waiting_key)
     assert [r.request_id for r in order] == ["resumed", "long", "short", "late"]
 
 
@@ -99,6 +99,18 @@ def test_the_step_fits_the_tightest_decode_until_a_first_token_is_tighter() -> N
     policy.on_request_finished(tight)
     budget = policy.plan_batch(engine_at(1.06, running=2), DEFAULT)  # the decode is late
     assert budget is not None and budget.token_budget == 3  # one per running request, + 1
+
+
+def test_a_finish_told_before_its_last_step_report_is_not_brought_back() -> None:
+    """The simulator reports a run of decode steps after the finishes it caused: a stale
+    decode would pin every later step's deadline in the past (steps of one token)."""
+    policy = FairBatching()
+    d = request("d", 100, arrival=0.0, output=1)
+    policy.on_step_finished(step(0.1, d), engine_at(0.1))
+    policy.on_request_finished(d)
+    policy.on_step_finished(step(0.5, d), engine_at(0.5))
+    assert policy.decoding == {}
+    assert policy.plan_batch(engine_at(1.0, running=0), DEFAULT) is None
 
 
 test_conformance = conformance_test(NAME, max_examples=100)
