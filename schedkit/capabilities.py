@@ -112,8 +112,9 @@ MATRIX: dict[str, dict[str, Capability]] = {
             " in the order, while shorter prompts the order puts first wait for the next"
             " turn; the order replaces LMDeploy's own among long prompts (fewest chunks"
             " first, aged) as it replaces shortest first among the others. Prefill and"
-            " decode are separate forwards, so waits and step reports come at another"
-            " pace than on the simulator: an order by waits or by tokens served may differ",
+            " decode are separate forwards, so waits, step reports and the prefix cache's"
+            " content come at another pace than on the simulator: an order by waits, by"
+            " tokens served or by cached prefixes (cache-aware) may differ",
         ),
         "ray": IN_REPLICAS,
     },

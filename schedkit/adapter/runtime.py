@@ -46,7 +46,7 @@ class AdapterRuntime:
         self.num_victims_placed = 0
         self.num_victims_skipped = 0  # named by the policy but not preemptable then
         self.num_evicted_by_policy = 0
-        self.steps = StepLedger()
+        self.steps = StepLedger(clock=lambda: self.engine.clock)
         self.metrics: SchedkitMetrics | None = try_create(facade.label, facade.implemented)
         self._errors_seen = 0
         self._slow_seen = 0

@@ -77,6 +77,12 @@ def test_lmdeploy_keeps_the_contract_and_decides_as_the_simulator(
         # vtc orders by tokens served so far, hrrn by prefill tokens processed since each
         # arrival: LMDeploy serves them in other steps (capability matrix, order_waiting)
         return
+    if scenario.name == "shared-prefix" and policy == "cache-aware":
+        # cache-aware orders by the prefix trie's content and above a KV usage (0.5),
+        # which LMDeploy's separate prefill and decode forwards reach at other turns
+        # (capability matrix, order_waiting); test_cache_aware_orders_by_lmdeploys_prefix_trie
+        # checks the lookup itself
+        return
     if long_prompt_waits(scenario):  # long prompts wait for their turn: compare the rest
         budget = scenario.config.max_num_batched_tokens
         short = {r.request_id for r in scenario.requests if r.prompt_tokens <= budget}
@@ -86,6 +92,19 @@ def test_lmdeploy_keeps_the_contract_and_decides_as_the_simulator(
         assert sorted(outcome.admitted) == sorted(sim.admitted), f"{where}: admitted"
     else:
         assert outcome.admitted == sim.admitted, f"{where}: admission order"
+
+
+def test_cache_aware_orders_by_lmdeploys_prefix_trie() -> None:
+    """EngineView.cached_tokens on LMDeploy: cache-aware (threshold 0) admits the
+    requests whose shared prefix the trie holds first, in the simulator's order."""
+    scenario = next(s for s in SCENARIOS if s.name == "shared-prefix")
+    options = {"threshold": 0.0}
+    policy = PolicyRegistry.discover().load("cache-aware")
+    outcome = run_lmdeploy(scenario, [("cache-aware", policy(policy.Options(**options)))])
+    check_outcome(scenario, outcome)
+    sim = run_sim(scenario, [("cache-aware", policy(policy.Options(**options)))])
+    assert outcome.admitted == sim.admitted
+    assert outcome.admitted != sorted(outcome.admitted)  # it reordered
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)

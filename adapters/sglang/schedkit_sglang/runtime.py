@@ -225,7 +225,7 @@ class SglangRuntime(AdapterRuntime):
         """SGLang starts forming a batch (``get_next_batch_to_run``): decisions made now
         see the index the batch will have if it runs."""
         self.engine.step_index = self.num_batches + 1
-        self._step_started = time.perf_counter()
+        self._step_started = self.engine.clock
 
     def batch_launched(self, batch: Any, key: Any) -> None:
         """SGLang ran ``batch`` (``run_batch`` returned ``key``): it is step

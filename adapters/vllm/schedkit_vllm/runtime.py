@@ -118,7 +118,7 @@ class VllmRuntime(AdapterRuntime):
         """Reorder the waiting queue; return this step's budget when it differs."""
         scheduler = self.scheduler
         self.engine.step_index += 1
-        self._step_started = time.perf_counter()
+        self._step_started = self.engine.clock
         facade = self.facade
         if facade.has_order:
             self.order_waiting()

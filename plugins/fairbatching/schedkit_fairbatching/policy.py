@@ -67,7 +67,7 @@ class StepFit:
         if w < 2.0 or spread <= 1e-9 * max(1.0, w * xx):
             return self.prior
         b = (w * xy - x * y) / spread
-        if b <= 0.0:
+        if b <= 1e-12:  # flat or falling: rounding noise, not a cost per token
             return self.prior
         return max(0.0, (y - b * x) / w), b
 

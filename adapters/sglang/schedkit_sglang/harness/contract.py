@@ -343,6 +343,7 @@ def _read_state(outcome: Outcome, state: Mapping[str, Any]) -> None:
     rec.steps = [(list(ids), int(running)) for ids, running in seen["steps"]]
     rec.arrivals = [(int(reported), int(running)) for reported, running in seen["arrivals"]]
     rec.clocks = {rid: (float(at), float(clock)) for rid, (at, clock) in seen["clocks"].items()}
+    rec.cached = {rid: int(hit) for rid, hit in seen["cached"].items()}
     rec.victim_calls = [
         (str(needing), [(str(rid), int(computed)) for rid, computed in running])
         for needing, running in seen["victim_calls"]

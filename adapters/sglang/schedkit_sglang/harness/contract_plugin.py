@@ -181,6 +181,7 @@ def _recorded(rec: ContractRecorder) -> dict[str, Any]:
         "steps": rec.steps,
         "arrivals": rec.arrivals,
         "clocks": rec.clocks,
+        "cached": rec.cached,
         "victim_calls": rec.victim_calls,
         "drifted": rec.drifted,
     }

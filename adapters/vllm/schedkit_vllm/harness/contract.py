@@ -327,6 +327,7 @@ def _to_client_ids(outcome: Outcome, ids: set[str]) -> None:
     rec.finished = {client(k): v for k, v in rec.finished.items()}
     rec.preempted = [client(r) for r in rec.preempted]
     rec.clocks = {client(k): v for k, v in rec.clocks.items()}
+    rec.cached = {client(k): v for k, v in rec.cached.items()}
     rec.victim_calls = [
         (client(needing), [(client(r), n) for r, n in running])
         for needing, running in rec.victim_calls
