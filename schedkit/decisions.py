@@ -56,7 +56,8 @@ class StepReport:
     """What one engine step (or a run of identical decode steps) did.
 
     ``scheduled`` and ``num_scheduled_tokens`` are parallel: the tokens each request
-    computed over the ``num_steps`` steps covered.
+    computed over the ``num_steps`` steps covered. ``duration_s`` is measured on the
+    engine clock (``EngineView.clock``): modelled time in the simulator.
     """
 
     num_steps: int
