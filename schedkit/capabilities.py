@@ -312,9 +312,12 @@ FIELDS: dict[str, dict[str, Capability]] = {
     "EngineView.cached_tokens": {
         "sim": Capability("full", "the prefix-cache lookup admission makes, in whole blocks"),
         "vllm": Capability(
-            "full",
+            "partial",
             "the lookup of KVCacheManager.get_computed_blocks (the coordinator's longest"
-            " hit), without its stats and KV events",
+            " hit), without its stats and KV events; read in order_waiting before the"
+            " step's running requests take their new blocks (the simulator reads it"
+            " after them), so where those blocks evict a waiting request's prefix the two"
+            " read different hits",
         ),
         "sglang": Capability(
             "partial",
