@@ -27,11 +27,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 from real_engine import bench
+from tiers_real import MID  # the same random-weight Llama
 
 from schedkit.testing.models import tiny_llama
-
-MID = {"hidden_size": 768, "intermediate_size": 2048, "num_attention_heads": 12,
-       "num_key_value_heads": 12, "num_hidden_layers": 6}  # fmt: skip  # tiers_real.py's model
 
 ENGINE_ARGS = ["--max-num-seqs", "64", "--max-num-batched-tokens", "2048"]
 
