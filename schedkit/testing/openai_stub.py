@@ -7,7 +7,10 @@ vLLM's server does. Behaviours for failure tests, chosen by the request's tenant
 (``x-tenant-id``, one of ``MODES``): a 500, a 503 naming a schedkit rejection, a stream
 cut half way, a body that is not an event stream, a stream that never ends. It records
 each request's body, headers and arrival time (``received``) and the most requests it
-had in flight at once (``peak``).
+had in flight at once (``peak``). ``stale_s``: a request that arrives on a kept-alive
+connection idle longer than that is dropped unanswered, as by a server whose keep-alive
+timer fires as the request arrives (uvicorn's, 5 s, under vLLM and SGLang): the race a
+client that reuses old connections loses.
 """
 
 from __future__ import annotations
@@ -39,17 +42,24 @@ class StubServer:
     received: list[dict[str, Any]] = field(default_factory=list)
     in_flight: int = 0
     peak: int = 0
+    stale_s: float | None = None
+    dropped: int = 0
+    idle_since: dict[int, float] = field(default_factory=dict)
 
 
 @contextmanager
 def serve_stub(
-    owned_by: str = "vllm", token_delay_s: float = 0.0, max_model_len: int = 4096, port: int = 0
+    owned_by: str = "vllm",
+    token_delay_s: float = 0.0,
+    max_model_len: int = 4096,
+    port: int = 0,
+    stale_s: float | None = None,
 ) -> Iterator[StubServer]:
     """Run the stub on loopback (``port``; 0: a free one) in a thread for the ``with``
     block."""
     from aiohttp import web
 
-    stub = StubServer(owned_by=owned_by, token_delay_s=token_delay_s)
+    stub = StubServer(owned_by=owned_by, token_delay_s=token_delay_s, stale_s=stale_s)
     ready = threading.Event()
     loop = asyncio.new_event_loop()
     runner = web.AppRunner(_app(stub, max_model_len), access_log=None)
@@ -92,7 +102,21 @@ def _app(stub: StubServer, max_model_len: int) -> web.Application:
         finally:
             stub.in_flight -= 1
 
-    app = web.Application()
+    @web.middleware
+    async def keep_alive(request: web.Request, handler: Any) -> web.StreamResponse:
+        connection = id(request.transport)
+        idle = time.monotonic() - stub.idle_since.pop(connection, time.monotonic())
+        if stub.stale_s is not None and idle > stub.stale_s and request.transport:
+            stub.dropped += 1
+            request.transport.close()  # the client sees the server disconnect
+            return web.Response()
+        try:
+            response: web.StreamResponse = await handler(request)
+            return response
+        finally:
+            stub.idle_since[connection] = time.monotonic()
+
+    app = web.Application(middlewares=[keep_alive])
     app.router.add_get("/v1/models", models)
     app.router.add_post("/v1/completions", completions)
     return app
@@ -136,8 +160,12 @@ async def _stream(
         choice = {"index": 0, "text": " x", "finish_reason": "length" if i == n else None}
         usage = {"prompt_tokens": len(prompt), "completion_tokens": i}
         chunk = {"id": "c", "object": "text_completion", "choices": [choice], "usage": usage}
-        await response.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
-    await response.write(b"data: [DONE]\n\n")
+        event = b"data: " + json.dumps(chunk).encode() + b"\n\n"
+        if i < n:
+            await response.write(event)
+    # the last token, [DONE] and the stream's end in one write: the client has read the
+    # whole response when it sees the finish, so its connection is kept alive for reuse
+    await response.write_eof(event + b"data: [DONE]\n\n")
     return response
 
 

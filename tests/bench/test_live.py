@@ -130,6 +130,20 @@ def test_concurrency_limit_and_deadline(tmp_path: Path) -> None:
     assert m["errors"] == {"not sent: --max-seconds 0.5 reached": 40 - sent}
 
 
+def test_no_request_is_sent_on_a_connection_the_server_may_be_closing(tmp_path: Path) -> None:
+    # a server whose keep-alive timer fires as a request arrives loses that request; the
+    # stub drops any request on a connection idle over 2.5 s (uvicorn closes at 5 s), and
+    # a burst, a 3 s pause and a second burst would reuse the burst's idle connections
+    lines = [json.dumps({"workload": {"name": "pause"}})]
+    for arrival in (0.0, 0.01, 0.02, 0.03, 3.0, 3.01, 3.02, 3.03):
+        lines.append(json.dumps({"arrival_s": arrival, "prompt_tokens": 8, "output_tokens": 2}))
+    path = tmp_path / "pause.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    with serve_stub(stale_s=2.5) as stub:
+        m = live(tmp_path / "pause", str(path), [stub.url])["arms"][0]["metrics"]
+    assert stub.dropped == 0 and m["errors"] == {} and m["completed"] == 8
+
+
 def test_bad_live_arguments_are_refused_before_anything_runs(tmp_path: Path) -> None:
     from schedkit.bench.runner import Bench
 

@@ -60,6 +60,7 @@ DEFAULT_VOCAB = 32000  # token ids stay below it when --model names no local dir
 DEFAULT_POSITIONS = 1 << 20  # no clipping unless the server or --model says otherwise
 ERROR = "error"
 SNIPPET = 200  # characters of an error body kept in a reason
+KEEPALIVE_S = 2.0  # the longest a connection idles before the next request reuses it
 VLLM_FIELDS = ("vllm", "schedkit-sim")  # servers reading vLLM's request fields
 
 
@@ -203,7 +204,11 @@ class LiveArm(RealArm):
         import aiohttp
 
         limit = asyncio.Semaphore(self.concurrency) if self.concurrency else None
-        connector = aiohttp.TCPConnector(limit=0, force_close=False)
+        # A kept-alive connection is reused only while idle under KEEPALIVE_S: the servers
+        # close theirs after 5 s (uvicorn's default, under vLLM and SGLang), and a request
+        # sent on one as it closes is lost ("Server disconnected"; aiohttp's pool hands out
+        # its oldest connection first, so under load every reuse is near that edge).
+        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S)
         timeout = aiohttp.ClientTimeout(total=self.timeout_s)
         async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
             tasks: list[asyncio.Task[None]] = []
