@@ -9,6 +9,7 @@ import asyncio
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,13 +58,32 @@ class Stub:
     reject: bool = False
     hold: bool = False  # stream nothing until the client goes (a decode awaiting KV)
     closed: list[bool] = field(default_factory=list)
+    stale_s: float | None = None  # drop requests on connections idle longer
+    dropped: int = 0
+    idle_since: dict[int, float] = field(default_factory=dict)
 
     def app(self) -> web.Application:
-        app = web.Application()
+        app = web.Application(middlewares=[self.keep_alive])
         app.router.add_post("/v1/completions", self.complete)
         app.router.add_get("/metrics", self.metrics)
         app.router.add_get("/v1/models", self.models)
         return app
+
+    @web.middleware
+    async def keep_alive(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        """A request on a connection idle over ``stale_s`` is dropped unanswered, as by a
+        server whose keep-alive timer fires as it arrives."""
+        connection, now = id(request.transport), time.monotonic()
+        idle = now - self.idle_since.pop(connection, now)
+        if self.stale_s is not None and idle > self.stale_s and request.transport:
+            self.dropped += 1
+            request.transport.close()
+            return web.Response()
+        try:
+            response: web.StreamResponse = await handler(request)
+            return response
+        finally:
+            self.idle_since[connection] = time.monotonic()
 
     async def complete(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
@@ -199,6 +219,23 @@ def test_without_a_router_each_pool_takes_turns() -> None:
     proxy = run(scenario, prefill, decode)
     assert (len(prefill[0].got), len(prefill[1].got), len(decode[0].got)) == (2, 1, 3)
     assert proxy.routed["prefill", 0, "round-robin"] == 2
+
+
+def test_no_leg_is_sent_on_a_connection_the_server_may_be_closing() -> None:
+    # servers close idle connections (uvicorn: after 5 s), and a request written to one as
+    # it closes is lost; these stubs drop any request on a connection idle over 2.5 s
+    prefill, decode = [Stub("p0", stale_s=2.5)], [Stub("d0", stale_s=2.5)]
+
+    async def scenario(url: str, client: ClientSession, proxy: PDProxy) -> None:
+        for pause in (0.0, 0.0, 3.0, 0.0):
+            await asyncio.sleep(pause)
+            body = {"prompt": "a b c", "max_tokens": 2}
+            async with client.post(f"{url}/v1/completions", json=body) as resp:
+                assert resp.status == 200 and (await resp.json())["choices"][0]["text"] == "d0"
+
+    run(scenario, prefill, decode)
+    assert prefill[0].dropped == decode[0].dropped == 0
+    assert len(prefill[0].got) == len(decode[0].got) == 4
 
 
 def test_a_rejected_or_failed_prefill_ends_the_request_there() -> None:

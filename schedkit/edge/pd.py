@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from schedkit.config import load_config
-from schedkit.edge.remote import Instance, parse_metrics, request_view
+from schedkit.edge.remote import Instance, connector, parse_metrics, request_view
 from schedkit.errors import SchedkitError
 from schedkit.facade import PolicyFacade
 from schedkit.views import RequestView
@@ -421,8 +421,7 @@ class PDProxy:
 
         async def lifetime(app: web.Application) -> Any:
             timeout = aiohttp.ClientTimeout(total=self.timeout_s)
-            connector = aiohttp.TCPConnector(limit=0)
-            async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+            async with aiohttp.ClientSession(timeout=timeout, connector=connector()) as session:
                 self._session = session
                 reader = None
                 if self.metrics_interval_s > 0:

@@ -6,6 +6,7 @@ HTTP requests sent to them (``schedkit.edge.pd`` routes with them).
   Prometheus ``/metrics`` gauges (``parse_metrics``; vLLM's names, or SGLang's).
 - ``Instance``: a ``ReplicaView`` of one server of a pool, with its role.
 - ``block_hashes``: a prompt's chained block hashes, as a prefix cache names them.
+- ``connector``: the client connection pool for sending requests to engine servers.
 """
 
 from __future__ import annotations
@@ -14,14 +15,19 @@ import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from schedkit.views import EngineView, RequestView
 
-__all__ = ["DEFAULT_MAX_TOKENS", "Instance", "Load", "ProxyRequest", "block_hashes",
-           "parse_metrics", "prompt_tokens", "request_view"]  # fmt: skip
+if TYPE_CHECKING:
+    import aiohttp
+
+__all__ = ["DEFAULT_MAX_TOKENS", "KEEPALIVE_S", "Instance", "Load", "ProxyRequest",
+           "block_hashes", "connector", "parse_metrics", "prompt_tokens",
+           "request_view"]  # fmt: skip
 
 DEFAULT_MAX_TOKENS = 16  # vLLM's completions default
+KEEPALIVE_S = 2.0  # the longest a pooled connection idles before a request reuses it
 _SAMPLE = re.compile(r"^([a-zA-Z_:][\w:]*)(\{[^}]*\})?\s+(\S+)")
 _LABEL = re.compile(r'(\w+)="([^"]*)"')
 
@@ -45,6 +51,17 @@ class ProxyRequest:
     num_output_tokens: int = 0
     num_preemptions: int = 0
     block_hashes: tuple[int, ...] = ()
+
+
+def connector() -> aiohttp.TCPConnector:
+    """An unbounded pool whose connections are reused only while idle under
+    ``KEEPALIVE_S``. Engine servers close idle ones after 5 s (uvicorn's default, under
+    vLLM and SGLang), and a request written to one as it closes is lost ("Server
+    disconnected"); aiohttp hands out its oldest idle connection first, so under load
+    every reuse came near that edge. Call it inside a running event loop."""
+    import aiohttp
+
+    return aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S)
 
 
 def _words(value: Any) -> int:

@@ -47,6 +47,7 @@ import numpy as np
 from schedkit.bench.engines.real_arm import RealArm
 from schedkit.bench.engines.requests import ModelInfo, model_info, request_metadata
 from schedkit.bench.progress import LiveProgress, live_replay
+from schedkit.edge.remote import connector
 from schedkit.records import RequestRecord, RunResult
 
 if TYPE_CHECKING:
@@ -60,7 +61,6 @@ DEFAULT_VOCAB = 32000  # token ids stay below it when --model names no local dir
 DEFAULT_POSITIONS = 1 << 20  # no clipping unless the server or --model says otherwise
 ERROR = "error"
 SNIPPET = 200  # characters of an error body kept in a reason
-KEEPALIVE_S = 2.0  # the longest a connection idles before the next request reuses it
 VLLM_FIELDS = ("vllm", "schedkit-sim")  # servers reading vLLM's request fields
 
 
@@ -204,13 +204,8 @@ class LiveArm(RealArm):
         import aiohttp
 
         limit = asyncio.Semaphore(self.concurrency) if self.concurrency else None
-        # A kept-alive connection is reused only while idle under KEEPALIVE_S: the servers
-        # close theirs after 5 s (uvicorn's default, under vLLM and SGLang), and a request
-        # sent on one as it closes is lost ("Server disconnected"; aiohttp's pool hands out
-        # its oldest connection first, so under load every reuse is near that edge).
-        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S)
         timeout = aiohttp.ClientTimeout(total=self.timeout_s)
-        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        async with aiohttp.ClientSession(connector=connector(), timeout=timeout) as session:
             tasks: list[asyncio.Task[None]] = []
             for i, trace in enumerate(self.traces):
                 delay = trace.arrival_s - self.clock()
