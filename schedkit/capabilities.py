@@ -314,10 +314,7 @@ FIELDS: dict[str, dict[str, Capability]] = {
         "vllm": Capability(
             "partial",
             "the lookup of KVCacheManager.get_computed_blocks (the coordinator's longest"
-            " hit), without its stats and KV events; read in order_waiting before the"
-            " step's running requests take their new blocks (the simulator reads it"
-            " after them), so where those blocks evict a waiting request's prefix the two"
-            " read different hits",
+            " hit), without its stats and KV events",
         ),
         "sglang": Capability(
             "partial",

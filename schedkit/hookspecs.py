@@ -81,10 +81,11 @@ def order_waiting(waiting: Sequence[RequestView], engine: EngineView) -> list[Re
 
     Stops at first non-None result.
 
-    Called at most once per scheduling step, before the engine admits waiting requests,
-    and only when at least one request waits. The simulated engine and vLLM call it only
-    while the running batch has a free seat (fewer than ``max_num_seqs`` requests), since
-    with none no order could admit anyone; vLLM also while a KV connector's loads wait. The simulated engine may also skip calls during a
+    Called at most once per scheduling step, at its start (before the running requests
+    take their blocks for it), and only when at least one request waits. The simulated
+    engine and vLLM call it only while the running batch has a free seat (fewer than
+    ``max_num_seqs`` requests), since with none no order could admit anyone; vLLM also
+    while a KV connector's loads wait. The simulated engine may also skip calls during a
     run of identical decode steps in which no waiting request could be admitted in any
     order.
 

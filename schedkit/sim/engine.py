@@ -96,6 +96,7 @@ class SimEngine(DecodeStretches, LaneSteps, PrefillCadence, HostTierLoads):
         self.arrived = 0  # index of the first pending request not yet arrived
         self.holding = False  # max_concurrency: the client holds requests already due
         self.stalled = False  # nothing can run until another engine acts (sim/disagg.py)
+        self.ordered = False  # order_waiting was asked at this step's start
         self.held: set[SimRequest] = set()  # finished, blocks kept for another engine
         self.ended = 0  # requests that finished with the last step
         self.next_event = math.inf  # the next arrival or landing, as the next step starts
@@ -154,6 +155,7 @@ class SimEngine(DecodeStretches, LaneSteps, PrefillCadence, HostTierLoads):
             if not (stretch and self._advance_decode_stretch(next_arrival, budget)):
                 self.next_event = next_arrival  # a step that runs nothing waits until then
                 self._step(budget)
+                self.waiting.end_step()  # a list hook's order lasts the step it was asked in
                 if self.stalled:  # waits for KV blocks another engine holds (sim/disagg.py)
                     break
             if self.check_invariants:
@@ -222,6 +224,7 @@ class SimEngine(DecodeStretches, LaneSteps, PrefillCadence, HostTierLoads):
         return self.facade.plan_batch(self.view, self.default_budget)
 
     def _step(self, budget: BatchBudget) -> None:
+        self._order_waiting()  # the state before the step, as vLLM's and SGLang's adapters
         mixed = self.cfg.mixed_prefill
         if not mixed and self._prefill_step(budget):
             return
@@ -350,10 +353,8 @@ class SimEngine(DecodeStretches, LaneSteps, PrefillCadence, HostTierLoads):
             token_budget = self._run_landed(scheduled, token_budget, budget, chunk)
             if self._landed():  # one left without room: no waiting request goes before it
                 token_budget = 0
-        if self.facade.has_order_list and waiting and len(running) < self.cfg.max_num_seqs:
-            self._order_waiting()  # not while the batch is full: none could be admitted
-        elif self.cache_window and not defer:
-            self._reorder_by_cached_prefix()
+        if self.cache_window and not defer and not self.ordered:
+            self._reorder_by_cached_prefix()  # vLLM's own: after the running requests' blocks
         prefill = False
         while waiting and token_budget > 0 and len(running) < budget.max_running:
             req = waiting[0]
@@ -396,10 +397,19 @@ class SimEngine(DecodeStretches, LaneSteps, PrefillCadence, HostTierLoads):
             self.explicit.append(req)
 
     def _order_waiting(self) -> None:
-        """The policy's order of the waiting queue (the queue is left as is without one)."""
-        order = self.facade.order_waiting(list(self.waiting), self.view, keyed=True)
+        """The policy's order of the waiting queue, asked at the start of a step (before
+        the running requests take their blocks) while a request waits and the batch has a
+        free seat (with none, no order could admit anyone); the queue is left as is
+        without one. ``ordered``: whether it was asked this step."""
+        waiting = self.waiting
+        self.ordered = bool(
+            self.facade.has_order_list and waiting and len(self.running) < self.cfg.max_num_seqs
+        )
+        if not self.ordered:
+            return
+        order = self.facade.order_waiting(list(waiting), self.view, keyed=True)
         if order is not None:
-            self.waiting.reorder(order)  # type: ignore[arg-type]
+            waiting.reorder(order)  # type: ignore[arg-type]
 
     def _admit(self, req: SimRequest, hit: int, own: int, computed: int, need: int) -> None:
         clock, kv = self.clock, self.kv

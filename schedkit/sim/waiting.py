@@ -61,10 +61,15 @@ class KeyedWaiting(Generic[R]):
     def append(self, request: R) -> None:
         self._back += 1
         self._insert(request, self._back)
+        if self._override is not None:
+            self._override.append(request)
 
     def appendleft(self, request: R) -> None:
+        """``request`` first (one the step preempts: before the policy's order too)."""
         self._front -= 1
         self._insert(request, self._front)
+        if self._override is not None:
+            self._override.appendleft(request)
 
     def popleft(self) -> R:
         if self._override is None:

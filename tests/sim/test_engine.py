@@ -40,7 +40,7 @@ from _fixtures import (
 from hypothesis import HealthCheck, currently_in_test_context, event, given, settings
 from hypothesis import strategies as st
 
-from schedkit import EngineView, Policy, RequestView, hookimpl
+from schedkit import BatchBudget, EngineState, EngineView, Policy, RequestView, hookimpl
 from schedkit.hookspecs import HOOK_NAMES
 from schedkit.policies.builtin import PriorityPolicy
 from schedkit.records import RunResult
@@ -839,3 +839,64 @@ def test_finished_requests_drop_their_hashes_when_no_policy_could_keep_them() ->
     kept = run_checking_hashes(requests, HASHED).eng
     assert kept is not None
     assert [len(r.block_hashes) for r in kept.pending] == [256 // HASHED.block_size]
+
+
+class StateAtOrder(Policy):
+    """Records the free KV blocks that plan_batch and order_waiting read in each step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.planned: dict[int, int] = {}
+        self.ordered: dict[int, int] = {}
+
+    @hookimpl
+    def plan_batch(self, engine: EngineView, default: BatchBudget) -> None:
+        self.planned[engine.step_index] = engine.kv_blocks_free
+
+    @hookimpl
+    def order_waiting(self, waiting: Sequence[RequestView], engine: EngineView) -> None:
+        self.ordered[engine.step_index] = engine.kv_blocks_free
+
+
+def test_order_waiting_reads_the_engine_before_the_step() -> None:
+    """As on vLLM and SGLang: asked before the running requests take their blocks for the
+    step (chunked prefills and decodes crossing a block here), so it reads what the step's
+    plan_batch read."""
+    requests = [req(f"r{i}", 0.001 * i, 100 + 7 * i, 40) for i in range(12)]
+    config = SimConfig(num_blocks=64, block_size=16, max_num_seqs=4, max_num_batched_tokens=64)
+    policy = StateAtOrder()
+    engine(requests, config, [("state", policy)], stretch=False).run()
+    assert len(policy.ordered) > 10
+    assert {i: policy.planned[i] for i in policy.ordered} == policy.ordered
+
+
+class ByPromptKey(Policy):
+    @hookimpl
+    def waiting_key(self, request: RequestView, engine: EngineView) -> tuple[int]:
+        return (request.num_prompt_tokens,)
+
+
+def test_a_request_preempted_under_a_policy_s_order_goes_first() -> None:
+    """The keyed queue under an order_waiting order (which lasts the step): a request the
+    step preempts goes before that order, one that joins after it, until the step ends."""
+    from schedkit.facade import PolicyFacade
+    from schedkit.sim.waiting import KeyedWaiting
+
+    facade = PolicyFacade([("key", ByPromptKey())])
+    a, b, c, victim, late = (
+        SimRequest.from_trace(i, req(n, 0.0, p, 1), 16, 16)
+        for i, (n, p) in enumerate([("a", 30), ("b", 20), ("c", 10), ("v", 50), ("l", 5)])
+    )
+    waiting: KeyedWaiting[SimRequest] = KeyedWaiting(
+        facade, EngineState(kv_blocks_total=64, block_size=16)
+    )
+    for r in (a, b, c):
+        waiting.append(r)
+    assert list(waiting) == [c, b, a]  # by key
+    waiting.reorder([a, c, b])
+    waiting.appendleft(victim)
+    waiting.append(late)
+    assert list(waiting) == [victim, a, c, b, late] and len(waiting) == 5
+    assert [waiting.popleft(), waiting[0]] == [victim, a]
+    waiting.end_step()
+    assert list(waiting) == [late, c, b, a]  # the keys' order again
