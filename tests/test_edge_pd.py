@@ -9,7 +9,6 @@ import asyncio
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +21,7 @@ from schedkit import Policy, ReplicaView, RequestView, hookimpl
 from schedkit.edge.pd import PDProxy, _decode_outcome, main, prefill_body
 from schedkit.edge.remote import Load, parse_metrics, prompt_tokens, request_view
 from schedkit.facade import PolicyFacade
+from schedkit.testing.openai_stub import StaleConnections
 
 METRICS_PAGE = """# HELP vllm:num_requests_running Number of requests in model execution batches.
 # TYPE vllm:num_requests_running gauge
@@ -59,31 +59,21 @@ class Stub:
     hold: bool = False  # stream nothing until the client goes (a decode awaiting KV)
     closed: list[bool] = field(default_factory=list)
     stale_s: float | None = None  # drop requests on connections idle longer
-    dropped: int = 0
-    idle_since: dict[int, float] = field(default_factory=dict)
+    stale: StaleConnections = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.stale = StaleConnections(self.stale_s)
+
+    @property
+    def dropped(self) -> int:
+        return self.stale.dropped
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[self.keep_alive])
+        app = web.Application(middlewares=[self.stale.middleware])
         app.router.add_post("/v1/completions", self.complete)
         app.router.add_get("/metrics", self.metrics)
         app.router.add_get("/v1/models", self.models)
         return app
-
-    @web.middleware
-    async def keep_alive(self, request: web.Request, handler: Any) -> web.StreamResponse:
-        """A request on a connection idle over ``stale_s`` is dropped unanswered, as by a
-        server whose keep-alive timer fires as it arrives."""
-        connection, now = id(request.transport), time.monotonic()
-        idle = now - self.idle_since.pop(connection, now)
-        if self.stale_s is not None and idle > self.stale_s and request.transport:
-            self.dropped += 1
-            request.transport.close()
-            return web.Response()
-        try:
-            response: web.StreamResponse = await handler(request)
-            return response
-        finally:
-            self.idle_since[connection] = time.monotonic()
 
     async def complete(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()

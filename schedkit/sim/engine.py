@@ -155,7 +155,7 @@ class SimEngine(DecodeStretches, LaneSteps, PrefillCadence, HostTierLoads):
             if not (stretch and self._advance_decode_stretch(next_arrival, budget)):
                 self.next_event = next_arrival  # a step that runs nothing waits until then
                 self._step(budget)
-                self.waiting.end_step()  # a list hook's order lasts the step it was asked in
+                self.waiting.end_step()  # a list hook's order lasts one step; the keyed order stays
                 if self.stalled:  # waits for KV blocks another engine holds (sim/disagg.py)
                     break
             if self.check_invariants:
@@ -383,7 +383,6 @@ class SimEngine(DecodeStretches, LaneSteps, PrefillCadence, HostTierLoads):
             self._publish(req, num_new)
             token_budget -= num_new
             prefill = prefill or computed < req.num_tokens - 1
-        waiting.end_step()  # a list hook's order lasts one step; the keyed order stays
         if self.prefill_interval > 1 and not defer:  # a release: was it capacity-bound?
             self.capacity_bound = bool(waiting)
         return prefill

@@ -27,9 +27,40 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from aiohttp import web
 
-__all__ = ["MODES", "StubServer", "serve_stub"]
+__all__ = ["MODES", "StaleConnections", "StubServer", "serve_stub"]
 
 MODES = ("error-500", "rejected", "cut", "not-a-stream", "hang")
+
+
+@dataclass
+class StaleConnections:
+    """An aiohttp middleware (``middleware``) that drops, unanswered, a request arriving on
+    a kept-alive connection idle longer than ``stale_s`` (None: none), as a server whose
+    keep-alive timer fires as the request arrives; ``dropped`` counts them."""
+
+    stale_s: float | None
+    dropped: int = 0
+    idle_since: dict[int, float] = field(default_factory=dict)
+
+    @property
+    def middleware(self) -> Any:
+        from aiohttp import web
+
+        @web.middleware
+        async def keep_alive(request: web.Request, handler: Any) -> web.StreamResponse:
+            connection, now = id(request.transport), time.monotonic()
+            idle = now - self.idle_since.pop(connection, now)
+            if self.stale_s is not None and idle > self.stale_s and request.transport:
+                self.dropped += 1
+                request.transport.close()  # the client sees the server disconnect
+                return web.Response()
+            try:
+                response: web.StreamResponse = await handler(request)
+                return response
+            finally:
+                self.idle_since[connection] = time.monotonic()
+
+        return keep_alive
 
 
 @dataclass
@@ -42,9 +73,11 @@ class StubServer:
     received: list[dict[str, Any]] = field(default_factory=list)
     in_flight: int = 0
     peak: int = 0
-    stale_s: float | None = None
-    dropped: int = 0
-    idle_since: dict[int, float] = field(default_factory=dict)
+    stale: StaleConnections = field(default_factory=lambda: StaleConnections(None))
+
+    @property
+    def dropped(self) -> int:
+        return self.stale.dropped
 
 
 @contextmanager
@@ -59,7 +92,9 @@ def serve_stub(
     block."""
     from aiohttp import web
 
-    stub = StubServer(owned_by=owned_by, token_delay_s=token_delay_s, stale_s=stale_s)
+    stub = StubServer(
+        owned_by=owned_by, token_delay_s=token_delay_s, stale=StaleConnections(stale_s)
+    )
     ready = threading.Event()
     loop = asyncio.new_event_loop()
     runner = web.AppRunner(_app(stub, max_model_len), access_log=None)
@@ -102,21 +137,7 @@ def _app(stub: StubServer, max_model_len: int) -> web.Application:
         finally:
             stub.in_flight -= 1
 
-    @web.middleware
-    async def keep_alive(request: web.Request, handler: Any) -> web.StreamResponse:
-        connection = id(request.transport)
-        idle = time.monotonic() - stub.idle_since.pop(connection, time.monotonic())
-        if stub.stale_s is not None and idle > stub.stale_s and request.transport:
-            stub.dropped += 1
-            request.transport.close()  # the client sees the server disconnect
-            return web.Response()
-        try:
-            response: web.StreamResponse = await handler(request)
-            return response
-        finally:
-            stub.idle_since[connection] = time.monotonic()
-
-    app = web.Application(middlewares=[keep_alive])
+    app = web.Application(middlewares=[stub.stale.middleware])
     app.router.add_get("/v1/models", models)
     app.router.add_post("/v1/completions", completions)
     return app
